@@ -1,0 +1,4 @@
+"""agentledger.adapters: chat clients, stores and exporters around the core.
+
+Optional dependencies are imported only inside the adapter that needs them.
+"""

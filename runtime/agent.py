@@ -1,0 +1,483 @@
+"""Agent: the public surface of a run (``run``, ``run_stream``, sessions, sub-agents as tools).
+
+``Agent.run`` records ``RunStarted``, runs the agent middleware around the tool loop, and records
+how the run ended. The tool loop itself is the ``RunDriver`` around a ``RunMachine``.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from typing import Any
+
+import anyio
+import msgspec
+
+from . import __version__
+from ._sources import Clock, IdSource, RandomIds, SystemClock
+from .clients import BaseChatClient, ChatResponseUpdate, normalize_messages
+from .context import AgentContext, RunContext, _current
+from .core.events import (
+    Event,
+    MiddlewareShortCircuit,
+    RunCompleted,
+    RunConfig,
+    RunFailed,
+    RunInputRewritten,
+    RunStarted,
+    RunTerminated,
+    SessionUpdated,
+    StateChange,
+    ToolFailed,
+    ToolReturned,
+)
+from .core.machine import FinishRun, RunMachine
+from .core.messages import Content, Message, Usage, result_text
+from .driver import Recorder, RunDriver, ToolRegistry, to_json
+from .errors import MiddlewareTermination, RunError
+from .middleware import Layer, run_chain, split_middleware
+from .redaction import Redactor, default_redactor
+from .session import AgentSession, writer
+from .store import EventStore, MemoryEventStore
+from .tools import FunctionTool, normalize_tools
+
+__all__ = ("Agent", "AgentResponse", "AgentResponseUpdate")
+
+_RUN_OPTION_KEYS = ("tools", "instructions")
+
+
+class AgentResponse:
+    """What a run produced: its text, its new messages, its id and its events."""
+
+    __slots__ = ("events", "finish_reason", "messages", "run_id", "session_id", "usage", "user_input_requests")
+
+    def __init__(
+        self,
+        *,
+        messages: Sequence[Message] = (),
+        run_id: str = "",
+        events: list[Event] | None = None,
+        usage: Usage | None = None,
+        user_input_requests: Sequence[Content] = (),
+        finish_reason: str = "completed",
+        session_id: str | None = None,
+    ) -> None:
+        self.messages = list(messages)
+        self.run_id = run_id
+        self.events: list[Event] = events if events is not None else []
+        self.usage = usage or Usage()
+        self.user_input_requests = list(user_input_requests)
+        self.finish_reason = finish_reason
+        self.session_id = session_id
+
+    @property
+    def text(self) -> str:
+        """The text of the last assistant message."""
+        for message in reversed(self.messages):
+            if message.role == "assistant" and message.text:
+                return message.text
+        return ""
+
+    def __str__(self) -> str:
+        return self.text
+
+    def __repr__(self) -> str:
+        return f"AgentResponse(text={self.text!r}, run_id={self.run_id!r}, events={len(self.events)})"
+
+
+class AgentResponseUpdate(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """A piece of a streamed run: model text deltas, function calls and function results."""
+
+    contents: tuple[Content, ...] = ()
+    role: str = "assistant"
+    run_id: str = ""
+
+    @property
+    def text(self) -> str:
+        return "".join(c.text or "" for c in self.contents if c.type == "text")
+
+
+def _options_record(options: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: to_json(v) for k, v in options.items() if k not in _RUN_OPTION_KEYS and v is not None}
+
+
+class Agent:
+    """An LLM agent: a chat client, instructions, tools and middleware.
+
+    Every run is recorded: ``agent.store`` (a ``MemoryEventStore`` unless another store is given)
+    receives each run's events as the run goes, and ``AgentResponse.events`` holds them too.
+    """
+
+    def __init__(
+        self,
+        client: BaseChatClient | None = None,
+        instructions: str | None = None,
+        *,
+        name: str | None = None,
+        id: str | None = None,  # noqa: A002 - the reference API's name
+        description: str | None = None,
+        tools: Any = None,
+        middleware: Sequence[Any] | None = None,
+        default_options: Mapping[str, Any] | None = None,
+        store: EventStore | None | bool = True,
+        clock: Clock | None = None,
+        ids: IdSource | None = None,
+        redact: Redactor | None = None,
+        max_iterations: int = 40,
+        max_consecutive_errors: int = 3,
+        max_function_calls: int | None = None,
+        include_detailed_errors: bool = False,
+        sequential_tools: bool = False,
+    ) -> None:
+        if client is None:
+            raise TypeError("Agent needs a chat client: Agent(client=...)")
+        self.client = client
+        self.instructions = instructions
+        self.name = name
+        self.description = description or ""
+        self.ids: IdSource = ids or RandomIds()
+        self.clock: Clock = clock or SystemClock()
+        self.id = id or (name or "agent")
+        self.tools = normalize_tools(tools)
+        self.middleware = list(middleware or ())
+        self._layers = split_middleware(self.middleware)
+        self.default_options = dict(default_options or {})
+        self.store: EventStore | None = MemoryEventStore() if store is True else (store or None)
+        self.redact = redact or default_redactor
+        self.config = RunConfig(
+            max_iterations=max_iterations,
+            max_consecutive_errors=max_consecutive_errors,
+            max_function_calls=max_function_calls,
+            detailed_errors=include_detailed_errors,
+            sequential_tools=sequential_tools,
+        )
+
+    def create_session(self, *, session_id: str | None = None) -> AgentSession:
+        """A new conversation for this agent (pass it to ``run(session=...)``)."""
+        return AgentSession(session_id or self.ids("session"))
+
+    async def run(
+        self,
+        messages: str | Content | Message | Sequence[Any] | None = None,
+        *,
+        session: AgentSession | None = None,
+        options: Mapping[str, Any] | None = None,
+        function_invocation_kwargs: Mapping[str, Any] | None = None,
+        client_kwargs: Mapping[str, Any] | None = None,
+        middleware: Sequence[Any] | None = None,
+        tools: Any = None,
+        **kwargs: Any,
+    ) -> AgentResponse:
+        """Run the agent once: model, tools, model... until it answers, and record every step."""
+        fik = self._legacy_kwargs(function_invocation_kwargs, kwargs)
+        return await _Run(self, session, options, fik, client_kwargs, middleware, tools).execute(messages)
+
+    async def run_stream(
+        self,
+        messages: str | Content | Message | Sequence[Any] | None = None,
+        *,
+        session: AgentSession | None = None,
+        options: Mapping[str, Any] | None = None,
+        function_invocation_kwargs: Mapping[str, Any] | None = None,
+        client_kwargs: Mapping[str, Any] | None = None,
+        middleware: Sequence[Any] | None = None,
+        tools: Any = None,
+        **kwargs: Any,
+    ) -> AsyncIterator[AgentResponseUpdate]:
+        """Run the agent, yielding model text deltas, calls and results as they happen."""
+        fik = self._legacy_kwargs(function_invocation_kwargs, kwargs)
+        run = _Run(self, session, options, fik, client_kwargs, middleware, tools)
+        send, receive = anyio.create_memory_object_stream[AgentResponseUpdate](math.inf)
+        run.on_update = lambda update: send.send_nowait(update)
+
+        async def produce() -> None:
+            async with send:
+                await run.execute(messages, stream=True)
+
+        async with anyio.create_task_group() as group, receive:
+            group.start_soon(produce)
+            try:
+                async for update in receive:
+                    yield update
+            finally:
+                if not run.finished:
+                    group.cancel_scope.cancel()
+
+    def _legacy_kwargs(self, fik: Mapping[str, Any] | None, kwargs: dict[str, Any]) -> dict[str, Any]:
+        if not kwargs:
+            return dict(fik or {})
+        warnings.warn(
+            "passing runtime values as **kwargs to run() is deprecated; "
+            "use function_invocation_kwargs= (tools) or client_kwargs= (the chat client)",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+        return {**kwargs, **(fik or {})}
+
+    def as_tool(
+        self,
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        arg_name: str = "task",
+        arg_description: str | None = None,
+        approval_mode: str = "never_require",
+        propagate_session: bool = False,
+    ) -> FunctionTool:
+        """This agent as a tool of another agent; see ``agentledger.subagents``."""
+        from .subagents import agent_tool
+
+        return agent_tool(
+            self,
+            name=name,
+            description=description,
+            arg_name=arg_name,
+            arg_description=arg_description,
+            approval_mode=approval_mode,
+            propagate_session=propagate_session,
+        )
+
+    def __repr__(self) -> str:
+        return f"Agent(name={self.name!r}, tools={[t.name for t in self.tools]!r})"
+
+
+class _Run:
+    """One call of ``Agent.run``: builds the machine and driver, runs agent middleware."""
+
+    def __init__(
+        self,
+        agent: Agent,
+        session: AgentSession | None,
+        options: Mapping[str, Any] | None,
+        fik: dict[str, Any],
+        client_kwargs: Mapping[str, Any] | None,
+        middleware: Sequence[Any] | None,
+        tools: Any,
+        *,
+        parent: tuple[str, str] | None = None,
+        share_history: bool = True,
+    ) -> None:
+        self.agent = agent
+        self.session = session
+        self.options = {**agent.default_options, **(options or {})}
+        if agent.instructions and "instructions" not in self.options:
+            self.options["instructions"] = agent.instructions
+        self.fik = fik
+        self.client_kwargs = dict(client_kwargs or {})
+        layers = split_middleware(middleware) if middleware else None
+        self.layers: dict[str, list[Layer]] = {
+            kind: agent._layers[kind] + (layers[kind] if layers else []) for kind in agent._layers  # type: ignore[index]
+        }
+        self.tools = agent.tools + normalize_tools(tools) if tools is not None else agent.tools
+        self.parent = parent
+        self.share_history = share_history
+        self.on_update: Callable[[AgentResponseUpdate], None] | None = None
+        self.finished = False
+        self.input_count: int | None = None
+        self.machine: RunMachine | None = None
+
+    def _input_count(self) -> int:
+        """How many of the transcript's messages are the run's input (the rest it produced)."""
+        if self.input_count is None:
+            assert self.machine is not None
+            self.input_count = len(self.machine.transcript.messages)
+        return self.input_count
+
+    async def execute(self, messages: Any, *, stream: bool = False) -> AgentResponse:
+        agent, session = self.agent, self.session
+        history = session.history if session is not None and self.share_history else []
+        run_id = agent.ids("run")
+        machine = self.machine = RunMachine(history)
+        sinks = [self._stream_sink] if self.on_update is not None else []
+        recorder = Recorder(machine, run_id, agent.clock, sinks)
+        registry = ToolRegistry(self.tools, recorder)
+        inputs = normalize_messages(messages)
+        recorder.emit(
+            RunStarted,
+            agent_id=agent.id,
+            agent_name=agent.name,
+            instructions=self.options.get("instructions"),
+            messages=tuple(inputs),
+            tools=tuple(t.spec for t in self.tools),
+            options=_options_record(self.options),
+            function_invocation_kwargs=agent.redact(self.fik),
+            client_kwargs_keys=tuple(self.client_kwargs),
+            session_id=session.session_id if session is not None else None,
+            history_length=len(history),
+            config=agent.config,
+            parent_run_id=self.parent[0] if self.parent else None,
+            parent_call_id=self.parent[1] if self.parent else None,
+            library_version=__version__,
+        )
+        driver = RunDriver(
+            recorder=recorder,
+            registry=registry,
+            client=agent.client,
+            session=session,
+            options=self.options,
+            function_invocation_kwargs=self.fik,
+            client_kwargs=self.client_kwargs,
+            function_layers=self.layers["function"],
+            chat_layers=self.layers["chat"],
+            store=agent.store,
+            on_update=self._model_update if self.on_update is not None else None,
+        )
+        unbind = session.bind(self._session_sink(recorder, session)) if session is not None else None
+        token = _current.set(
+            RunContext(agent=agent, run_id=run_id, session=session, options=self.options, kwargs=self.fik)
+        )
+        try:
+            return await self._run_agent_layers(recorder, driver, inputs, stream)
+        finally:
+            self.finished = True
+            _current.reset(token)
+            if unbind is not None:
+                unbind()
+
+    async def _run_agent_layers(
+        self, recorder: Recorder, driver: RunDriver, inputs: list[Message], stream: bool
+    ) -> AgentResponse:
+        context = AgentContext(
+            agent=self.agent,
+            messages=list(inputs),
+            session=self.session,
+            options=dict(self.options),
+            kwargs=self.fik,
+            client_kwargs=self.client_kwargs,
+            run_id=recorder.run_id,
+            stream=stream,
+        )
+        finish: list[FinishRun] = []
+
+        async def inner() -> None:
+            self._rewritten(recorder, context, inputs)
+            self.input_count = len(recorder.machine.transcript.messages)
+            recorder.begin()
+            finish.append(await driver.drive())
+            context.result = self._response(recorder, driver, finish[0])
+
+        token = writer.set("agent_middleware")
+        try:
+            outcome = await run_chain(self.layers["agent"], context, inner, driver._checkpoint)
+        except MiddlewareTermination as exc:
+            if not finish:
+                recorder.emit(RunTerminated, iteration=0, reason=str(exc), by="agent_middleware")
+                finish.append(recorder.commands.pop())  # type: ignore[arg-type]
+            context.result = exc.result if exc.result is not None else self._response(recorder, driver, finish[0])
+            outcome = None
+        except BaseException as exc:
+            await self._failed(recorder, driver, exc)
+            raise
+        finally:
+            writer.reset(token)
+        if outcome is not None and outcome.short_circuited_by is not None and not finish:
+            recorder.emit(
+                MiddlewareShortCircuit,
+                call_id=None,
+                middleware=outcome.short_circuited_by,
+                result=to_json(_text_of(context.result)),
+            )
+            finish.append(recorder.commands.pop())  # type: ignore[arg-type]
+        return await self._complete(recorder, driver, context.result, finish[0] if finish else None)
+
+    def _rewritten(self, recorder: Recorder, context: AgentContext, inputs: list[Message]) -> None:
+        changed = {k: v for k, v in context.options.items() if self.options.get(k) is not v}
+        if context.messages != inputs or changed:
+            self.options.update(context.options)
+            recorder.emit(
+                RunInputRewritten,
+                by="agent_middleware",
+                messages=tuple(normalize_messages(context.messages)),
+                options=_options_record(changed),
+            )
+
+    def _response(self, recorder: Recorder, driver: RunDriver, finish: FinishRun) -> AgentResponse:
+        machine = recorder.machine
+        transcript = machine.transcript
+        messages = transcript.messages[self._input_count() :]
+        requests = [
+            Content("function_approval_request", call_id=c.call_id, name=c.name, arguments=c.arguments)
+            for m in messages
+            for c in m.contents
+            if c.type == "function_call" and c.call_id in machine.awaiting_approval
+        ]
+        return AgentResponse(
+            messages=messages,
+            run_id=recorder.run_id,
+            events=recorder.log,
+            usage=machine.usage,
+            user_input_requests=requests,
+            finish_reason=finish.reason,
+            session_id=self.session.session_id if self.session is not None else None,
+        )
+
+    async def _complete(
+        self, recorder: Recorder, driver: RunDriver, result: Any, finish: FinishRun | None
+    ) -> AgentResponse:
+        driver._checkpoint()
+        if driver.error is not None:
+            await self._failed(recorder, driver, driver.error)
+            raise driver.error
+        response = result if isinstance(result, AgentResponse) else self._coerce(recorder, result, finish)
+        recorder.emit(
+            RunCompleted,
+            messages=tuple(response.messages),
+            text=response.text,
+            usage=response.usage,
+            reason=finish.reason if finish is not None else "completed",
+        )
+        await driver.flush()
+        if self.session is not None and self.share_history:
+            self.session.history.extend(recorder.machine.transcript.messages[: self._input_count()])
+            self.session.history.extend(response.messages)
+        return response
+
+    def _coerce(self, recorder: Recorder, result: Any, finish: FinishRun | None) -> AgentResponse:
+        text = _text_of(result)
+        messages = [Message("assistant", (Content.from_text(text),))] if text else []
+        return AgentResponse(
+            messages=messages,
+            run_id=recorder.run_id,
+            events=recorder.log,
+            finish_reason=finish.reason if finish is not None else "short_circuit",
+        )
+
+    async def _failed(self, recorder: Recorder, driver: RunDriver, exc: BaseException) -> None:
+        with anyio.CancelScope(shield=True):
+            if recorder.machine.phase.value not in ("done", "new"):
+                error_type = "Cancelled" if isinstance(exc, anyio.get_cancelled_exc_class()) else type(exc).__name__
+                message = str(exc) if not isinstance(exc, RunError) else str(exc.__cause__ or exc)
+                recorder.emit(RunFailed, error_type=error_type, message=message)
+            await driver.flush()
+
+    def _session_sink(self, recorder: Recorder, session: AgentSession) -> Callable[[str, tuple[StateChange, ...]], None]:
+        session_id = session.session_id
+
+        def sink(by: str, changes: tuple[StateChange, ...]) -> None:
+            recorder.emit(SessionUpdated, session_id=session_id, by=by, changes=changes)
+
+        return sink
+
+    def _model_update(self, update: ChatResponseUpdate) -> None:
+        assert self.on_update is not None
+        self.on_update(AgentResponseUpdate(contents=update.contents, role=update.role))
+
+    def _stream_sink(self, event: Event) -> None:
+        assert self.on_update is not None
+        if type(event) is ToolReturned:
+            text = result_text(event.result)
+        elif type(event) is ToolFailed:
+            text = f"Error: {event.error_type}"
+        else:
+            return
+        content = Content.from_function_result(event.call_id, result=text)
+        self.on_update(AgentResponseUpdate(contents=(content,), role="tool", run_id=event.run_id))
+
+
+def _text_of(result: Any) -> str:
+    if result is None:
+        return ""
+    if isinstance(result, AgentResponse):
+        return result.text
+    return result if isinstance(result, str) else result_text(to_json(result))

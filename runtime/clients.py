@@ -1,0 +1,188 @@
+"""Chat clients: one model call per ``get_response``; the tool loop belongs to the run.
+
+A custom client subclasses ``BaseChatClient`` and implements ``get_response`` with the explicit
+runtime buckets. ``options["tools"]`` holds the ``ToolSpec`` of every tool the model is offered
+and ``options["tool_choice"]`` what it must do with them; ``client_kwargs`` are the caller's
+values for this client, passed unchanged on every model call of a run.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal, TypedDict
+
+import msgspec
+
+from .core.events import ToolSpec
+from .core.messages import Content, Message, Usage
+
+if TYPE_CHECKING:
+    from .agent import Agent
+
+__all__ = (
+    "BaseChatClient",
+    "ChatOptions",
+    "ChatResponse",
+    "ChatResponseUpdate",
+    "ToolMode",
+    "normalize_messages",
+)
+
+
+class ToolMode(TypedDict, total=False):
+    """``tool_choice`` as a dict: ``{"mode": "required", "required_function_name": "x"}``."""
+
+    mode: Literal["auto", "required", "none"]
+    required_function_name: str
+    allowed_tools: list[str]
+
+
+class ChatOptions(TypedDict, total=False):
+    """Request settings; every field is optional and clients ignore what they do not support."""
+
+    model: str
+    instructions: str
+    temperature: float
+    top_p: float
+    max_tokens: int
+    seed: int
+    stop: str | list[str]
+    tool_choice: ToolMode | Literal["auto", "required", "none"] | None
+    tools: list[ToolSpec]
+    allow_multiple_tool_calls: bool
+    user: str
+    metadata: dict[str, Any]
+    additional_properties: dict[str, Any]
+
+
+class ChatResponse:
+    """The model's answer to one request."""
+
+    __slots__ = ("finish_reason", "messages", "model", "response_id", "usage")
+
+    def __init__(
+        self,
+        messages: Message | Sequence[Message] | None = None,
+        *,
+        text: str | None = None,
+        response_id: str | None = None,
+        model: str | None = None,
+        usage: Usage | None = None,
+        finish_reason: str | None = None,
+    ) -> None:
+        if isinstance(messages, Message):
+            messages = [messages]
+        self.messages: list[Message] = list(messages or [])
+        if text is not None:
+            self.messages.append(Message("assistant", (Content.from_text(text),)))
+        self.response_id = response_id
+        self.model = model
+        self.usage = usage
+        self.finish_reason = finish_reason
+
+    @property
+    def text(self) -> str:
+        return " ".join(m.text for m in self.messages if m.text)
+
+    def __repr__(self) -> str:
+        return f"ChatResponse(messages={self.messages!r}, model={self.model!r})"
+
+
+class ChatResponseUpdate(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """A piece of a streamed response: text deltas and whole function calls."""
+
+    contents: tuple[Content, ...] = ()
+    role: str = "assistant"
+    response_id: str | None = None
+    model: str | None = None
+    usage: Usage | None = None
+    finish_reason: str | None = None
+
+    @property
+    def text(self) -> str:
+        return "".join(c.text or "" for c in self.contents if c.type == "text")
+
+
+def merge_updates(updates: Sequence[ChatResponseUpdate]) -> ChatResponse:
+    """Fold a stream of updates into one response (adjacent text deltas joined)."""
+    contents: list[Content] = []
+    text: list[str] = []
+    usage: Usage | None = None
+    response_id = model = finish_reason = None
+    for update in updates:
+        for content in update.contents:
+            if content.type == "text":
+                text.append(content.text or "")
+                continue
+            if text:
+                contents.append(Content.from_text("".join(text)))
+                text = []
+            contents.append(content)
+        usage = update.usage if update.usage is not None else usage
+        response_id = update.response_id or response_id
+        model = update.model or model
+        finish_reason = update.finish_reason or finish_reason
+    if text:
+        contents.append(Content.from_text("".join(text)))
+    message = Message("assistant", tuple(contents))
+    return ChatResponse(
+        message, response_id=response_id, model=model, usage=usage, finish_reason=finish_reason
+    )
+
+
+class BaseChatClient(abc.ABC):
+    """A chat model behind one method, ``get_response``."""
+
+    provider_name: str = "custom"
+    model: str | None = None
+
+    @abc.abstractmethod
+    async def get_response(
+        self,
+        messages: Sequence[Message],
+        *,
+        options: ChatOptions | None = None,
+        function_invocation_kwargs: Mapping[str, Any] | None = None,
+        client_kwargs: Mapping[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> ChatResponse:
+        """One model call. ``function_invocation_kwargs`` is always None from a run."""
+
+    async def get_streaming_response(
+        self,
+        messages: Sequence[Message],
+        *,
+        options: ChatOptions | None = None,
+        client_kwargs: Mapping[str, Any] | None = None,
+    ) -> AsyncIterator[ChatResponseUpdate]:
+        """Stream one model call; the default streams the whole response as one update."""
+        response = await self.get_response(messages, options=options, client_kwargs=client_kwargs)
+        for message in response.messages:
+            yield ChatResponseUpdate(
+                contents=message.contents,
+                response_id=response.response_id,
+                model=response.model,
+                usage=response.usage,
+                finish_reason=response.finish_reason,
+            )
+
+    def as_agent(self, **kwargs: Any) -> Agent:
+        """An ``Agent`` on this client: ``client.as_agent(name=..., instructions=..., tools=[...])``."""
+        from .agent import Agent
+
+        return Agent(client=self, **kwargs)
+
+
+def normalize_messages(messages: str | Content | Message | Sequence[Any] | None) -> list[Message]:
+    """Turn what ``run()`` accepts into a list of messages (strings become user messages)."""
+    if messages is None:
+        return []
+    if isinstance(messages, str | Content):
+        return [Message("user", (messages,))]
+    if isinstance(messages, Message):
+        return [messages]
+    out: list[Message] = []
+    for item in messages:
+        out.extend(normalize_messages(item))
+    return out

@@ -1,0 +1,252 @@
+"""What tools and middleware see of the run they are part of.
+
+``FunctionInvocationContext`` is the one object a function middleware chain and the tool it wraps
+share. ``ctx.tools`` is the run's live tool list; every change to it goes through the run's tool
+registry, which records ``ToolsAdded``/``ToolsRemoved`` before the change takes effect, so the list
+the model is offered is always the projection of the log.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import threading
+import warnings
+from collections.abc import Iterator, MutableSequence
+from typing import TYPE_CHECKING, Any, Protocol, overload
+
+from .errors import ExperimentalWarning
+
+if TYPE_CHECKING:
+    from .clients import BaseChatClient, ChatOptions, ChatResponse
+    from .core.messages import Message
+    from .session import AgentSession
+    from .tools import FunctionTool
+
+__all__ = (
+    "AgentContext",
+    "ChatContext",
+    "FunctionInvocationContext",
+    "LiveTools",
+    "RunContext",
+    "current_run_context",
+)
+
+
+class _Registry(Protocol):
+    """The run's tool registry, as the context uses it (see ``agentledger.driver``)."""
+
+    @property
+    def tools(self) -> list[FunctionTool]: ...
+    def add(self, items: Any, by_call_id: str | None) -> None: ...
+    def remove(self, items: Any, by_call_id: str | None) -> None: ...
+
+
+_warned = False
+_warn_lock = threading.Lock()
+
+
+def _experimental() -> None:
+    global _warned
+    with _warn_lock:
+        if _warned:
+            return
+        _warned = True
+    warnings.warn(
+        "[PROGRESSIVE_TOOLS] add_tools/remove_tools are experimental and may change",
+        ExperimentalWarning,
+        stacklevel=4,
+    )
+
+
+class LiveTools(MutableSequence["FunctionTool"]):
+    """The run's current tools; mutating it records the change in the run's log.
+
+    ``append``/``extend`` add tools and ``remove``/``pop``/``del``/``clear`` remove them, exactly
+    like ``ctx.add_tools``/``ctx.remove_tools``. Assigning to an index or inserting at a position
+    is refused: the order of the tool list is not something a run records.
+    """
+
+    __slots__ = ("_by", "_registry")
+
+    def __init__(self, registry: _Registry, by_call_id: str | None) -> None:
+        self._registry = registry
+        self._by = by_call_id
+
+    @overload
+    def __getitem__(self, index: int) -> FunctionTool: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[FunctionTool]: ...
+    def __getitem__(self, index: int | slice) -> FunctionTool | list[FunctionTool]:
+        return self._registry.tools[index]
+
+    def __len__(self) -> int:
+        return len(self._registry.tools)
+
+    def __iter__(self) -> Iterator[FunctionTool]:
+        return iter(list(self._registry.tools))
+
+    def __setitem__(self, index: Any, value: Any) -> None:
+        raise TypeError("ctx.tools does not support item assignment; use ctx.add_tools/remove_tools")
+
+    def __delitem__(self, index: int | slice) -> None:
+        items = self._registry.tools[index]
+        self.remove_tools(items if isinstance(items, list) else [items])
+
+    def insert(self, index: int, value: FunctionTool) -> None:
+        if index < len(self):
+            raise TypeError("ctx.tools does not support inserting at a position; use ctx.add_tools")
+        self.add_tools(value)
+
+    def append(self, value: Any) -> None:
+        self.add_tools(value)
+
+    def extend(self, values: Any) -> None:
+        self.add_tools(list(values))
+
+    def clear(self) -> None:
+        self.remove_tools(list(self._registry.tools))
+
+    def add_tools(self, tools: Any) -> None:
+        _experimental()
+        self._registry.add(tools, self._by)
+
+    def remove_tools(self, tools: Any) -> None:
+        _experimental()
+        self._registry.remove(tools, self._by)
+
+    @property
+    def names(self) -> list[str]:
+        return [t.name for t in self._registry.tools]
+
+    def __repr__(self) -> str:
+        return f"LiveTools({self.names!r})"
+
+
+class FunctionInvocationContext:
+    """One tool call as tools and function middleware see it.
+
+    ``arguments`` are the validated arguments (mutations before ``call_next()`` reach the tool),
+    ``kwargs`` a per-call copy of the run's ``function_invocation_kwargs``, ``session`` the run's
+    session, ``result`` the tool's result once ``call_next()`` returned (set it without calling
+    ``call_next()`` to answer in the tool's place), and ``tools`` the live tool list (None outside
+    a run loop).
+    """
+
+    def __init__(
+        self,
+        *,
+        function: FunctionTool,
+        arguments: dict[str, Any] | None = None,
+        kwargs: dict[str, Any] | None = None,
+        session: AgentSession | None = None,
+        tools: LiveTools | None = None,
+        call_id: str | None = None,
+        run_id: str | None = None,
+        iteration: int = 0,
+    ) -> None:
+        self.function = function
+        self.arguments: dict[str, Any] = arguments if arguments is not None else {}
+        self.kwargs: dict[str, Any] = kwargs if kwargs is not None else {}
+        self.session = session
+        self.tools = tools
+        self.call_id = call_id
+        self.run_id = run_id
+        self.iteration = iteration
+        self.result: Any = None
+        self.metadata: dict[str, Any] = {}
+
+    def add_tools(self, tools: Any) -> None:
+        """Offer more tools from the next model call on (experimental)."""
+        if self.tools is None:
+            raise RuntimeError("add_tools can only be called inside an agent run's tool loop")
+        self.tools.add_tools(tools)
+
+    def remove_tools(self, tools: Any) -> None:
+        """Stop offering tools from the next model call on (experimental)."""
+        if self.tools is None:
+            raise RuntimeError("remove_tools can only be called inside an agent run's tool loop")
+        self.tools.remove_tools(tools)
+
+    def __repr__(self) -> str:
+        return f"FunctionInvocationContext(function={self.function.name!r}, call_id={self.call_id!r})"
+
+
+class AgentContext:
+    """A run as agent middleware sees it; set ``result`` without ``call_next()`` to answer."""
+
+    def __init__(
+        self,
+        *,
+        agent: Any,
+        messages: list[Message],
+        session: AgentSession | None,
+        options: dict[str, Any],
+        kwargs: dict[str, Any],
+        client_kwargs: dict[str, Any],
+        run_id: str,
+        stream: bool = False,
+    ) -> None:
+        self.agent = agent
+        self.messages = messages
+        self.session = session
+        self.options = options
+        self.kwargs = kwargs
+        self.client_kwargs = client_kwargs
+        self.run_id = run_id
+        self.is_streaming = stream
+        self.result: Any = None
+        self.metadata: dict[str, Any] = {}
+
+
+class ChatContext:
+    """One model request as chat middleware sees it, ``client_kwargs`` included."""
+
+    def __init__(
+        self,
+        *,
+        client: BaseChatClient,
+        messages: list[Message],
+        options: ChatOptions,
+        client_kwargs: dict[str, Any],
+        run_id: str,
+        iteration: int,
+    ) -> None:
+        self.client = client
+        self.messages = messages
+        self.options = options
+        self.client_kwargs = client_kwargs
+        self.run_id = run_id
+        self.iteration = iteration
+        self.result: ChatResponse | None = None
+        self.metadata: dict[str, Any] = {}
+
+
+class RunContext:
+    """The ambient view of the current run (``current_run_context()``)."""
+
+    __slots__ = ("agent", "kwargs", "options", "run_id", "session")
+
+    def __init__(
+        self,
+        *,
+        agent: Any,
+        run_id: str,
+        session: AgentSession | None,
+        options: dict[str, Any],
+        kwargs: dict[str, Any],
+    ) -> None:
+        self.agent = agent
+        self.run_id = run_id
+        self.session = session
+        self.options = options
+        self.kwargs = kwargs
+
+
+_current: contextvars.ContextVar[RunContext | None] = contextvars.ContextVar(
+    "agentledger_run", default=None
+)
+
+
+def current_run_context() -> RunContext | None:
+    """The run the calling code is part of (tools, middleware, sub-agents), or None."""
+    return _current.get()

@@ -1,0 +1,18 @@
+"""agentledger.core: the sans-IO heart of a run.
+
+Only the standard library and msgspec are imported here: no clock, no randomness, no IO. A test
+imports this package in a fresh interpreter and checks ``sys.modules``.
+"""
+
+from .errors import *  # noqa: F403
+from .errors import __all__ as _errors_all
+from .events import *  # noqa: F403
+from .events import __all__ as _events_all
+from .machine import *  # noqa: F403
+from .machine import __all__ as _machine_all
+from .messages import *  # noqa: F403
+from .messages import __all__ as _messages_all
+from .projections import *  # noqa: F403
+from .projections import __all__ as _projections_all
+
+__all__ = (*_errors_all, *_events_all, *_machine_all, *_messages_all, *_projections_all)

@@ -1,0 +1,287 @@
+"""The event catalogue: everything a run did, as immutable, past-tense facts.
+
+Every event carries the envelope ``run_id``, ``seq`` (0, 1, 2, ... per run, no gaps) and ``at``
+(nanoseconds from the injected clock). Events are tagged by class name in the ``type`` field, so a
+log line is self-describing and one reused decoder reads any of them.
+
+Schema evolution: a field's type never changes, and a new field always has a default, so logs
+written by an older version keep decoding. A breaking change bumps ``SCHEMA_VERSION``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import msgspec
+
+from .messages import Message, Usage
+
+__all__ = (
+    "SCHEMA_VERSION",
+    "ApprovalRequested",
+    "ApprovalResolved",
+    "ArgumentsRejected",
+    "Event",
+    "EventBase",
+    "IterationLimitReached",
+    "MiddlewareShortCircuit",
+    "ModelCalled",
+    "ModelFailed",
+    "ModelResponded",
+    "RunCompleted",
+    "RunConfig",
+    "RunFailed",
+    "RunInputRewritten",
+    "RunStarted",
+    "RunTerminated",
+    "SessionUpdated",
+    "StateChange",
+    "ToolCalled",
+    "ToolChoice",
+    "ToolChoiceReset",
+    "ToolFailed",
+    "ToolNotFound",
+    "ToolReturned",
+    "ToolSpec",
+    "ToolsAdded",
+    "ToolsRemoved",
+    "decode_event",
+    "decode_events",
+    "encode_event",
+)
+
+SCHEMA_VERSION = 1
+
+ToolChoice = str | dict[str, Any]
+"""``"auto"``, ``"required"``, ``"none"`` or ``{"mode": ..., "required_function_name": ...}``."""
+
+
+class ToolSpec(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """What the model is told about a tool."""
+
+    name: str
+    description: str = ""
+    parameters: dict[str, Any] = msgspec.field(default_factory=dict)
+    approval_mode: str = "never_require"
+
+
+class StateChange(msgspec.Struct, frozen=True, omit_defaults=True):
+    """One key-level change of session state; ``value`` is JSON-encodable."""
+
+    key: str
+    op: Literal["set", "delete"]
+    value: Any = None
+
+
+class RunConfig(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """The loop's limits and error policy for one run."""
+
+    max_iterations: int = 40
+    max_consecutive_errors: int = 3
+    max_function_calls: int | None = None
+    detailed_errors: bool = False
+    sequential_tools: bool = False
+
+
+class EventBase(msgspec.Struct, frozen=True, kw_only=True, tag=True, tag_field="type"):
+    """The envelope every event shares."""
+
+    run_id: str
+    seq: int
+    at: int
+
+
+class RunStarted(EventBase, frozen=True, kw_only=True):
+    agent_id: str
+    agent_name: str | None = None
+    instructions: str | None = None
+    messages: tuple[Message, ...] = ()
+    tools: tuple[ToolSpec, ...] = ()
+    options: dict[str, Any] = msgspec.field(default_factory=dict)
+    function_invocation_kwargs: dict[str, Any] = msgspec.field(default_factory=dict)
+    client_kwargs_keys: tuple[str, ...] = ()
+    session_id: str | None = None
+    history_length: int = 0
+    config: RunConfig = msgspec.field(default_factory=RunConfig)
+    parent_run_id: str | None = None
+    parent_call_id: str | None = None
+    schema_version: int = SCHEMA_VERSION
+    library_version: str = ""
+
+
+class RunInputRewritten(EventBase, frozen=True, kw_only=True):
+    """Agent middleware changed the messages or options before the loop began."""
+
+    by: str
+    messages: tuple[Message, ...] = ()
+    options: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+class ModelCalled(EventBase, frozen=True, kw_only=True):
+    iteration: int
+    tools: tuple[str, ...] = ()
+    tool_choice: ToolChoice | None = None
+    message_count: int = 0
+
+
+class ModelResponded(EventBase, frozen=True, kw_only=True):
+    iteration: int
+    message: Message
+    usage: Usage | None = None
+    finish_reason: str | None = None
+    model: str | None = None
+    response_id: str | None = None
+
+
+class ModelFailed(EventBase, frozen=True, kw_only=True):
+    iteration: int
+    error_type: str
+    message: str
+
+
+class ToolCalled(EventBase, frozen=True, kw_only=True):
+    call_id: str
+    name: str
+    arguments: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+class ToolReturned(EventBase, frozen=True, kw_only=True):
+    """A call finished; ``result`` is what the model sees.
+
+    When function middleware replaced the tool's own return value after ``call_next()``,
+    ``overridden_by`` names the outermost middleware that did and ``tool_result`` keeps the value
+    the tool returned.
+    """
+
+    call_id: str
+    name: str
+    result: Any = None
+    overridden_by: str | None = None
+    tool_result: Any = None
+
+
+class ToolFailed(EventBase, frozen=True, kw_only=True):
+    call_id: str
+    name: str
+    error_type: str
+    message: str
+
+
+class ArgumentsRejected(EventBase, frozen=True, kw_only=True):
+    call_id: str
+    name: str
+    reason: str
+
+
+class ToolNotFound(EventBase, frozen=True, kw_only=True):
+    call_id: str
+    name: str
+    reason: str
+
+
+class MiddlewareShortCircuit(EventBase, frozen=True, kw_only=True):
+    """A middleware answered without calling ``call_next()``; ``result`` is what the model sees."""
+
+    call_id: str | None
+    middleware: str
+    result: Any = None
+
+
+class ToolsAdded(EventBase, frozen=True, kw_only=True):
+    by_call_id: str | None
+    tools: tuple[ToolSpec, ...]
+
+
+class ToolsRemoved(EventBase, frozen=True, kw_only=True):
+    by_call_id: str | None
+    names: tuple[str, ...]
+
+
+class ToolChoiceReset(EventBase, frozen=True, kw_only=True):
+    iteration: int
+    previous: ToolChoice | None = None
+
+
+class SessionUpdated(EventBase, frozen=True, kw_only=True):
+    session_id: str
+    by: str
+    changes: tuple[StateChange, ...]
+
+
+class ApprovalRequested(EventBase, frozen=True, kw_only=True):
+    call_ids: tuple[str, ...]
+
+
+class ApprovalResolved(EventBase, frozen=True, kw_only=True):
+    call_id: str
+    approved: bool
+
+
+class IterationLimitReached(EventBase, frozen=True, kw_only=True):
+    iteration: int
+    reason: str
+    limit: int = 0
+
+
+class RunTerminated(EventBase, frozen=True, kw_only=True):
+    iteration: int
+    reason: str
+    by: str = ""
+
+
+class RunCompleted(EventBase, frozen=True, kw_only=True):
+    """The run ended normally; ``messages`` are the messages it produced."""
+
+    messages: tuple[Message, ...] = ()
+    text: str = ""
+    usage: Usage = msgspec.field(default_factory=Usage)
+    reason: str = "completed"
+
+
+class RunFailed(EventBase, frozen=True, kw_only=True):
+    error_type: str
+    message: str
+
+
+Event = (
+    RunStarted
+    | RunInputRewritten
+    | ModelCalled
+    | ModelResponded
+    | ModelFailed
+    | ToolCalled
+    | ToolReturned
+    | ToolFailed
+    | ArgumentsRejected
+    | ToolNotFound
+    | MiddlewareShortCircuit
+    | ToolsAdded
+    | ToolsRemoved
+    | ToolChoiceReset
+    | SessionUpdated
+    | ApprovalRequested
+    | ApprovalResolved
+    | IterationLimitReached
+    | RunTerminated
+    | RunCompleted
+    | RunFailed
+)
+
+_encoder = msgspec.json.Encoder()
+_decoder: msgspec.json.Decoder[Event] = msgspec.json.Decoder(Event)
+_list_decoder: msgspec.json.Decoder[list[Event]] = msgspec.json.Decoder(list[Event])
+
+
+def encode_event(event: Event) -> bytes:
+    """One event as compact JSON (the line format of logs and exports)."""
+    return _encoder.encode(event)
+
+
+def decode_event(data: bytes | str) -> Event:
+    """Decode one event; raises ``msgspec.ValidationError``/``DecodeError`` on bad input."""
+    return _decoder.decode(data)
+
+
+def decode_events(data: bytes | str) -> list[Event]:
+    """Decode a JSON array of events."""
+    return _list_decoder.decode(data)

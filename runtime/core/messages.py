@@ -1,0 +1,127 @@
+"""Messages and contents: the values that flow between the run, the model and the tools.
+
+They are frozen msgspec Structs so that events can embed them directly and a log decodes back
+into the very same values. ``Message("user", ["hi"])`` accepts plain strings for text contents.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Literal
+
+import msgspec
+
+__all__ = ("Content", "ContentType", "Message", "Usage", "result_text")
+
+ContentType = Literal[
+    "text",
+    "function_call",
+    "function_result",
+    "function_approval_request",
+    "function_approval_response",
+]
+
+
+class Content(msgspec.Struct, frozen=True, omit_defaults=True):
+    """One item of a message: text, a function call, a function result, or an approval."""
+
+    type: ContentType
+    text: str | None = None
+    call_id: str | None = None
+    name: str | None = None
+    arguments: str | None = None
+    result: Any = None
+    exception: str | None = None
+    approved: bool | None = None
+
+    @classmethod
+    def from_text(cls, text: str) -> Content:
+        return cls("text", text=text)
+
+    @classmethod
+    def from_function_call(
+        cls, call_id: str, name: str, *, arguments: str | dict[str, Any] | None = None
+    ) -> Content:
+        """A call the model asked for; ``arguments`` is kept as the raw JSON text."""
+        raw = arguments if arguments is None or isinstance(arguments, str) else _dumps(arguments)
+        return cls("function_call", call_id=call_id, name=name, arguments=raw)
+
+    @classmethod
+    def from_function_result(
+        cls, call_id: str, *, result: Any = None, exception: str | None = None
+    ) -> Content:
+        return cls("function_result", call_id=call_id, result=result, exception=exception)
+
+    @classmethod
+    def from_approval_response(cls, call_id: str, *, approved: bool) -> Content:
+        """The caller's answer to an approval request for ``call_id``."""
+        return cls("function_approval_response", call_id=call_id, approved=approved)
+
+    def to_approval_response(self, approved: bool) -> Content:
+        """Answer this approval request (``type == "function_approval_request"``)."""
+        if self.type != "function_approval_request" or self.call_id is None:
+            raise ValueError("only an approval request can be answered")
+        return Content.from_approval_response(self.call_id, approved=approved)
+
+
+class Message(msgspec.Struct, frozen=True, omit_defaults=True):
+    """A chat message: a role and its contents (strings become text contents)."""
+
+    role: str
+    contents: tuple[Content, ...] = ()
+    author_name: str | None = None
+
+    def __post_init__(self) -> None:
+        contents: Sequence[Any] = self.contents
+        if isinstance(contents, str | Content):
+            contents = (contents,)
+        if type(contents) is not tuple or any(type(c) is not Content for c in contents):
+            msgspec.structs.force_setattr(self, "contents", tuple(_content(c) for c in contents))
+
+    @property
+    def text(self) -> str:
+        """The text contents joined by spaces."""
+        return " ".join(c.text for c in self.contents if c.type == "text" and c.text)
+
+    @property
+    def function_calls(self) -> tuple[Content, ...]:
+        return tuple(c for c in self.contents if c.type == "function_call")
+
+
+class Usage(msgspec.Struct, frozen=True, omit_defaults=True):
+    """Token counts reported by the model."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    total_tokens: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            total_tokens=self.total_tokens + other.total_tokens,
+        )
+
+
+def _content(item: Any) -> Content:
+    if isinstance(item, Content):
+        return item
+    if isinstance(item, str):
+        return Content("text", text=item)
+    if isinstance(item, dict):
+        return msgspec.convert(item, Content)
+    raise TypeError(f"a message content must be a Content, a str or a dict, not {type(item).__name__}")
+
+
+_encoder = msgspec.json.Encoder(order="deterministic")
+
+
+def _dumps(value: Any) -> str:
+    return _encoder.encode(value).decode()
+
+
+def result_text(value: Any) -> str:
+    """What the model sees for a tool result: a str verbatim, any other value as JSON."""
+    if isinstance(value, str):
+        return value
+    return _dumps(value)

@@ -1,0 +1,235 @@
+"""Projections: pure folds of the event log.
+
+Each projection has ``apply(event)``, which updates it in place in O(size of the event), and
+``rebuild(events)``, which folds a whole log. The run machine keeps one of each live, and the same
+``apply`` rebuilds them from a stored log, so a live view and a rebuilt one cannot disagree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import msgspec
+
+from .events import (
+    ApprovalRequested,
+    ApprovalResolved,
+    ArgumentsRejected,
+    Event,
+    MiddlewareShortCircuit,
+    ModelCalled,
+    ModelResponded,
+    RunConfig,
+    RunInputRewritten,
+    RunStarted,
+    SessionUpdated,
+    ToolFailed,
+    ToolNotFound,
+    ToolReturned,
+    ToolsAdded,
+    ToolSpec,
+    ToolsRemoved,
+)
+from .messages import Content, Message, result_text
+
+__all__ = (
+    "REJECTED_BY_USER",
+    "ModelCall",
+    "SessionProjection",
+    "ToolsProjection",
+    "TranscriptProjection",
+    "error_text",
+)
+
+REJECTED_BY_USER = "Error: Tool call invocation was rejected by user."
+
+
+class ToolsProjection:
+    """The tools offered to the model: ``RunStarted.tools``, then ``ToolsAdded``/``ToolsRemoved``."""
+
+    __slots__ = ("specs",)
+
+    def __init__(self) -> None:
+        self.specs: dict[str, ToolSpec] = {}
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(self.specs)
+
+    def apply(self, event: Event) -> None:
+        if type(event) is RunStarted:
+            self.specs = {spec.name: spec for spec in event.tools}
+        elif type(event) is ToolsAdded:
+            for spec in event.tools:
+                self.specs.setdefault(spec.name, spec)
+        elif type(event) is ToolsRemoved:
+            for name in event.names:
+                self.specs.pop(name, None)
+
+    @classmethod
+    def rebuild(cls, events: Iterable[Event]) -> ToolsProjection:
+        view = cls()
+        for event in events:
+            view.apply(event)
+        return view
+
+
+class SessionProjection:
+    """Session state: every ``SessionUpdated`` of one session, across runs, in log order."""
+
+    __slots__ = ("session_id", "state")
+
+    def __init__(self, session_id: str | None = None) -> None:
+        self.session_id = session_id
+        self.state: dict[str, Any] = {}
+
+    def apply(self, event: Event) -> None:
+        if type(event) is not SessionUpdated:
+            return
+        if self.session_id is None:
+            self.session_id = event.session_id
+        elif event.session_id != self.session_id:
+            return
+        for change in event.changes:
+            if change.op == "set":
+                self.state[change.key] = change.value
+            else:
+                self.state.pop(change.key, None)
+
+    @classmethod
+    def rebuild(cls, events: Iterable[Event], session_id: str | None = None) -> SessionProjection:
+        view = cls(session_id)
+        for event in events:
+            view.apply(event)
+        return view
+
+
+class ModelCall(msgspec.Struct, frozen=True):
+    """One model call as the transcript saw it."""
+
+    iteration: int
+    message_count: int
+    tools: tuple[str, ...]
+    tool_choice: Any
+
+
+def error_text(event: ToolFailed | ArgumentsRejected | ToolNotFound, detailed: bool) -> str:
+    """What the model sees for a failed call; details only when the run opted in."""
+    if type(event) is ToolNotFound:
+        return f'Error: Requested function "{event.name}" not found.'
+    if type(event) is ArgumentsRejected:
+        base = "Error: Argument parsing failed."
+        return f"{base} Reason: {event.reason}" if detailed else base
+    assert type(event) is ToolFailed
+    base = "Error: Function failed."
+    return f"{base} Exception: {event.error_type}: {event.message}" if detailed else base
+
+
+class TranscriptProjection:
+    """What the model saw: the run's own messages and, per model call, how many of them.
+
+    History that a session brought into the run is counted (``history_length``) but lives in the
+    logs of earlier runs. Function results are collected per batch and appended as one ``tool``
+    message, in the model's call order, once every call of the batch has a result.
+    """
+
+    __slots__ = ("_results", "batch", "calls", "config", "history_length", "messages")
+
+    def __init__(self) -> None:
+        self.messages: list[Message] = []
+        self.calls: list[ModelCall] = []
+        self.history_length = 0
+        self.config = RunConfig()
+        self.batch: tuple[str, ...] = ()
+        self._results: dict[str, Content] = {}
+
+    @property
+    def pending(self) -> tuple[str, ...]:
+        """Call ids of the open batch that have no result yet."""
+        return tuple(call_id for call_id in self.batch if call_id not in self._results)
+
+    def apply(self, event: Event) -> None:
+        handler = _TRANSCRIPT.get(type(event))
+        if handler is not None:
+            handler(self, event)
+
+    def _started(self, event: RunStarted) -> None:
+        self.messages = list(event.messages)
+        self.history_length = event.history_length
+        self.config = event.config
+
+    def _rewritten(self, event: RunInputRewritten) -> None:
+        self.messages = list(event.messages)
+
+    def _called(self, event: ModelCalled) -> None:
+        self.calls.append(
+            ModelCall(event.iteration, event.message_count, event.tools, event.tool_choice)
+        )
+
+    def _responded(self, event: ModelResponded) -> None:
+        self.messages.append(event.message)
+        self.batch = tuple(c.call_id or "" for c in event.message.function_calls)
+        self._results = {}
+
+    def _returned(self, event: ToolReturned | MiddlewareShortCircuit) -> None:
+        if event.call_id is not None:
+            self.resolve(event.call_id, result_text(event.result))
+
+    def _failed(self, event: ToolFailed | ArgumentsRejected | ToolNotFound) -> None:
+        self.resolve(event.call_id, error_text(event, self.config.detailed_errors))
+
+    def _approval_requested(self, event: ApprovalRequested) -> None:
+        deferred = set(event.call_ids)
+        self.batch = tuple(c for c in self.batch if c not in deferred)
+        self._close_if_whole()
+
+    def _approval_resolved(self, event: ApprovalResolved) -> None:
+        if event.call_id not in self.batch:
+            self.batch = (*self.batch, event.call_id)
+        if not event.approved:
+            self.resolve(event.call_id, REJECTED_BY_USER)
+
+    def resolve(self, call_id: str, text: str) -> None:
+        """Give ``call_id`` its result; the batch's tool message is appended when it is whole."""
+        if call_id not in self.batch:
+            return
+        self._results[call_id] = Content.from_function_result(call_id, result=text)
+        self._close_if_whole()
+
+    def _close_if_whole(self) -> None:
+        if len(self._results) < len(self.batch):
+            return
+        if self._results:
+            self.messages.append(Message("tool", tuple(self._results[c] for c in self.batch)))
+        self.batch = ()
+        self._results = {}
+
+    def seen_at(self, iteration: int) -> list[Message]:
+        """The run's messages the model was sent at ``iteration`` (history not included)."""
+        for call in self.calls:
+            if call.iteration == iteration:
+                return self.messages[: call.message_count - self.history_length]
+        raise KeyError(iteration)
+
+    @classmethod
+    def rebuild(cls, events: Iterable[Event]) -> TranscriptProjection:
+        view = cls()
+        for event in events:
+            view.apply(event)
+        return view
+
+
+_TRANSCRIPT: dict[type, Any] = {
+    RunStarted: TranscriptProjection._started,
+    RunInputRewritten: TranscriptProjection._rewritten,
+    ModelCalled: TranscriptProjection._called,
+    ModelResponded: TranscriptProjection._responded,
+    ToolReturned: TranscriptProjection._returned,
+    MiddlewareShortCircuit: TranscriptProjection._returned,
+    ToolFailed: TranscriptProjection._failed,
+    ArgumentsRejected: TranscriptProjection._failed,
+    ToolNotFound: TranscriptProjection._failed,
+    ApprovalRequested: TranscriptProjection._approval_requested,
+    ApprovalResolved: TranscriptProjection._approval_resolved,
+}

@@ -1,0 +1,406 @@
+"""The driver: the narrow anyio loop around the run machine.
+
+It asks the machine for the next command, does that one piece of IO (a model call, a batch of tool
+calls), turns what happened into input events and feeds them back. It decides nothing: which
+tools are offered, when the loop stops, what a failure becomes for the model are the machine's
+rules. Foreign errors are translated where they happen, into recorded events.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextvars
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import anyio
+import anyio.to_thread
+import msgspec
+
+from .clients import BaseChatClient, ChatOptions, ChatResponse, merge_updates
+from .context import ChatContext, FunctionInvocationContext, LiveTools
+from .core.events import (
+    ApprovalRequested,
+    ArgumentsRejected,
+    Event,
+    EventBase,
+    MiddlewareShortCircuit,
+    ModelFailed,
+    ModelResponded,
+    RunTerminated,
+    ToolCalled,
+    ToolFailed,
+    ToolReturned,
+    ToolsAdded,
+    ToolsRemoved,
+)
+from .core.machine import CallModel, Command, FinishRun, InvokeTools, RunMachine
+from .core.messages import Content, Message
+from .errors import MiddlewareTermination, ModelCallError, ModelResponseError, RunError, ToolDefinitionError
+from .middleware import Layer, run_chain
+from .session import AgentSession, writer
+from .store import EventStore
+from .tools import ArgumentsError, FunctionTool, normalize_tools
+
+__all__ = ("Recorder", "RunDriver", "ToolRegistry", "capture_sinks", "to_json")
+
+Sink = Callable[[Event], None]
+capture_sinks: contextvars.ContextVar[tuple[Sink, ...]] = contextvars.ContextVar(
+    "agentledger_capture", default=()
+)
+
+
+def to_json(value: Any) -> Any:
+    """A value as JSON-ready builtins (msgspec's rules), or its ``str`` when it has none."""
+    try:
+        return msgspec.to_builtins(value)
+    except TypeError:
+        return str(value)
+
+
+class Recorder:
+    """Stamps input events, feeds them to the machine and keeps the run's log (thread-safe)."""
+
+    def __init__(self, machine: RunMachine, run_id: str, clock: Callable[[], int], sinks: Sequence[Sink]):
+        self.machine = machine
+        self.run_id = run_id
+        self.clock = clock
+        self.sinks = tuple(sinks) + capture_sinks.get()
+        self.log: list[Event] = []
+        self.commands: collections.deque[Command] = collections.deque()
+        self.lock = threading.RLock()
+
+    def emit(self, cls: type[EventBase], **fields: Any) -> Event:
+        with self.lock:
+            event: Any = cls(run_id=self.run_id, seq=self.machine.next_seq, at=self.clock(), **fields)
+            self._take(self.machine.handle(event))
+        return event  # type: ignore[no-any-return]
+
+    def begin(self) -> None:
+        with self.lock:
+            self._take(self.machine.begin())
+
+    def _take(self, step: tuple[list[Event], list[Command]]) -> None:
+        events, commands = step
+        self.log.extend(events)
+        self.commands.extend(commands)
+        for sink in self.sinks:
+            for event in events:
+                sink(event)
+
+
+class ToolRegistry:
+    """The run's live tools by name; changes are recorded before they take effect."""
+
+    def __init__(self, tools: Sequence[FunctionTool], recorder: Recorder) -> None:
+        self.by_name: dict[str, FunctionTool] = {}
+        for item in tools:
+            if self.by_name.setdefault(item.name, item) is not item:
+                raise ToolDefinitionError(f"two different tools are named {item.name!r}")
+        self.recorder = recorder
+
+    @property
+    def tools(self) -> list[FunctionTool]:
+        return list(self.by_name.values())
+
+    def add(self, items: Any, by_call_id: str | None) -> None:
+        """All-or-nothing: a clash anywhere in ``items`` adds none of them."""
+        with self.recorder.lock:
+            batch: dict[str, FunctionTool] = {}
+            for item in normalize_tools(items):
+                existing = self.by_name.get(item.name) or batch.get(item.name)
+                if existing is None:
+                    batch[item.name] = item
+                elif existing is not item and existing.func is not item.func:
+                    raise ToolDefinitionError(
+                        f"a different tool named {item.name!r} is already available in this run"
+                    )
+            if batch:
+                specs = tuple(t.spec for t in batch.values())
+                self.recorder.emit(ToolsAdded, by_call_id=by_call_id, tools=specs)
+                self.by_name.update(batch)
+
+    def remove(self, items: Any, by_call_id: str | None) -> None:
+        """Remove by name, tool or callable; names not in the list are ignored."""
+        if isinstance(items, str | FunctionTool) or callable(items):
+            items = [items]
+        with self.recorder.lock:
+            names = [n for n in dict.fromkeys(self._name_of(i) for i in items) if n in self.by_name]
+            if names:
+                self.recorder.emit(ToolsRemoved, by_call_id=by_call_id, names=tuple(names))
+                for name in names:
+                    del self.by_name[name]
+
+    def _name_of(self, item: Any) -> str:
+        if isinstance(item, str):
+            return item
+        if isinstance(item, FunctionTool):
+            return item.name
+        for existing in self.by_name.values():
+            if existing.func is item:
+                return existing.name
+        return str(getattr(item, "__name__", ""))
+
+
+class _Call:
+    """What the innermost handler of one call saw."""
+
+    __slots__ = ("returned", "value")
+
+    def __init__(self) -> None:
+        self.returned = False
+        self.value: Any = None
+
+
+class RunDriver:
+    """Carries out the machine's commands for one run."""
+
+    def __init__(
+        self,
+        *,
+        recorder: Recorder,
+        registry: ToolRegistry,
+        client: BaseChatClient,
+        session: AgentSession | None,
+        options: dict[str, Any],
+        function_invocation_kwargs: dict[str, Any],
+        client_kwargs: dict[str, Any],
+        function_layers: Sequence[Layer],
+        chat_layers: Sequence[Layer],
+        store: EventStore | None,
+        on_update: Callable[[Any], None] | None = None,
+    ) -> None:
+        self.recorder = recorder
+        self.registry = registry
+        self.client = client
+        self.session = session
+        self.options = options
+        self.fik = function_invocation_kwargs
+        self.client_kwargs = client_kwargs
+        self.function_layers = tuple(function_layers)
+        self.chat_layers = tuple(chat_layers)
+        self.store = store
+        self.stored = 0
+        self.on_update = on_update
+        self.error: RunError | None = None
+        self.sequential = recorder.machine.config.sequential_tools
+
+    async def flush(self) -> None:
+        """Append the events not yet stored."""
+        log = self.recorder.log
+        if self.store is not None and self.stored < len(log):
+            pending = log[self.stored :]
+            self.stored = await self.store.append(self.recorder.run_id, pending, self.stored)
+
+    async def drive(self) -> FinishRun:
+        """Run the loop until the machine says it is over."""
+        commands = self.recorder.commands
+        while True:
+            await self.flush()
+            command = commands.popleft()
+            if type(command) is CallModel:
+                await self._call_model(command)
+            elif type(command) is InvokeTools:
+                await self._invoke_tools(command)
+            else:
+                assert type(command) is FinishRun
+                return command
+
+    def _checkpoint(self, name: str = "") -> None:
+        if self.session is not None:
+            self.session.state.checkpoint()
+
+    # -- model calls --------------------------------------------------------------------------
+
+    async def _call_model(self, command: CallModel) -> None:
+        options: dict[str, Any] = dict(self.options)
+        options["tools"] = [self.registry.by_name[name].spec for name in command.tools]
+        options["tool_choice"] = command.tool_choice
+        context = ChatContext(
+            client=self.client,
+            messages=list(command.messages),
+            options=options,  # type: ignore[arg-type]
+            client_kwargs=dict(self.client_kwargs),
+            run_id=self.recorder.run_id,
+            iteration=command.iteration,
+        )
+
+        async def final() -> None:
+            context.result = await self._get_response(context)
+
+        token = writer.set("chat_middleware")
+        try:
+            if self.chat_layers:
+                outcome = await run_chain(self.chat_layers, context, final, self._checkpoint)
+                if outcome.short_circuited_by is not None:
+                    text = context.result.text if isinstance(context.result, ChatResponse) else None
+                    self.recorder.emit(
+                        MiddlewareShortCircuit, call_id=None, middleware=outcome.short_circuited_by, result=text
+                    )
+            else:
+                await final()
+        except MiddlewareTermination as exc:
+            self.recorder.emit(RunTerminated, iteration=command.iteration, reason=str(exc), by="chat_middleware")
+            return
+        except Exception as exc:
+            self._model_failed(command.iteration, exc, ModelCallError)
+            return
+        finally:
+            writer.reset(token)
+        self._responded(command.iteration, context.result)
+
+    async def _get_response(self, context: ChatContext) -> ChatResponse:
+        options: ChatOptions = context.options
+        if self.on_update is None:
+            return await self.client.get_response(
+                context.messages, options=options, client_kwargs=context.client_kwargs
+            )
+        updates = []
+        async for update in self.client.get_streaming_response(
+            context.messages, options=options, client_kwargs=context.client_kwargs
+        ):
+            updates.append(update)
+            self.on_update(update)
+        return merge_updates(updates)
+
+    def _responded(self, iteration: int, response: Any) -> None:
+        if not isinstance(response, ChatResponse):
+            error = TypeError(f"the chat client returned {type(response).__name__}, not a ChatResponse")
+            self._model_failed(iteration, error, ModelResponseError)
+            return
+        contents = tuple(c for m in response.messages for c in m.contents)
+        problem = _malformed(contents)
+        if problem is not None:
+            self._model_failed(iteration, ValueError(problem), ModelResponseError)
+            return
+        self.recorder.emit(
+            ModelResponded,
+            iteration=iteration,
+            message=Message("assistant", contents),
+            usage=response.usage,
+            finish_reason=response.finish_reason,
+            model=response.model,
+            response_id=response.response_id,
+        )
+
+    def _model_failed(self, iteration: int, exc: Exception, kind: type[RunError]) -> None:
+        name = kind.__name__ if kind is ModelResponseError else type(exc).__name__
+        event = self.recorder.emit(ModelFailed, iteration=iteration, error_type=name, message=str(exc))
+        error = kind(f"model call {iteration} failed: {type(exc).__name__}: {exc}", run_id=self.recorder.run_id, seq=event.seq)
+        error.__cause__ = exc
+        self.error = error
+
+    # -- tool calls ---------------------------------------------------------------------------
+
+    async def _invoke_tools(self, command: InvokeTools) -> None:
+        calls = [(call, self.registry.by_name[call.name or ""]) for call in command.calls]
+        if not command.approved:
+            gated = tuple(c.call_id or "" for c, t in calls if t.approval_mode == "always_require")
+            if gated:
+                self.recorder.emit(ApprovalRequested, call_ids=gated)
+                calls = [(c, t) for c, t in calls if t.approval_mode != "always_require"]
+        if self.sequential or len(calls) < 2:
+            for call, function in calls:
+                await self._invoke_one(command.iteration, call, function)
+        else:
+            async with anyio.create_task_group() as group:
+                for call, function in calls:
+                    group.start_soon(self._invoke_one, command.iteration, call, function)
+
+    async def _invoke_one(self, iteration: int, call: Content, function: FunctionTool) -> None:
+        call_id = call.call_id or ""
+        name = function.name
+        emit = self.recorder.emit
+        try:
+            arguments = function.validate(function.parse_arguments(call.arguments))
+        except ArgumentsError as exc:
+            emit(ArgumentsRejected, call_id=call_id, name=name, reason=str(exc))
+            return
+        context = FunctionInvocationContext(
+            function=function,
+            arguments=arguments,
+            kwargs=dict(self.fik),
+            session=self.session,
+            tools=LiveTools(self.registry, call_id),
+            call_id=call_id,
+            run_id=self.recorder.run_id,
+            iteration=iteration,
+        )
+        state = _Call()
+        snapshot = dict(arguments)
+
+        async def final() -> None:
+            values = context.arguments
+            if values is not arguments or values != snapshot:
+                values = function.validate(values)
+                context.arguments = values
+            emit(ToolCalled, call_id=call_id, name=name, arguments=to_json(values))
+            value = function.bind_call(values, context)
+            result = await (value() if function.is_async else anyio.to_thread.run_sync(value))
+            if function.is_async is False and hasattr(result, "__await__"):
+                result = await result
+            state.returned, state.value = True, result
+            context.result = result
+
+        token = writer.set(call_id)
+        try:
+            await self._run_function_chain(context, final, state, iteration)
+        finally:
+            writer.reset(token)
+
+    async def _run_function_chain(
+        self, context: FunctionInvocationContext, final: Callable[[], Any], state: _Call, iteration: int
+    ) -> None:
+        call_id, name, emit = context.call_id or "", context.function.name, self.recorder.emit
+        try:
+            if self.function_layers:
+                outcome = await run_chain(self.function_layers, context, final, self._checkpoint)
+            else:
+                await final()
+                outcome = None
+        except MiddlewareTermination as exc:
+            self._checkpoint()
+            emit(RunTerminated, iteration=iteration, reason=str(exc), by=call_id)
+            if state.returned:
+                emit(ToolReturned, call_id=call_id, name=name, result=to_json(context.result))
+            else:
+                result = exc.result if exc.result is not None else context.result
+                emit(MiddlewareShortCircuit, call_id=call_id, middleware="termination", result=to_json(result))
+            return
+        except ArgumentsError as exc:
+            self._checkpoint()
+            emit(ArgumentsRejected, call_id=call_id, name=name, reason=str(exc))
+            return
+        except Exception as exc:
+            self._checkpoint()
+            emit(ToolFailed, call_id=call_id, name=name, error_type=type(exc).__name__, message=str(exc))
+            return
+        self._checkpoint()
+        if outcome is not None and outcome.short_circuited_by is not None:
+            emit(MiddlewareShortCircuit, call_id=call_id, middleware=outcome.short_circuited_by, result=to_json(context.result))
+        elif outcome is not None and outcome.overridden_by is not None:
+            emit(
+                ToolReturned,
+                call_id=call_id,
+                name=name,
+                result=to_json(context.result),
+                overridden_by=outcome.overridden_by,
+                tool_result=to_json(state.value),
+            )
+        else:
+            emit(ToolReturned, call_id=call_id, name=name, result=to_json(context.result))
+
+
+def _malformed(contents: Sequence[Content]) -> str | None:
+    """Why a response's function calls cannot be run, or None."""
+    seen: set[str] = set()
+    for content in contents:
+        if content.type != "function_call":
+            continue
+        if not content.call_id or not content.name:
+            return "a function call has no call id or no name"
+        if content.call_id in seen:
+            return f"call id {content.call_id!r} appears twice in one response"
+        seen.add(content.call_id)
+    return None

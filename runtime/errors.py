@@ -1,0 +1,122 @@
+"""The errors agentledger raises, as one tree.
+
+::
+
+    AgentLedgerError
+    ├── ToolDefinitionError (also ValueError)   a tool cannot be built from what was given
+    ├── MiddlewareError (also TypeError)        a middleware cannot be classified
+    ├── SessionStateError (also TypeError)      a session value cannot be recorded as JSON
+    ├── RunError                                a run ended without an answer (run_id, seq)
+    │   ├── ModelCallError                      the chat client raised; ModelFailed is recorded
+    │   └── ModelResponseError                  the model's output is malformed
+    ├── StoreError
+    │   ├── ConflictError                       a stale expected_version (stream, expected, actual)
+    │   └── LogCorruptError                     a stored log does not decode (where, what)
+    ├── ReplayDivergence                        a rerun differs from the log (seq, expected, actual)
+    └── TransitionError                         an input the run machine does not accept
+
+    MiddlewareTermination                       raised by middleware to end the run (not an error)
+    ExperimentalWarning (a FutureWarning)       an experimental API was used
+
+Errors from other libraries are translated where they cross into agentledger, with
+``raise ... from exc`` so the cause stays visible.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .core.errors import AgentLedgerError, TransitionError
+
+__all__ = (
+    "AgentLedgerError",
+    "ConflictError",
+    "ExperimentalWarning",
+    "LogCorruptError",
+    "MiddlewareError",
+    "MiddlewareTermination",
+    "ModelCallError",
+    "ModelResponseError",
+    "ReplayDivergence",
+    "RunError",
+    "SessionStateError",
+    "StoreError",
+    "ToolDefinitionError",
+    "TransitionError",
+)
+
+
+class ToolDefinitionError(AgentLedgerError, ValueError):
+    """A tool cannot be built: two context parameters, an unsupported schema, a bad name."""
+
+
+class MiddlewareError(AgentLedgerError, TypeError):
+    """A middleware is not one of the supported forms."""
+
+
+class SessionStateError(AgentLedgerError, TypeError):
+    """A session state value cannot be encoded as JSON, so it cannot be recorded."""
+
+
+class RunError(AgentLedgerError):
+    """A run ended without an answer; its events up to the failure are recorded."""
+
+    def __init__(self, message: str, *, run_id: str, seq: int | None = None) -> None:
+        super().__init__(message)
+        self.run_id = run_id
+        self.seq = seq
+
+
+class ModelCallError(RunError):
+    """The chat client raised; the run recorded ``ModelFailed`` and ``RunFailed``."""
+
+
+class ModelResponseError(RunError):
+    """The model answered with output the run cannot use (duplicate or missing call ids...)."""
+
+
+class StoreError(AgentLedgerError):
+    """An event store could not do what was asked."""
+
+
+class ConflictError(StoreError):
+    """Another writer appended to the stream first: ``expected`` is stale."""
+
+    def __init__(self, stream: str, expected: int, actual: int) -> None:
+        super().__init__(
+            f"stream {stream!r}: expected version {expected}, but the stream is at {actual}"
+        )
+        self.stream = stream
+        self.expected = expected
+        self.actual = actual
+
+
+class LogCorruptError(StoreError):
+    """A stored log does not decode; ``where`` names the file and line or offset."""
+
+    def __init__(self, message: str, *, where: str) -> None:
+        super().__init__(f"{where}: {message}")
+        self.where = where
+
+
+class ReplayDivergence(AgentLedgerError):
+    """A rerun produced an event that differs from the recorded one at ``seq``."""
+
+    def __init__(self, seq: int, expected: Any, actual: Any, diff: str = "") -> None:
+        super().__init__(f"run diverged at seq {seq}" + (f":\n{diff}" if diff else ""))
+        self.seq = seq
+        self.expected = expected
+        self.actual = actual
+        self.diff = diff
+
+
+class MiddlewareTermination(AgentLedgerError):  # noqa: N818 - the reference API's name
+    """Raise from middleware to end the run after the current batch of tool calls."""
+
+    def __init__(self, message: str = "terminated by middleware", *, result: Any = None) -> None:
+        super().__init__(message)
+        self.result = result
+
+
+class ExperimentalWarning(FutureWarning):
+    """An experimental API was used; it may change without a deprecation period."""

@@ -1,0 +1,207 @@
+"""AgentSession: conversation state and history, kept as a projection of the log.
+
+Theory of operation. ``session.state`` is a dict that records what happens to it. A set or delete
+becomes a key-level ``StateChange`` at once; a container stored in the state is watched, and a
+*checkpoint* (after every tool call and middleware step, and at the end of a run) re-encodes the
+watched values and records a ``set`` for each one that changed in place. While a run is bound to
+the session the changes go straight into that run's log as ``SessionUpdated`` events, attributed
+to the call or middleware that made them; changes made between runs are kept and recorded at the
+start of the next run (``by="caller"``). Folding every ``SessionUpdated`` of a session in log order
+therefore gives back the same state.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+import msgspec
+
+from .core.events import Event, RunCompleted, RunInputRewritten, RunStarted, StateChange
+from .core.messages import Message
+from .core.projections import SessionProjection
+from .errors import SessionStateError
+
+__all__ = ("AgentSession", "SessionState")
+
+_SCALARS = (str, int, float, bool, type(None))
+_encoder = msgspec.json.Encoder(order="deterministic")
+
+writer: contextvars.ContextVar[str] = contextvars.ContextVar("agentledger_writer", default="caller")
+"""Who is writing session state right now: a call id, ``middleware:<name>`` or ``caller``."""
+
+Sink = Callable[[str, tuple[StateChange, ...]], None]
+_sinks: contextvars.ContextVar[dict[int, Sink]] = contextvars.ContextVar("agentledger_sinks", default={})  # noqa: B039 - never mutated
+
+
+def _encode(key: str, value: Any) -> bytes:
+    try:
+        return _encoder.encode(value)
+    except (TypeError, msgspec.EncodeError) as exc:
+        raise SessionStateError(
+            f"session state value for {key!r} cannot be recorded as JSON "
+            f"({type(value).__name__}): {exc}"
+        ) from exc
+
+
+class SessionState(dict[str, Any]):
+    """A dict whose changes are recorded; see the module docstring."""
+
+    __slots__ = ("__weakref__", "_encoded", "_lock", "_sink", "_watched")
+
+    def __init__(self, sink: Sink) -> None:
+        super().__init__()
+        self._sink = sink
+        self._encoded: dict[str, bytes] = {}
+        self._watched: set[str] = set()
+        self._lock = threading.RLock()
+
+    # -- writes ------------------------------------------------------------------------------
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        if not isinstance(key, str):
+            raise SessionStateError(f"session state keys must be str, not {type(key).__name__}")
+        encoded = _encode(key, value)
+        with self._lock:
+            super().__setitem__(key, value)
+            self._encoded[key] = encoded
+            if isinstance(value, _SCALARS):
+                self._watched.discard(key)
+            else:
+                self._watched.add(key)
+            self._sink(writer.get(), (StateChange(key, "set", msgspec.json.decode(encoded)),))
+
+    def __delitem__(self, key: str) -> None:
+        with self._lock:
+            super().__delitem__(key)
+            self._encoded.pop(key, None)
+            self._watched.discard(key)
+            self._sink(writer.get(), (StateChange(key, "delete"),))
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        for key, value in dict(*args, **kwargs).items():
+            self[key] = value
+
+    def setdefault(self, key: str, default: Any = None) -> Any:
+        if key not in self:
+            self[key] = default
+        return self[key]
+
+    _missing = object()
+
+    def pop(self, key: str, default: Any = _missing) -> Any:
+        if key in self:
+            value = dict.__getitem__(self, key)
+            del self[key]
+            return value
+        if default is SessionState._missing:
+            raise KeyError(key)
+        return default
+
+    def popitem(self) -> tuple[str, Any]:
+        if not self:
+            raise KeyError("popitem(): session state is empty")
+        key = next(reversed(self.keys()))
+        return key, self.pop(key)
+
+    def clear(self) -> None:
+        for key in list(self):
+            del self[key]
+
+    def __ior__(self, other: Any) -> SessionState:  # type: ignore[override,misc]
+        self.update(other)
+        return self
+
+    # -- checkpoints -------------------------------------------------------------------------
+
+    def checkpoint(self) -> None:
+        """Record in-place changes of watched container values (nested mutation)."""
+        if not self._watched:
+            return
+        with self._lock:
+            changes = []
+            for key in sorted(self._watched):
+                encoded = _encode(key, dict.__getitem__(self, key))
+                if encoded != self._encoded.get(key):
+                    self._encoded[key] = encoded
+                    changes.append(StateChange(key, "set", msgspec.json.decode(encoded)))
+            if changes:
+                self._sink(writer.get(), tuple(changes))
+
+    def _load(self, values: dict[str, Any]) -> None:
+        """Set values without recording them (rebuilding from a log)."""
+        for key, value in values.items():
+            dict.__setitem__(self, key, value)
+            self._encoded[key] = _encode(key, value)
+            if not isinstance(value, _SCALARS):
+                self._watched.add(key)
+
+    def snapshot(self) -> dict[str, Any]:
+        """The state as plain JSON values."""
+        return {key: msgspec.json.decode(self._encoded[key]) for key in self}
+
+
+class AgentSession:
+    """A conversation: its id, its state (``.state``) and its message history (``.history``)."""
+
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+        self.history: list[Message] = []
+        self.state = SessionState(self._record)
+        self._pending: list[tuple[str, tuple[StateChange, ...]]] = []
+        self._lock = threading.Lock()
+
+    def _record(self, by: str, changes: tuple[StateChange, ...]) -> None:
+        sink = _sinks.get().get(id(self))
+        if sink is None:
+            with self._lock:
+                self._pending.append((by, changes))
+            return
+        sink(by, changes)
+
+    def bind(self, sink: Sink) -> Callable[[], None]:
+        """Record this session's changes in a run (the driver's use); returns the unbinder.
+
+        The binding lives in the calling context, so concurrent runs on one session, and a
+        sub-agent running inside a tool call, each record into their own log.
+        """
+        mapping = dict(_sinks.get())
+        mapping[id(self)] = sink
+        token = _sinks.set(mapping)
+        with self._lock:
+            pending, self._pending = self._pending, []
+        for by, changes in pending:
+            sink(by, changes)
+        self.state.checkpoint()
+        return lambda: _sinks.reset(token)
+
+    @property
+    def pending_changes(self) -> list[tuple[str, tuple[StateChange, ...]]]:
+        """Changes made outside a run, recorded at the start of the next one."""
+        return list(self._pending)
+
+    @classmethod
+    def from_events(cls, events: Iterable[Event], session_id: str) -> AgentSession:
+        """Rebuild a session (state and history) from the logs of its runs, in order."""
+        session = cls(session_id)
+        view = SessionProjection(session_id)
+        runs: dict[str, list[Message]] = {}
+        for event in events:
+            view.apply(event)
+            if type(event) is RunStarted and event.session_id == session_id:
+                runs[event.run_id] = list(event.messages)
+            elif type(event) is RunInputRewritten and event.run_id in runs:
+                runs[event.run_id] = list(event.messages)
+            elif type(event) is RunCompleted and event.run_id in runs:
+                session.history.extend(runs.pop(event.run_id))
+                session.history.extend(event.messages)
+        session.state._load(view.state)
+        return session
+
+    def __iter__(self) -> Iterator[str]:  # pragma: no cover - sessions are not containers
+        raise TypeError("AgentSession is not iterable; use session.state or session.history")
+
+    def __repr__(self) -> str:
+        return f"AgentSession(session_id={self.session_id!r}, keys={list(self.state)!r})"

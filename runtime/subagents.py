@@ -1,0 +1,120 @@
+"""Sub-agents: an agent run as a tool call of another agent's run.
+
+The child's run is a run of its own, with its own log whose ``RunStarted`` names the parent run
+and call. ``ctx.kwargs`` of the call become the child's ``function_invocation_kwargs``. With
+``propagate_session=True`` the child reads and writes the caller's session state (its writes are
+``SessionUpdated`` events of that session, in the child's log) but keeps its own conversation
+history; otherwise it runs in a new session of its own. A child failure reaches the parent as the
+call's error result.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import re
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Literal
+
+from .context import FunctionInvocationContext
+from .errors import AgentLedgerError
+from .tools import FunctionTool
+
+if TYPE_CHECKING:
+    from .agent import Agent
+
+__all__ = ("MAX_DEPTH", "SubAgentDepthError", "agent_tool")
+
+MAX_DEPTH = 8
+_depth: contextvars.ContextVar[int] = contextvars.ContextVar("agentledger_depth", default=0)
+
+
+class SubAgentDepthError(AgentLedgerError):
+    """Sub-agents called each other deeper than ``MAX_DEPTH`` (usually unbounded recursion)."""
+
+
+class AgentTool(FunctionTool):
+    """A ``FunctionTool`` whose call runs a child agent."""
+
+    def __init__(
+        self,
+        agent: Agent,
+        *,
+        name: str,
+        description: str,
+        arg_name: str,
+        arg_description: str,
+        approval_mode: Literal["always_require", "never_require"],
+        propagate_session: bool,
+    ) -> None:
+        self.agent = agent
+        self.arg_name = arg_name
+        self.propagate_session = propagate_session
+        schema = {
+            "type": "object",
+            "properties": {arg_name: {"type": "string", "description": arg_description}},
+            "required": [arg_name],
+        }
+
+        async def run_child(ctx: FunctionInvocationContext, arguments: Mapping[str, Any]) -> str:
+            return await self._run_child(ctx, arguments)
+
+        super().__init__(
+            run_child, name=name, description=description, approval_mode=approval_mode, schema=schema
+        )
+        self.context_param = None
+
+    def bind_call(self, arguments: Mapping[str, Any], context: Any) -> Any:
+        return lambda: self._run_child(context, arguments)
+
+    async def _run_child(self, ctx: FunctionInvocationContext, arguments: Mapping[str, Any]) -> str:
+        from .agent import _Run
+
+        depth = _depth.get() + 1
+        if depth > MAX_DEPTH:
+            raise SubAgentDepthError(
+                f"sub-agent {self.name!r} would nest {depth} levels deep (limit {MAX_DEPTH})"
+            )
+        session = ctx.session if self.propagate_session else self.agent.create_session()
+        parent = (ctx.run_id, ctx.call_id) if ctx.run_id and ctx.call_id else None
+        run = _Run(
+            self.agent,
+            session,
+            None,
+            dict(ctx.kwargs),
+            None,
+            None,
+            None,
+            parent=parent,
+            share_history=not self.propagate_session,
+        )
+        token = _depth.set(depth)
+        try:
+            response = await run.execute(str(arguments.get(self.arg_name, "")))
+        finally:
+            _depth.reset(token)
+        return response.text
+
+
+def agent_tool(
+    agent: Agent,
+    *,
+    name: str | None,
+    description: str | None,
+    arg_name: str,
+    arg_description: str | None,
+    approval_mode: str,
+    propagate_session: bool,
+) -> FunctionTool:
+    """Build the tool behind ``Agent.as_tool``."""
+    tool_name = name or re.sub(r"[^A-Za-z0-9_-]", "_", agent.name or "agent")[:64]
+    if approval_mode not in ("always_require", "never_require"):
+        raise ValueError(f"approval_mode must be 'always_require' or 'never_require', not {approval_mode!r}")
+    return AgentTool(
+        agent,
+        name=tool_name,
+        description=description or agent.description or f"Ask the {tool_name} agent.",
+        arg_name=arg_name,
+        arg_description=arg_description or f"The {arg_name} for the agent.",
+        approval_mode=approval_mode,  # type: ignore[arg-type]
+        propagate_session=propagate_session,
+    )

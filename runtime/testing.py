@@ -1,0 +1,62 @@
+"""Helpers for testing your own agents: capture their events, fix their clock and ids.
+
+::
+
+    with capture_events() as events:
+        await agent.run("hi")
+    assert [type(e).__name__ for e in events][-1] == "RunCompleted"
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+from collections.abc import Iterator
+
+from .core.events import Event
+from .driver import capture_sinks
+
+__all__ = ("FixedClock", "SequentialIds", "capture_events", "event_types")
+
+
+@contextlib.contextmanager
+def capture_events() -> Iterator[list[Event]]:
+    """Collect every event of every run started inside the block, sub-agents included."""
+    events: list[Event] = []
+    token = capture_sinks.set((*capture_sinks.get(), events.append))
+    try:
+        yield events
+    finally:
+        capture_sinks.reset(token)
+
+
+class FixedClock:
+    """A clock that starts at ``start`` and advances ``step`` nanoseconds per reading."""
+
+    def __init__(self, start: int = 1_700_000_000_000_000_000, step: int = 1_000_000) -> None:
+        self.now = start
+        self.step = step
+
+    def __call__(self) -> int:
+        value = self.now
+        self.now += self.step
+        return value
+
+    def advance(self, nanoseconds: int) -> None:
+        self.now += nanoseconds
+
+
+class SequentialIds:
+    """Ids ``run_1``, ``run_2``, ``session_1``...: one counter per prefix."""
+
+    def __init__(self) -> None:
+        self._counters: dict[str, Iterator[int]] = {}
+
+    def __call__(self, prefix: str) -> str:
+        counter = self._counters.setdefault(prefix, itertools.count(1))
+        return f"{prefix}_{next(counter)}"
+
+
+def event_types(events: list[Event]) -> list[str]:
+    """The class names of ``events``, for compact assertions."""
+    return [type(event).__name__ for event in events]

@@ -1,0 +1,97 @@
+"""A short, readable timeline of a run's events (the demo, the CLI and tests use it)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from .core.events import (
+    ApprovalRequested,
+    ApprovalResolved,
+    ArgumentsRejected,
+    Event,
+    IterationLimitReached,
+    MiddlewareShortCircuit,
+    ModelCalled,
+    ModelFailed,
+    ModelResponded,
+    RunCompleted,
+    RunFailed,
+    RunInputRewritten,
+    RunStarted,
+    RunTerminated,
+    SessionUpdated,
+    ToolCalled,
+    ToolChoiceReset,
+    ToolFailed,
+    ToolNotFound,
+    ToolReturned,
+    ToolsAdded,
+    ToolsRemoved,
+)
+from .core.messages import result_text
+
+__all__ = ("describe", "timeline")
+
+
+def _short(value: object, limit: int = 60) -> str:
+    text = value if isinstance(value, str) else result_text(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def describe(event: Event) -> str:  # noqa: PLR0911 - one line per event type reads best
+    """One line saying what ``event`` records."""
+    match event:
+        case RunStarted():
+            parent = f" (child of {event.parent_run_id}/{event.parent_call_id})" if event.parent_run_id else ""
+            return f"run started: agent {event.agent_name or event.agent_id}, tools {[t.name for t in event.tools]}{parent}"
+        case RunInputRewritten():
+            return f"input rewritten by {event.by}"
+        case ModelCalled():
+            choice = f", tool_choice={event.tool_choice}" if event.tool_choice is not None else ""
+            return f"model call {event.iteration}: offered {list(event.tools)}{choice}"
+        case ModelResponded():
+            calls = [f"{c.name}({c.arguments or ''})" for c in event.message.function_calls]
+            return f"model answered: {', '.join(calls)}" if calls else f"model answered: {_short(event.message.text)!r}"
+        case ModelFailed():
+            return f"model failed: {event.error_type}: {event.message}"
+        case ToolCalled():
+            return f"tool {event.name} called with {_short(event.arguments)}"
+        case ToolReturned():
+            by = f" (result replaced by {event.overridden_by})" if event.overridden_by else ""
+            return f"tool {event.name} returned {_short(event.result)!r}{by}"
+        case ToolFailed():
+            return f"tool {event.name} failed: {event.error_type}: {event.message}"
+        case ArgumentsRejected():
+            return f"arguments for {event.name} rejected: {_short(event.reason, 80)}"
+        case ToolNotFound():
+            return f"unknown tool {event.name!r} ({event.reason})"
+        case MiddlewareShortCircuit():
+            target = f"call {event.call_id}" if event.call_id else "the run"
+            return f"middleware {event.middleware} answered for {target}: {_short(event.result)!r}"
+        case ToolsAdded():
+            return f"tools added: {[t.name for t in event.tools]}"
+        case ToolsRemoved():
+            return f"tools removed: {list(event.names)}"
+        case ToolChoiceReset():
+            return f"tool_choice reset (was {event.previous})"
+        case SessionUpdated():
+            changes = ", ".join(f"{c.key}={_short(c.value, 30)}" if c.op == "set" else f"-{c.key}" for c in event.changes)
+            return f"session updated by {event.by}: {changes}"
+        case ApprovalRequested():
+            return f"approval requested for {list(event.call_ids)}"
+        case ApprovalResolved():
+            return f"call {event.call_id} {'approved' if event.approved else 'rejected'}"
+        case IterationLimitReached():
+            return f"limit reached: {event.reason} = {event.limit}"
+        case RunTerminated():
+            return f"run terminated by {event.by or 'middleware'}: {event.reason}"
+        case RunCompleted():
+            return f"run completed ({event.reason}): {_short(event.text)!r}"
+        case RunFailed():
+            return f"run failed: {event.error_type}: {event.message}"
+    return type(event).__name__  # pragma: no cover - every event type is matched above
+
+
+def timeline(events: Iterable[Event]) -> str:
+    """The events as numbered lines."""
+    return "\n".join(f"{event.seq:>3}  {describe(event)}" for event in events)
