@@ -50,7 +50,15 @@ _RUN_OPTION_KEYS = ("tools", "instructions")
 class AgentResponse:
     """What a run produced: its text, its new messages, its id and its events."""
 
-    __slots__ = ("events", "finish_reason", "messages", "run_id", "session_id", "usage", "user_input_requests")
+    __slots__ = (
+        "events",
+        "finish_reason",
+        "messages",
+        "run_id",
+        "session_id",
+        "usage",
+        "user_input_requests",
+    )
 
     def __init__(
         self,
@@ -115,12 +123,12 @@ class Agent:
         instructions: str | None = None,
         *,
         name: str | None = None,
-        id: str | None = None,  # noqa: A002 - the reference API's name
+        id: str | None = None,
         description: str | None = None,
         tools: Any = None,
         middleware: Sequence[Any] | None = None,
         default_options: Mapping[str, Any] | None = None,
-        store: EventStore | None | bool = True,
+        store: EventStore | bool | None = True,
         clock: Clock | None = None,
         ids: IdSource | None = None,
         redact: Redactor | None = None,
@@ -267,7 +275,7 @@ class _Run:
         self.client_kwargs = dict(client_kwargs or {})
         layers = split_middleware(middleware) if middleware else None
         self.layers: dict[str, list[Layer]] = {
-            kind: agent._layers[kind] + (layers[kind] if layers else []) for kind in agent._layers  # type: ignore[index]
+            kind: agent._layers[kind] + (layers[kind] if layers else []) for kind in agent._layers
         }
         self.tools = agent.tools + normalize_tools(tools) if tools is not None else agent.tools
         self.parent = parent
@@ -364,7 +372,9 @@ class _Run:
             if not finish:
                 recorder.emit(RunTerminated, iteration=0, reason=str(exc), by="agent_middleware")
                 finish.append(recorder.commands.pop())  # type: ignore[arg-type]
-            context.result = exc.result if exc.result is not None else self._response(recorder, driver, finish[0])
+            context.result = (
+                exc.result if exc.result is not None else self._response(recorder, driver, finish[0])
+            )
             outcome = None
         except BaseException as exc:
             await self._failed(recorder, driver, exc)
@@ -446,12 +456,16 @@ class _Run:
     async def _failed(self, recorder: Recorder, driver: RunDriver, exc: BaseException) -> None:
         with anyio.CancelScope(shield=True):
             if recorder.machine.phase.value not in ("done", "new"):
-                error_type = "Cancelled" if isinstance(exc, anyio.get_cancelled_exc_class()) else type(exc).__name__
+                error_type = (
+                    "Cancelled" if isinstance(exc, anyio.get_cancelled_exc_class()) else type(exc).__name__
+                )
                 message = str(exc) if not isinstance(exc, RunError) else str(exc.__cause__ or exc)
                 recorder.emit(RunFailed, error_type=error_type, message=message)
             await driver.flush()
 
-    def _session_sink(self, recorder: Recorder, session: AgentSession) -> Callable[[str, tuple[StateChange, ...]], None]:
+    def _session_sink(
+        self, recorder: Recorder, session: AgentSession
+    ) -> Callable[[str, tuple[StateChange, ...]], None]:
         session_id = session.session_id
 
         def sink(by: str, changes: tuple[StateChange, ...]) -> None:

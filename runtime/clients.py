@@ -178,7 +178,9 @@ def normalize_messages(messages: str | Content | Message | Sequence[Any] | None)
     """Turn what ``run()`` accepts into a list of messages (strings become user messages)."""
     if messages is None:
         return []
-    if isinstance(messages, str | Content):
+    if isinstance(messages, str):
+        return [Message("user", (Content.from_text(messages),))]
+    if isinstance(messages, Content):
         return [Message("user", (messages,))]
     if isinstance(messages, Message):
         return [messages]

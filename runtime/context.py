@@ -116,7 +116,7 @@ class LiveTools(MutableSequence["FunctionTool"]):
 
     @property
     def names(self) -> list[str]:
-        return [t.name for t in self._registry.tools]
+        return [str(t.name) for t in self._registry.tools]
 
     def __repr__(self) -> str:
         return f"LiveTools({self.names!r})"
@@ -242,9 +242,7 @@ class RunContext:
         self.kwargs = kwargs
 
 
-_current: contextvars.ContextVar[RunContext | None] = contextvars.ContextVar(
-    "agentledger_run", default=None
-)
+_current: contextvars.ContextVar[RunContext | None] = contextvars.ContextVar("agentledger_run", default=None)
 
 
 def current_run_context() -> RunContext | None:

@@ -236,12 +236,17 @@ class RunDriver:
                 if outcome.short_circuited_by is not None:
                     text = context.result.text if isinstance(context.result, ChatResponse) else None
                     self.recorder.emit(
-                        MiddlewareShortCircuit, call_id=None, middleware=outcome.short_circuited_by, result=text
+                        MiddlewareShortCircuit,
+                        call_id=None,
+                        middleware=outcome.short_circuited_by,
+                        result=text,
                     )
             else:
                 await final()
         except MiddlewareTermination as exc:
-            self.recorder.emit(RunTerminated, iteration=command.iteration, reason=str(exc), by="chat_middleware")
+            self.recorder.emit(
+                RunTerminated, iteration=command.iteration, reason=str(exc), by="chat_middleware"
+            )
             return
         except Exception as exc:
             self._model_failed(command.iteration, exc, ModelCallError)
@@ -287,7 +292,11 @@ class RunDriver:
     def _model_failed(self, iteration: int, exc: Exception, kind: type[RunError]) -> None:
         name = kind.__name__ if kind is ModelResponseError else type(exc).__name__
         event = self.recorder.emit(ModelFailed, iteration=iteration, error_type=name, message=str(exc))
-        error = kind(f"model call {iteration} failed: {type(exc).__name__}: {exc}", run_id=self.recorder.run_id, seq=event.seq)
+        error = kind(
+            f"model call {iteration} failed: {type(exc).__name__}: {exc}",
+            run_id=self.recorder.run_id,
+            seq=event.seq,
+        )
         error.__cause__ = exc
         self.error = error
 
@@ -366,7 +375,9 @@ class RunDriver:
                 emit(ToolReturned, call_id=call_id, name=name, result=to_json(context.result))
             else:
                 result = exc.result if exc.result is not None else context.result
-                emit(MiddlewareShortCircuit, call_id=call_id, middleware="termination", result=to_json(result))
+                emit(
+                    MiddlewareShortCircuit, call_id=call_id, middleware="termination", result=to_json(result)
+                )
             return
         except ArgumentsError as exc:
             self._checkpoint()
@@ -378,7 +389,12 @@ class RunDriver:
             return
         self._checkpoint()
         if outcome is not None and outcome.short_circuited_by is not None:
-            emit(MiddlewareShortCircuit, call_id=call_id, middleware=outcome.short_circuited_by, result=to_json(context.result))
+            emit(
+                MiddlewareShortCircuit,
+                call_id=call_id,
+                middleware=outcome.short_circuited_by,
+                result=to_json(context.result),
+            )
         elif outcome is not None and outcome.overridden_by is not None:
             emit(
                 ToolReturned,

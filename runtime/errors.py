@@ -83,9 +83,7 @@ class ConflictError(StoreError):
     """Another writer appended to the stream first: ``expected`` is stale."""
 
     def __init__(self, stream: str, expected: int, actual: int) -> None:
-        super().__init__(
-            f"stream {stream!r}: expected version {expected}, but the stream is at {actual}"
-        )
+        super().__init__(f"stream {stream!r}: expected version {expected}, but the stream is at {actual}")
         self.stream = stream
         self.expected = expected
         self.actual = actual
@@ -110,7 +108,7 @@ class ReplayDivergence(AgentLedgerError):
         self.diff = diff
 
 
-class MiddlewareTermination(AgentLedgerError):  # noqa: N818 - the reference API's name
+class MiddlewareTermination(AgentLedgerError):
     """Raise from middleware to end the run after the current batch of tool calls."""
 
     def __init__(self, message: str = "terminated by middleware", *, result: Any = None) -> None:

@@ -15,6 +15,7 @@ the driver can record both.
 from __future__ import annotations
 
 import abc
+import contextlib
 import inspect
 import typing
 from collections.abc import Awaitable, Callable, Sequence
@@ -25,8 +26,8 @@ from .errors import MiddlewareError
 
 __all__ = (
     "AgentMiddleware",
-    "ChatMiddleware",
     "ChainOutcome",
+    "ChatMiddleware",
     "FunctionMiddleware",
     "Layer",
     "agent_middleware",
@@ -119,10 +120,8 @@ def _kind_from_annotation(func: Callable[..., Any]) -> Kind | None:
         return None
     annotation: Any = params[0].annotation
     if isinstance(annotation, str):
-        try:
+        with contextlib.suppress(Exception):  # unresolvable: fall back to the annotation's text
             annotation = typing.get_type_hints(func).get(params[0].name, annotation)
-        except Exception:  # an unresolvable annotation: fall back to its text
-            pass
     name = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", "")
     return _CONTEXTS.get(name.split(".")[-1])
 
@@ -132,13 +131,13 @@ def classify_middleware(item: Any) -> Layer:
     if isinstance(item, Layer):
         return item
     name = getattr(item, "__name__", type(item).__name__)
-    for base, kind in _BASES:
+    for base, base_kind in _BASES:
         if isinstance(item, base):
-            return Layer(kind, name, item.process)
+            return Layer(base_kind, name, item.process)  # type: ignore[attr-defined]
     marked = getattr(item, _ATTR, None)
     if marked is None and not callable(item):
         raise MiddlewareError(f"middleware {item!r} is not callable; {_FORMS}")
-    kind = marked or _kind_from_annotation(item)
+    kind: Kind | None = marked or _kind_from_annotation(item)
     if kind is None:
         raise MiddlewareError(f"cannot tell what kind of middleware {name!r} is; {_FORMS}")
     if not inspect.iscoroutinefunction(item) and not inspect.iscoroutinefunction(

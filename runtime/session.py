@@ -41,8 +41,7 @@ def _encode(key: str, value: Any) -> bytes:
         return _encoder.encode(value)
     except (TypeError, msgspec.EncodeError) as exc:
         raise SessionStateError(
-            f"session state value for {key!r} cannot be recorded as JSON "
-            f"({type(value).__name__}): {exc}"
+            f"session state value for {key!r} cannot be recorded as JSON ({type(value).__name__}): {exc}"
         ) from exc
 
 
@@ -190,10 +189,9 @@ class AgentSession:
         runs: dict[str, list[Message]] = {}
         for event in events:
             view.apply(event)
-            if type(event) is RunStarted and event.session_id == session_id:
-                runs[event.run_id] = list(event.messages)
-            elif type(event) is RunInputRewritten and event.run_id in runs:
-                runs[event.run_id] = list(event.messages)
+            starts = type(event) is RunStarted and event.session_id == session_id
+            if starts or (type(event) is RunInputRewritten and event.run_id in runs):
+                runs[event.run_id] = list(event.messages)  # type: ignore[union-attr]
             elif type(event) is RunCompleted and event.run_id in runs:
                 session.history.extend(runs.pop(event.run_id))
                 session.history.extend(event.messages)

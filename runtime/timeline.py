@@ -38,12 +38,15 @@ def _short(value: object, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def describe(event: Event) -> str:  # noqa: PLR0911 - one line per event type reads best
+def describe(event: Event) -> str:
     """One line saying what ``event`` records."""
     match event:
         case RunStarted():
-            parent = f" (child of {event.parent_run_id}/{event.parent_call_id})" if event.parent_run_id else ""
-            return f"run started: agent {event.agent_name or event.agent_id}, tools {[t.name for t in event.tools]}{parent}"
+            parent = (
+                f" (child of {event.parent_run_id}/{event.parent_call_id})" if event.parent_run_id else ""
+            )
+            names = [t.name for t in event.tools]
+            return f"run started: agent {event.agent_name or event.agent_id}, tools {names}{parent}"
         case RunInputRewritten():
             return f"input rewritten by {event.by}"
         case ModelCalled():
@@ -51,7 +54,11 @@ def describe(event: Event) -> str:  # noqa: PLR0911 - one line per event type re
             return f"model call {event.iteration}: offered {list(event.tools)}{choice}"
         case ModelResponded():
             calls = [f"{c.name}({c.arguments or ''})" for c in event.message.function_calls]
-            return f"model answered: {', '.join(calls)}" if calls else f"model answered: {_short(event.message.text)!r}"
+            return (
+                f"model answered: {', '.join(calls)}"
+                if calls
+                else f"model answered: {_short(event.message.text)!r}"
+            )
         case ModelFailed():
             return f"model failed: {event.error_type}: {event.message}"
         case ToolCalled():
@@ -75,7 +82,9 @@ def describe(event: Event) -> str:  # noqa: PLR0911 - one line per event type re
         case ToolChoiceReset():
             return f"tool_choice reset (was {event.previous})"
         case SessionUpdated():
-            changes = ", ".join(f"{c.key}={_short(c.value, 30)}" if c.op == "set" else f"-{c.key}" for c in event.changes)
+            changes = ", ".join(
+                f"{c.key}={_short(c.value, 30)}" if c.op == "set" else f"-{c.key}" for c in event.changes
+            )
             return f"session updated by {event.by}: {changes}"
         case ApprovalRequested():
             return f"approval requested for {list(event.call_ids)}"
@@ -89,7 +98,7 @@ def describe(event: Event) -> str:  # noqa: PLR0911 - one line per event type re
             return f"run completed ({event.reason}): {_short(event.text)!r}"
         case RunFailed():
             return f"run failed: {event.error_type}: {event.message}"
-    return type(event).__name__  # pragma: no cover - every event type is matched above
+    return type(event).__name__  # type: ignore[unreachable]  # every event type is matched
 
 
 def timeline(events: Iterable[Event]) -> str:

@@ -59,8 +59,16 @@ def _meta_from_pydantic(field: Any) -> tuple[list[msgspec.Meta], Any]:
     default: Any = inspect.Parameter.empty
     if getattr(field, "default", None) is not None and not _is_undefined(field.default):
         default = field.default
-    keys = {"ge": "ge", "gt": "gt", "le": "le", "lt": "lt", "min_length": "min_length",
-            "max_length": "max_length", "pattern": "pattern", "multiple_of": "multiple_of"}
+    keys = {
+        "ge": "ge",
+        "gt": "gt",
+        "le": "le",
+        "lt": "lt",
+        "min_length": "min_length",
+        "max_length": "max_length",
+        "pattern": "pattern",
+        "multiple_of": "multiple_of",
+    }
     constraints: dict[str, Any] = {}
     for item in getattr(field, "metadata", ()):
         for attr, key in keys.items():
@@ -100,11 +108,11 @@ def _field_type(annotation: Any) -> tuple[Any, Any]:
     base, _ = _field_type(base)
     if not metas:
         return base, default
-    return Annotated[(base, *metas)], default  # type: ignore[return-value]
+    return Annotated[(base, *metas)], default
 
 
 def _type_hints(func: Callable[..., Any]) -> dict[str, Any]:
-    target = func.__call__ if not inspect.isroutine(func) and callable(func) else func
+    target: Any = func if inspect.isroutine(func) else getattr(func, "__call__", func)  # noqa: B004
     try:
         return typing.get_type_hints(target, include_extras=True)
     except Exception:  # unresolvable forward references: keep what is already evaluated
@@ -135,11 +143,9 @@ class FunctionTool:
         schema: type | Mapping[str, Any] | None = None,
     ) -> None:
         self.func = func
-        self.name = name or getattr(func, "__name__", type(func).__name__)
+        self.name: str = name or str(getattr(func, "__name__", type(func).__name__))
         if not _NAME.match(self.name):
-            raise ToolDefinitionError(
-                f"tool name {self.name!r} must be 1-64 letters, digits, '_' or '-'"
-            )
+            raise ToolDefinitionError(f"tool name {self.name!r} must be 1-64 letters, digits, '_' or '-'")
         doc = inspect.getdoc(func) if inspect.isroutine(func) else None
         self.description = description if description is not None else (doc or "")
         self.approval_mode: ApprovalMode = approval_mode
@@ -221,7 +227,7 @@ class FunctionTool:
             self.parameters = _inline_schema(schema)
         elif hasattr(schema, "model_json_schema") and hasattr(schema, "model_validate"):
             self._pydantic = schema
-            self._fields = tuple(schema.model_fields)
+            self._fields = tuple(schema.model_fields)  # type: ignore[attr-defined]
             self.parameters = schema.model_json_schema()
             self.parameters.pop("title", None)
         else:
@@ -343,9 +349,7 @@ def tool(
     """Make a ``FunctionTool`` from a function: ``@tool`` or ``@tool(name=..., ...)``."""
 
     def wrap(f: Callable[..., Any]) -> FunctionTool:
-        return FunctionTool(
-            f, name=name, description=description, approval_mode=approval_mode, schema=schema
-        )
+        return FunctionTool(f, name=name, description=description, approval_mode=approval_mode, schema=schema)
 
     return wrap(func) if func is not None else wrap
 

@@ -14,7 +14,6 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 
 import msgspec
-
 from agentledger.clients import BaseChatClient, ChatOptions, ChatResponse, ChatResponseUpdate
 from agentledger.core.events import ToolSpec
 from agentledger.core.messages import Content, Message, Usage
@@ -55,7 +54,9 @@ class ScriptedChatClient(BaseChatClient):
 
     provider_name = "scripted"
 
-    def __init__(self, script: Sequence[Entry] = (), *, model: str = "scripted-1", repeat: bool = False) -> None:
+    def __init__(
+        self, script: Sequence[Entry] = (), *, model: str = "scripted-1", repeat: bool = False
+    ) -> None:
         self.script = list(script)
         self.model = model
         self.repeat = repeat
@@ -92,8 +93,10 @@ class ScriptedChatClient(BaseChatClient):
                 else:
                     yield ChatResponseUpdate(contents=(content,), model=self.model)
         yield ChatResponseUpdate(
-            usage=response.usage, finish_reason=response.finish_reason,
-            response_id=response.response_id, model=self.model,
+            usage=response.usage,
+            finish_reason=response.finish_reason,
+            response_id=response.response_id,
+            model=self.model,
         )
 
     @property
@@ -109,7 +112,7 @@ class ScriptedChatClient(BaseChatClient):
         fik: Mapping[str, Any] | None,
     ) -> ScriptedRequest:
         opts = dict(options or {})
-        specs = tuple(opts.pop("tools", None) or ())
+        specs: tuple[ToolSpec, ...] = tuple(opts.pop("tools", None) or ())  # type: ignore[arg-type]
         request = ScriptedRequest(
             messages=tuple(messages),
             tools=tuple(s.name for s in specs),

@@ -188,7 +188,9 @@ class RunMachine:
         choice = "none" if final else (tool_choice if tool_choice is not None else self.tool_choice)
         count = len(self.history) + len(self.transcript.messages)
         names = self.tools.names
-        self._derive(ModelCalled, iteration=self.iteration, tools=names, tool_choice=choice, message_count=count)
+        self._derive(
+            ModelCalled, iteration=self.iteration, tools=names, tool_choice=choice, message_count=count
+        )
         messages = (*self.history, *self.transcript.messages)
         self._commands.append(
             CallModel(iteration=self.iteration, messages=messages, tools=names, tool_choice=choice)
@@ -323,9 +325,7 @@ class RunMachine:
 
 def _pending_calls(messages: Sequence[Message], responses: dict[str | None, bool]) -> list[Content]:
     """The function calls in ``messages`` that an approval response answers, in call order."""
-    return [
-        c for m in messages for c in m.contents if c.type == "function_call" and c.call_id in responses
-    ]
+    return [c for m in messages for c in m.contents if c.type == "function_call" and c.call_id in responses]
 
 
 def _table() -> dict[tuple[Phase, type], _Handler]:

@@ -163,9 +163,7 @@ class TranscriptProjection:
         self.messages = list(event.messages)
 
     def _called(self, event: ModelCalled) -> None:
-        self.calls.append(
-            ModelCall(event.iteration, event.message_count, event.tools, event.tool_choice)
-        )
+        self.calls.append(ModelCall(event.iteration, event.message_count, event.tools, event.tool_choice))
 
     def _responded(self, event: ModelResponded) -> None:
         self.messages.append(event.message)
