@@ -1,0 +1,1 @@
+"""Event stores beyond memory: JSONL files, SQLite, PostgreSQL."""
