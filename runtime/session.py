@@ -138,8 +138,8 @@ class SessionState(dict[str, Any]):
                 self._watched.add(key)
 
     def snapshot(self) -> dict[str, Any]:
-        """The state as plain JSON values."""
-        return {key: msgspec.json.decode(self._encoded[key]) for key in self}
+        """The state as plain JSON values (encoded afresh, so in-place changes show)."""
+        return {key: msgspec.json.decode(_encode(key, value)) for key, value in self.items()}
 
 
 class AgentSession:

@@ -15,3 +15,8 @@ def clock() -> FixedClock:
 @pytest.fixture
 def ids() -> SequentialIds:
     return SequentialIds()
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"

@@ -52,6 +52,7 @@ from .messages import Content, Message, Usage
 from .projections import ToolsProjection, TranscriptProjection
 
 __all__ = (
+    "DERIVED",
     "TRANSITIONS",
     "CallModel",
     "Command",
@@ -60,6 +61,7 @@ __all__ = (
     "Phase",
     "RunMachine",
     "TransitionError",
+    "refold",
 )
 
 
@@ -361,3 +363,35 @@ def _table() -> dict[tuple[Phase, type], _Handler]:
 
 TRANSITIONS = _table()
 """(phase, input event type) -> handler. Anything not listed raises ``TransitionError``."""
+
+
+DERIVED: tuple[type, ...] = (ModelCalled, ToolChoiceReset, IterationLimitReached, ToolNotFound, ApprovalResolved)
+"""Event types the machine produces itself; every other event is an input."""
+
+
+def refold(events: Sequence[Event], history: Sequence[Message] = ()) -> RunMachine:
+    """Feed a run's input events to a new machine and check it derives the recorded rest.
+
+    Raises ``TransitionError`` at the first recorded event the machine does not reproduce.
+    """
+    machine = RunMachine(history)
+    derived: list[Event] = []
+    for event in events:
+        if isinstance(event, DERIVED):
+            if not derived and machine.phase is Phase.STARTED:
+                derived = machine.begin()[0]
+            if not derived or derived[0] != event:
+                expected = derived[0] if derived else None
+                raise TransitionError(
+                    f"recorded {event!r} but the machine derives {expected!r}",
+                    run_id=machine.run_id,
+                    seq=event.seq,
+                )
+            derived.pop(0)
+            continue
+        if derived:
+            raise TransitionError(
+                f"the machine derives {derived[0]!r} before {event!r}", run_id=machine.run_id, seq=event.seq
+            )
+        derived = machine.handle(event)[0][1:]
+    return machine

@@ -1,0 +1,67 @@
+"""The public surface is pinned: every exported name exists and nothing leaks by accident."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import agentledger
+import agentledger.core
+import agentledger.testing
+
+EXPECTED = {
+    "SCHEMA_VERSION", "Agent", "AgentContext", "AgentLedgerError", "AgentMiddleware", "AgentResponse",
+    "AgentResponseUpdate", "AgentSession", "BaseChatClient", "ChatContext", "ChatMiddleware",
+    "ChatOptions", "ChatResponse", "ChatResponseUpdate", "ConflictError", "Content", "Event",
+    "EventStore", "ExperimentalWarning", "FunctionInvocationContext", "FunctionMiddleware",
+    "FunctionTool", "LiveTools", "LogCorruptError", "MemoryEventStore", "Message", "MiddlewareError",
+    "MiddlewareTermination", "ModelCallError", "ModelResponseError", "ReplayDivergence", "RunContext",
+    "RunError", "SessionState", "SessionStateError", "StoreError", "SubAgentDepthError",
+    "ToolDefinitionError", "ToolMode", "ToolSpec", "TransitionError", "Usage", "__version__",
+    "agent_middleware", "chat_middleware", "current_run_context", "default_redactor",
+    "function_middleware", "normalize_messages", "redact_all", "redact_keys", "timeline", "tool",
+}  # fmt: skip
+
+
+def test_all_is_pinned() -> None:
+    """agentledger.__all__ is exactly the documented public names."""
+    assert set(agentledger.__all__) == EXPECTED
+    assert len(agentledger.__all__) == len(EXPECTED)
+
+
+def test_every_exported_name_exists() -> None:
+    """Each name in __all__ of the public modules resolves."""
+    for module in (agentledger, agentledger.core, agentledger.testing):
+        for name in module.__all__:
+            assert hasattr(module, name), f"{module.__name__}.{name}"
+
+
+def test_exported_classes_say_where_they_live() -> None:
+    """Public classes and functions come from agentledger modules, not from dependencies."""
+    for name in agentledger.__all__:
+        value = getattr(agentledger, name)
+        module = getattr(value, "__module__", None)
+        if isinstance(module, str) and callable(value):
+            assert module.startswith("agentledger"), (name, module)
+
+
+def test_every_public_name_is_documented() -> None:
+    """docs/api.md mentions every name in agentledger.__all__."""
+    from pathlib import Path
+
+    text = (Path(__file__).parent.parent / "docs" / "api.md").read_text(encoding="utf-8")
+    missing = [name for name in agentledger.__all__ if f"`{name}" not in text]
+    assert missing == []
+
+
+def test_demo_command_prints_answer_and_timeline() -> None:
+    """`agentledger demo` runs on embedded defaults and prints the answer and the event timeline."""
+    out = subprocess.run(
+        [sys.executable, "-m", "agentledger.cli", "demo"], capture_output=True, text=True, check=True
+    )
+    lines = out.stdout.splitlines()
+    assert lines[0].startswith("Lisbon is sunny")
+    assert any("tools added: ['book_hotel']" in line for line in lines)
+    assert any("middleware require_positive_nights answered" in line for line in lines)
+    assert any("session updated by" in line for line in lines)
+    assert "'preferences': {'room': 'quiet'}" in out.stdout
