@@ -27,6 +27,7 @@ from .core.events import SCHEMA_VERSION, Event, ToolSpec
 from .core.messages import Content, Message, Usage
 from .errors import (
     AgentLedgerError,
+    ApprovalError,
     ConflictError,
     ExperimentalWarning,
     LogCorruptError,
@@ -65,6 +66,7 @@ __all__ = (
     "AgentResponse",
     "AgentResponseUpdate",
     "AgentSession",
+    "ApprovalError",
     "BaseChatClient",
     "ChatContext",
     "ChatMiddleware",

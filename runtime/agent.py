@@ -35,7 +35,7 @@ from .core.events import (
 from .core.machine import FinishRun, RunMachine
 from .core.messages import Content, Message, Usage, result_text
 from .driver import Recorder, RunDriver, ToolRegistry, to_json
-from .errors import MiddlewareTermination, RunError
+from .errors import ApprovalError, MiddlewareTermination, RunError
 from .middleware import Layer, run_chain, split_middleware
 from .redaction import Redactor, default_redactor
 from .session import AgentSession, writer
@@ -301,6 +301,7 @@ class _Run:
         recorder = Recorder(machine, run_id, agent.clock, sinks)
         registry = ToolRegistry(self.tools, recorder)
         inputs = normalize_messages(messages)
+        _check_approvals(history, inputs)
         recorder.emit(
             RunStarted,
             agent_id=agent.id,
@@ -487,6 +488,22 @@ class _Run:
             return
         content = Content.from_function_result(event.call_id, result=text)
         self.on_update(AgentResponseUpdate(contents=(content,), role="tool", run_id=event.run_id))
+
+
+def _check_approvals(history: Sequence[Message], inputs: Sequence[Message]) -> None:
+    """Refuse approval responses that answer no call awaiting approval in this conversation."""
+    answers = [c.call_id for m in inputs for c in m.contents if c.type == "function_approval_response"]
+    if not answers:
+        return
+    messages = [*history, *inputs]
+    calls = {c.call_id for m in messages for c in m.contents if c.type == "function_call"}
+    done = {c.call_id for m in messages for c in m.contents if c.type == "function_result"}
+    unmatched = [a for a in answers if a not in calls or a in done]
+    if unmatched:
+        raise ApprovalError(
+            f"approval responses for {unmatched} match no call awaiting approval; "
+            "resume on the session of the run that asked for them"
+        )
 
 
 def _text_of(result: Any) -> str:

@@ -6,6 +6,7 @@
     ├── ToolDefinitionError (also ValueError)   a tool cannot be built from what was given
     ├── MiddlewareError (also TypeError)        a middleware cannot be classified
     ├── SessionStateError (also TypeError)      a session value cannot be recorded as JSON
+    ├── ApprovalError (also ValueError)         an approval answers no call awaiting approval
     ├── RunError                                a run ended without an answer (run_id, seq)
     │   ├── ModelCallError                      the chat client raised; ModelFailed is recorded
     │   └── ModelResponseError                  the model's output is malformed
@@ -30,6 +31,7 @@ from .core.errors import AgentLedgerError, TransitionError
 
 __all__ = (
     "AgentLedgerError",
+    "ApprovalError",
     "ConflictError",
     "ExperimentalWarning",
     "LogCorruptError",
@@ -56,6 +58,10 @@ class MiddlewareError(AgentLedgerError, TypeError):
 
 class SessionStateError(AgentLedgerError, TypeError):
     """A session state value cannot be encoded as JSON, so it cannot be recorded."""
+
+
+class ApprovalError(AgentLedgerError, ValueError):
+    """Approval responses name calls that no paused run of this session is waiting for."""
 
 
 class RunError(AgentLedgerError):

@@ -11,7 +11,7 @@ import agentledger.testing
 
 EXPECTED = {
     "SCHEMA_VERSION", "Agent", "AgentContext", "AgentLedgerError", "AgentMiddleware", "AgentResponse",
-    "AgentResponseUpdate", "AgentSession", "BaseChatClient", "ChatContext", "ChatMiddleware",
+    "AgentResponseUpdate", "AgentSession", "ApprovalError", "BaseChatClient", "ChatContext", "ChatMiddleware",
     "ChatOptions", "ChatResponse", "ChatResponseUpdate", "ConflictError", "Content", "Event",
     "EventStore", "ExperimentalWarning", "FunctionInvocationContext", "FunctionMiddleware",
     "FunctionTool", "LiveTools", "LogCorruptError", "MemoryEventStore", "Message", "MiddlewareError",
