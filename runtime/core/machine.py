@@ -62,6 +62,7 @@ __all__ = (
     "RunMachine",
     "TransitionError",
     "refold",
+    "transition_table",
 )
 
 
@@ -212,12 +213,14 @@ class RunMachine:
     # -- transitions --------------------------------------------------------------------------
 
     def _on_started(self, event: RunStarted) -> None:
+        """Take the run id, limits and tool_choice; wait for agent middleware to hand over."""
         self.run_id = event.run_id
         self.config = event.config
         self.tool_choice = event.options.get("tool_choice")
         self.phase = Phase.STARTED
 
     def _on_rewritten(self, event: RunInputRewritten) -> None:
+        """Agent middleware replaced the input; a new tool_choice takes effect."""
         if "tool_choice" in event.options:
             self.tool_choice = event.options["tool_choice"]
 
@@ -225,10 +228,12 @@ class RunMachine:
         """Recorded facts (session writes, tool list changes, calls starting) the loop needn't act on."""
 
     def _on_agent_short_circuit(self, event: MiddlewareShortCircuit) -> None:
+        """Agent middleware answered for the run (call_id None): finish; else just recorded."""
         if event.call_id is None:
             self._finish("short_circuit")
 
     def _on_model_responded(self, event: ModelResponded) -> None:
+        """No calls: finish. Calls: reset a required tool_choice, refuse unknown tools, run the rest."""
         if event.usage is not None:
             self.usage = self.usage + event.usage
         calls = event.message.function_calls
@@ -256,16 +261,20 @@ class RunMachine:
         self._after_result()
 
     def _on_model_failed(self, event: ModelFailed) -> None:
+        """Finish as failed; the driver records RunFailed."""
         self._finish("failed")
 
     def _on_call_failed(self, event: ToolFailed | ArgumentsRejected) -> None:
+        """Mark the batch as erroring; when it is whole, count it and go on or stop."""
         self._batch_failed = True
         self._after_result()
 
     def _on_call_done(self, event: ToolReturned | MiddlewareShortCircuit) -> None:
+        """When the batch is whole: call the model again, or make the final call at a limit."""
         self._after_result()
 
     def _on_terminated(self, event: RunTerminated) -> None:
+        """Finish after the current batch (at once outside a batch)."""
         self.terminated = True
         if self.phase is not Phase.RUNNING_TOOLS:
             self._finish("terminated")
@@ -273,6 +282,7 @@ class RunMachine:
             self._after_result()
 
     def _on_approval_requested(self, event: ApprovalRequested) -> None:
+        """Hold these calls; when the rest of the batch is done, pause the run for approval."""
         self.awaiting_approval = (*self.awaiting_approval, *event.call_ids)
         self._after_result()
 
@@ -322,6 +332,7 @@ class RunMachine:
         self._after_result()
 
     def _on_finished(self, event: RunCompleted | RunFailed) -> None:
+        """The run is over; nothing more is accepted."""
         self.phase = Phase.DONE
 
 
@@ -395,3 +406,13 @@ def refold(events: Sequence[Event], history: Sequence[Message] = ()) -> RunMachi
             )
         derived = machine.handle(event)[0][1:]
     return machine
+
+
+def transition_table() -> str:
+    """The transition table as Markdown (docs/events.md embeds this, a test keeps it current)."""
+    rows = ["| phase | input | what the machine does |", "|---|---|---|"]
+    for (phase, event_type), handler in TRANSITIONS.items():
+        doc = (handler.__doc__ or "").strip().splitlines()[0]
+        rows.append(f"| {phase.value} | {event_type.__name__} | {doc} |")
+    rows.append("| started | begin() | Call the model with the tools offered, or settle approval responses. |")
+    return "\n".join(rows)
