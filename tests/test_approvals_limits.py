@@ -38,7 +38,11 @@ async def test_approval_pauses_and_resumes(clock: FixedClock, ids: SequentialIds
     assert ran == ["balance"]
     assert paused.finish_reason == "awaiting_approval"
     [request] = paused.user_input_requests
-    assert (request.type, request.name, request.call_id) == ("function_approval_request", "wire_money", "call_1")
+    assert (request.type, request.name, request.call_id) == (
+        "function_approval_request",
+        "wire_money",
+        "call_1",
+    )
     assert [e.call_ids for e in paused.events if isinstance(e, ApprovalRequested)] == [("call_1",)]
     resumed = await agent.run(Message("user", (request.to_approval_response(True),)), session=session)
     assert ran == ["balance", "wire 5"]
@@ -123,5 +127,7 @@ async def test_max_function_calls(clock: FixedClock, ids: SequentialIds) -> None
     agent = Agent(client=client, tools=[step], clock=clock, ids=ids, max_function_calls=2)
     response = await agent.run("x")
     assert event_types(response.events).count("ToolCalled") == 2
-    assert [e.reason for e in response.events if isinstance(e, IterationLimitReached)] == ["max_function_calls"]
+    assert [e.reason for e in response.events if isinstance(e, IterationLimitReached)] == [
+        "max_function_calls"
+    ]
     assert client.requests[1].tool_choice == "none"

@@ -157,7 +157,8 @@ async def test_refold_reproduces_a_recorded_run(clock: FixedClock, ids: Sequenti
     assert machine.phase is Phase.DONE
     assert machine.transcript.messages == refold(response.events).transcript.messages
     names = [type(e).__name__ for e in response.events]
-    assert "ToolChoiceReset" in names and "ToolNotFound" in names
+    assert "ToolChoiceReset" in names
+    assert "ToolNotFound" in names
 
 
 @pytest.mark.anyio

@@ -203,7 +203,9 @@ async def test_required_tool_choice_applies_to_first_call_only(clock: FixedClock
     client = ScriptedChatClient([*_record_script(), "plain answer"])
     agent = Agent(client=client, tools=[get_record], clock=clock, ids=ids)
     choice: ToolMode = {"mode": "required", "required_function_name": "get_record"}
-    response = await agent.run("Update record REC-42 to status 'in-progress'.", options={"tool_choice": choice})
+    response = await agent.run(
+        "Update record REC-42 to status 'in-progress'.", options={"tool_choice": choice}
+    )
     assert [r.tool_choice for r in client.requests] == [choice, None, None]
     resets = [e for e in response.events if isinstance(e, ToolChoiceReset)]
     assert [(e.iteration, e.previous) for e in resets] == [(1, choice)]
@@ -285,7 +287,8 @@ async def test_duplicate_names(clock: FixedClock, ids: SequentialIds) -> None:
     agent = Agent(client=client, tools=[adder], clock=clock, ids=ids)
     response = await agent.run("x")
     assert client.requests[1].tools == ("adder", "factorial", "plain")
-    assert len(outcomes) == 1 and "factorial" in outcomes[0]
+    assert len(outcomes) == 1
+    assert "factorial" in outcomes[0]
     assert event_types(response.events).count("ToolsAdded") == 2
 
 
@@ -360,7 +363,8 @@ async def test_direct_mutation_of_ctx_tools_is_recorded(clock: FixedClock, ids: 
     assert client.requests[1].tools == ("factorial",)
     assert event_types(response.events).count("ToolsAdded") == 1
     assert event_types(response.events).count("ToolsRemoved") == 1
-    assert refused and "add_tools" in refused[0]
+    assert refused
+    assert "add_tools" in refused[0]
 
 
 async def test_unknown_names_are_ignored_on_removal(clock: FixedClock, ids: SequentialIds) -> None:

@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 
 import msgspec
+
 from agentledger.clients import BaseChatClient, ChatOptions, ChatResponse, ChatResponseUpdate
 from agentledger.core.events import ToolSpec
 from agentledger.core.messages import Content, Message, Usage

@@ -376,7 +376,13 @@ TRANSITIONS = _table()
 """(phase, input event type) -> handler. Anything not listed raises ``TransitionError``."""
 
 
-DERIVED: tuple[type, ...] = (ModelCalled, ToolChoiceReset, IterationLimitReached, ToolNotFound, ApprovalResolved)
+DERIVED: tuple[type, ...] = (
+    ModelCalled,
+    ToolChoiceReset,
+    IterationLimitReached,
+    ToolNotFound,
+    ApprovalResolved,
+)
 """Event types the machine produces itself; every other event is an input."""
 
 
@@ -414,5 +420,7 @@ def transition_table() -> str:
     for (phase, event_type), handler in TRANSITIONS.items():
         doc = (handler.__doc__ or "").strip().splitlines()[0]
         rows.append(f"| {phase.value} | {event_type.__name__} | {doc} |")
-    rows.append("| started | begin() | Call the model with the tools offered, or settle approval responses. |")
+    rows.append(
+        "| started | begin() | Call the model with the tools offered, or settle approval responses. |"
+    )
     return "\n".join(rows)
