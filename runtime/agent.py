@@ -45,6 +45,8 @@ from .tools import FunctionTool, normalize_tools
 __all__ = ("Agent", "AgentResponse", "AgentResponseUpdate")
 
 _RUN_OPTION_KEYS = ("tools", "instructions")
+MirrorSink = Callable[..., None]
+"""A session sink: ``(by, changes, origin=None)``; ``origin`` names the write a copy repeats."""
 
 
 class AgentResponse:
@@ -265,6 +267,8 @@ class _Run:
         *,
         parent: tuple[str, str] | None = None,
         share_history: bool = True,
+        run_id: str | None = None,
+        parent_sink: MirrorSink | None = None,
     ) -> None:
         self.agent = agent
         self.session = session
@@ -280,6 +284,8 @@ class _Run:
         self.tools = agent.tools + normalize_tools(tools) if tools is not None else agent.tools
         self.parent = parent
         self.share_history = share_history
+        self.run_id = run_id
+        self.parent_sink = parent_sink
         self.on_update: Callable[[AgentResponseUpdate], None] | None = None
         self.finished = False
         self.input_count: int | None = None
@@ -295,7 +301,7 @@ class _Run:
     async def execute(self, messages: Any, *, stream: bool = False) -> AgentResponse:
         agent, session = self.agent, self.session
         history = session.history if session is not None and self.share_history else []
-        run_id = agent.ids("run")
+        run_id = self.run_id or agent.ids("run")
         machine = self.machine = RunMachine(history)
         sinks = [self._stream_sink] if self.on_update is not None else []
         recorder = Recorder(machine, run_id, agent.clock, sinks)
@@ -317,6 +323,7 @@ class _Run:
             config=agent.config,
             parent_run_id=self.parent[0] if self.parent else None,
             parent_call_id=self.parent[1] if self.parent else None,
+            session_history=self.share_history,
             library_version=__version__,
         )
         driver = RunDriver(
@@ -332,10 +339,14 @@ class _Run:
             store=agent.store,
             on_update=self._model_update if self.on_update is not None else None,
         )
-        unbind = session.bind(self._session_sink(recorder, session)) if session is not None else None
-        token = _current.set(
-            RunContext(agent=agent, run_id=run_id, session=session, options=self.options, kwargs=self.fik)
+        sink = self._session_sink(recorder, session) if session is not None else None
+        unbind = session.bind(sink) if session is not None and sink is not None else None
+        context = RunContext(
+            agent=agent, run_id=run_id, session=session, options=self.options, kwargs=self.fik
         )
+        context._recorder = recorder
+        context._session_sink = sink
+        token = _current.set(context)
         try:
             return await self._run_agent_layers(recorder, driver, inputs, stream)
         finally:
@@ -464,13 +475,18 @@ class _Run:
                 recorder.emit(RunFailed, error_type=error_type, message=message)
             await driver.flush()
 
-    def _session_sink(
-        self, recorder: Recorder, session: AgentSession
-    ) -> Callable[[str, tuple[StateChange, ...]], None]:
+    def _session_sink(self, recorder: Recorder, session: AgentSession) -> MirrorSink:
+        """Record session changes in this run, and copy them to the caller that shares the session."""
         session_id = session.session_id
+        parent = self.parent_sink
 
-        def sink(by: str, changes: tuple[StateChange, ...]) -> None:
-            recorder.emit(SessionUpdated, session_id=session_id, by=by, changes=changes)
+        def sink(by: str, changes: tuple[StateChange, ...], origin: tuple[str, int] | None = None) -> None:
+            with recorder.lock:
+                fields = {"origin_run_id": origin[0], "origin_seq": origin[1]} if origin else {}
+                event = recorder.emit(SessionUpdated, session_id=session_id, by=by, changes=changes, **fields)
+                if parent is not None:
+                    source = origin or (event.run_id, event.seq)
+                    parent(f"{event.run_id}/{by}", changes, source)
 
         return sink
 

@@ -224,7 +224,7 @@ class ChatContext:
 class RunContext:
     """The ambient view of the current run (``current_run_context()``)."""
 
-    __slots__ = ("agent", "kwargs", "options", "run_id", "session")
+    __slots__ = ("_recorder", "_session_sink", "agent", "kwargs", "options", "run_id", "session")
 
     def __init__(
         self,
@@ -240,6 +240,8 @@ class RunContext:
         self.session = session
         self.options = options
         self.kwargs = kwargs
+        self._recorder: Any = None
+        self._session_sink: Any = None
 
 
 _current: contextvars.ContextVar[RunContext | None] = contextvars.ContextVar("agentledger_run", default=None)

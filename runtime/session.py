@@ -189,7 +189,7 @@ class AgentSession:
         runs: dict[str, list[Message]] = {}
         for event in events:
             view.apply(event)
-            starts = type(event) is RunStarted and event.session_id == session_id
+            starts = type(event) is RunStarted and event.session_id == session_id and event.session_history
             if starts or (type(event) is RunInputRewritten and event.run_id in runs):
                 runs[event.run_id] = list(event.messages)  # type: ignore[union-attr]
             elif type(event) is RunCompleted and event.run_id in runs:

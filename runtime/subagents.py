@@ -15,7 +15,8 @@ import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
-from .context import FunctionInvocationContext
+from .context import FunctionInvocationContext, current_run_context
+from .core.events import ChildRunStarted
 from .errors import AgentLedgerError
 from .tools import FunctionTool
 
@@ -76,6 +77,19 @@ class AgentTool(FunctionTool):
             )
         session = ctx.session if self.propagate_session else self.agent.create_session()
         parent = (ctx.run_id, ctx.call_id) if ctx.run_id and ctx.call_id else None
+        caller = current_run_context()
+        run_id = self.agent.ids("run")
+        parent_sink = None
+        if caller is not None and caller._recorder is not None and ctx.call_id:
+            caller._recorder.emit(
+                ChildRunStarted,
+                call_id=ctx.call_id,
+                child_run_id=run_id,
+                agent_name=self.agent.name,
+                propagate_session=self.propagate_session,
+            )
+            if self.propagate_session and caller.session is session:
+                parent_sink = caller._session_sink
         run = _Run(
             self.agent,
             session,
@@ -86,6 +100,8 @@ class AgentTool(FunctionTool):
             None,
             parent=parent,
             share_history=not self.propagate_session,
+            run_id=run_id,
+            parent_sink=parent_sink,
         )
         token = _depth.set(depth)
         try:

@@ -8,6 +8,7 @@ from .core.events import (
     ApprovalRequested,
     ApprovalResolved,
     ArgumentsRejected,
+    ChildRunStarted,
     Event,
     IterationLimitReached,
     MiddlewareShortCircuit,
@@ -86,6 +87,9 @@ def describe(event: Event) -> str:
                 f"{c.key}={_short(c.value, 30)}" if c.op == "set" else f"-{c.key}" for c in event.changes
             )
             return f"session updated by {event.by}: {changes}"
+        case ChildRunStarted():
+            shared = ", sharing the session" if event.propagate_session else ""
+            return f"call {event.call_id} started sub-agent run {event.child_run_id}{shared}"
         case ApprovalRequested():
             return f"approval requested for {list(event.call_ids)}"
         case ApprovalResolved():
@@ -102,5 +106,27 @@ def describe(event: Event) -> str:
 
 
 def timeline(events: Iterable[Event]) -> str:
-    """The events as numbered lines."""
-    return "\n".join(f"{event.seq:>3}  {describe(event)}" for event in events)
+    """The events as numbered lines; sub-agent runs are nested under the call that started them."""
+    runs: dict[str, list[Event]] = {}
+    for event in events:
+        runs.setdefault(event.run_id, []).append(event)
+    roots = [run_id for run_id, log in runs.items() if _parent(log) not in runs]
+    lines: list[str] = []
+    for run_id in roots:
+        _render(run_id, runs, lines, depth=0, many=len(runs) > 1)
+    return "\n".join(lines)
+
+
+def _parent(log: list[Event]) -> str | None:
+    first = log[0]
+    return first.parent_run_id if type(first) is RunStarted else None
+
+
+def _render(run_id: str, runs: dict[str, list[Event]], lines: list[str], depth: int, many: bool) -> None:
+    indent = "    " * depth
+    if many:
+        lines.append(f"{indent}run {run_id}")
+    for event in runs[run_id]:
+        lines.append(f"{indent}{event.seq:>3}  {describe(event)}")
+        if type(event) is ChildRunStarted and event.child_run_id in runs:
+            _render(event.child_run_id, runs, lines, depth + 1, many)

@@ -21,6 +21,7 @@ __all__ = (
     "ApprovalRequested",
     "ApprovalResolved",
     "ArgumentsRejected",
+    "ChildRunStarted",
     "Event",
     "EventBase",
     "IterationLimitReached",
@@ -105,6 +106,7 @@ class RunStarted(EventBase, frozen=True, kw_only=True):
     config: RunConfig = msgspec.field(default_factory=RunConfig)
     parent_run_id: str | None = None
     parent_call_id: str | None = None
+    session_history: bool = True
     schema_version: int = SCHEMA_VERSION
     library_version: str = ""
 
@@ -203,9 +205,28 @@ class ToolChoiceReset(EventBase, frozen=True, kw_only=True):
 
 
 class SessionUpdated(EventBase, frozen=True, kw_only=True):
+    """Key-level changes of a session's state.
+
+    A sub-agent sharing its caller's session records its writes in its own log and the caller's
+    log gets a copy at the same moment, naming the original in ``origin_run_id``/``origin_seq``;
+    so the root run's log alone rebuilds the session, and folding several logs applies each
+    write once.
+    """
+
     session_id: str
     by: str
     changes: tuple[StateChange, ...]
+    origin_run_id: str | None = None
+    origin_seq: int | None = None
+
+
+class ChildRunStarted(EventBase, frozen=True, kw_only=True):
+    """A tool call started a sub-agent run, whose own log is the stream ``child_run_id``."""
+
+    call_id: str
+    child_run_id: str
+    agent_name: str | None = None
+    propagate_session: bool = False
 
 
 class ApprovalRequested(EventBase, frozen=True, kw_only=True):
@@ -259,6 +280,7 @@ Event = (
     | ToolsRemoved
     | ToolChoiceReset
     | SessionUpdated
+    | ChildRunStarted
     | ApprovalRequested
     | ApprovalResolved
     | IterationLimitReached

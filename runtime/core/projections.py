@@ -76,13 +76,18 @@ class ToolsProjection:
 
 
 class SessionProjection:
-    """Session state: every ``SessionUpdated`` of one session, across runs, in log order."""
+    """Session state: every ``SessionUpdated`` of one session, across runs, in log order.
 
-    __slots__ = ("session_id", "state")
+    A write copied into a caller's log (``origin_run_id``) and its original in the sub-agent's log
+    are the same write: whichever is folded first is applied, the other is skipped.
+    """
+
+    __slots__ = ("_applied", "session_id", "state")
 
     def __init__(self, session_id: str | None = None) -> None:
         self.session_id = session_id
         self.state: dict[str, Any] = {}
+        self._applied: set[tuple[str, int]] = set()
 
     def apply(self, event: Event) -> None:
         if type(event) is not SessionUpdated:
@@ -91,6 +96,13 @@ class SessionProjection:
             self.session_id = event.session_id
         elif event.session_id != self.session_id:
             return
+        if event.origin_run_id is not None and event.origin_seq is not None:
+            key = (event.origin_run_id, event.origin_seq)
+        else:
+            key = (event.run_id, event.seq)
+        if key in self._applied:
+            return
+        self._applied.add(key)
         for change in event.changes:
             if change.op == "set":
                 self.state[change.key] = change.value
