@@ -153,7 +153,9 @@ class Agent:
         self.middleware = list(middleware or ())
         self._layers = split_middleware(self.middleware)
         self.default_options = dict(default_options or {})
-        self.store: EventStore | None = MemoryEventStore() if store is True else (store or None)
+        if store is True:
+            store = MemoryEventStore()
+        self.store: EventStore | None = None if store is False else store
         self.redact = redact or default_redactor
         self.config = RunConfig(
             max_iterations=max_iterations,

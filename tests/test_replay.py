@@ -1,0 +1,151 @@
+"""Replay: state at a point, rerun with divergence detection, fork."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Annotated
+
+import pytest
+
+from agentledger import FunctionInvocationContext, MemoryEventStore, ReplayDivergence, tool
+from agentledger.adapters.chat.scripted import Call, ScriptedChatClient
+from agentledger.core import ModelResponded, ToolReturned
+from agentledger.demo import build_demo_agent, run_demo
+from agentledger.replay import RecordedRun, fork, load, rerun
+from agentledger.testing import event_types
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(autouse=True)
+def _quiet_experimental() -> Iterator[None]:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        yield
+
+
+async def _recorded_demo() -> tuple[RecordedRun, MemoryEventStore]:
+    store = MemoryEventStore()
+    response, _ = await run_demo(store)
+    return await load(store, response.run_id), store
+
+
+def _silent_agent(**changes: object) -> tuple[object, ScriptedChatClient]:
+    agent = build_demo_agent(store=False)
+    silent = ScriptedChatClient([])
+    agent.client = silent
+    for name, value in changes.items():
+        setattr(agent, name, value)
+    return agent, silent
+
+
+async def test_demo_reruns_without_divergence() -> None:
+    """A recorded demo run reruns against the same code with zero divergence and no model call."""
+    recorded, _ = await _recorded_demo()
+    agent, silent = _silent_agent()
+    response = await rerun(recorded, agent)  # type: ignore[arg-type]
+    assert response is not None
+    assert response.text.startswith("Lisbon is sunny")
+    assert silent.requests == []
+
+
+async def test_recorded_tools_do_not_run() -> None:
+    """With tools="recorded" no tool body runs, yet session writes and tool additions are repeated."""
+    recorded, _ = await _recorded_demo()
+    ran: list[str] = []
+    agent, _ = _silent_agent()
+
+    @tool(name="get_weather")
+    def spy(city: str) -> str:
+        ran.append(city)
+        return "??"
+
+    agent.tools = [spy if t.name == "get_weather" else t for t in agent.tools]  # type: ignore[attr-defined]
+    response = await rerun(recorded, agent, tools="recorded")  # type: ignore[arg-type]
+    assert ran == []
+    assert response is not None
+    assert "SessionUpdated" in event_types(response.events)
+
+
+async def test_changed_tool_diverges_at_its_result() -> None:
+    """A tool that now returns something else makes a live rerun diverge at that ToolReturned."""
+    recorded, _ = await _recorded_demo()
+    agent, _ = _silent_agent()
+
+    @tool(name="get_weather")
+    def colder(city: Annotated[str, "City name."]) -> str:
+        """Today's weather for a city."""
+        return "rain, 9°C"
+
+    agent.tools = [colder if t.name == "get_weather" else t for t in agent.tools]  # type: ignore[attr-defined]
+    expected_seq = next(
+        e.seq for e in recorded.events if isinstance(e, ToolReturned) and e.name == "get_weather"
+    )
+    with pytest.raises(ReplayDivergence) as info:
+        await rerun(recorded, agent, tools="live")  # type: ignore[arg-type]
+    assert info.value.seq == expected_seq
+    assert "rain, 9°C" in info.value.diff
+    assert isinstance(info.value.expected, ToolReturned)
+
+
+async def test_changed_middleware_diverges() -> None:
+    """Middleware that no longer short-circuits diverges where the recorded short-circuit was."""
+    recorded, _ = await _recorded_demo()
+
+    async def passthrough(
+        context: FunctionInvocationContext, call_next: Callable[[], Awaitable[None]]
+    ) -> None:
+        await call_next()
+
+    agent, _ = _silent_agent()
+    agent.middleware = [passthrough]  # type: ignore[attr-defined]
+    from agentledger.middleware import split_middleware
+
+    agent._layers = split_middleware([passthrough])  # type: ignore[attr-defined]
+    short = next(e.seq for e in recorded.events if type(e).__name__ == "MiddlewareShortCircuit")
+    with pytest.raises(ReplayDivergence) as info:
+        await rerun(recorded, agent, tools="recorded")  # type: ignore[arg-type]
+    assert info.value.seq == short
+
+
+async def test_state_at_any_point() -> None:
+    """state_at folds the log: tools offered, session state, transcript and pending calls."""
+    recorded, _ = await _recorded_demo()
+    first_answer = next(e for e in recorded.events if isinstance(e, ModelResponded))
+    at_answer = recorded.state_at(first_answer.seq)
+    assert [c.name for c in at_answer.pending_calls] == ["get_weather", "remember_preference"]
+    assert at_answer.session == {}
+    assert [t.name for t in at_answer.tools] == ["get_weather", "remember_preference", "load_booking_tools"]
+    end = recorded.state_at(len(recorded.events) - 1)
+    assert end.session == {"preferences": {"room": "quiet"}}
+    assert "book_hotel" in [t.name for t in end.tools]
+    assert end.phase == "done"
+    assert end.pending_calls == ()
+    assert end.transcript[0].text.startswith("Check the weather")
+    with pytest.raises(IndexError):
+        recorded.state_at(len(recorded.events))
+
+
+async def test_fork_continues_live_from_a_point() -> None:
+    """fork replays up to seq from the log and then asks the new client."""
+    recorded, _ = await _recorded_demo()
+    answers = [e for e in recorded.events if isinstance(e, ModelResponded)]
+    at = answers[1].seq  # after load_booking_tools was requested
+    live = ScriptedChatClient([Call("book_hotel", {"city": "Oslo", "nights": 3}), "Booked Oslo instead."])
+    agent, silent = _silent_agent()
+    response = await fork(recorded, agent, at=at, client=live)  # type: ignore[arg-type]
+    assert response.text == "Booked Oslo instead."
+    assert silent.requests == []
+    assert len(live.requests) == 2
+    assert "book_hotel" in live.requests[0].tools
+    replayed = [e.message for e in response.events if isinstance(e, ModelResponded)][:2]
+    assert replayed == [e.message for e in answers[:2]]
+
+
+async def test_load_unknown_run_is_a_clear_error() -> None:
+    """Loading a run the store does not have names it."""
+    from agentledger import AgentLedgerError
+
+    with pytest.raises(AgentLedgerError, match="no run 'nope'"):
+        await load(MemoryEventStore(), "nope")
