@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Annotated
 
+from ._sources import IdSource
 from .agent import Agent, AgentResponse
 from .context import FunctionInvocationContext
 from .session import AgentSession
@@ -64,8 +65,8 @@ async def require_positive_nights(
     await call_next()
 
 
-def build_demo_agent(store: EventStore | bool | None = True) -> Agent:
-    """The demo agent on its scripted model (deterministic clock and ids)."""
+def build_demo_agent(store: EventStore | bool | None = True, ids: IdSource | None = None) -> Agent:
+    """The demo agent on its scripted model (a fixed clock; sequential ids unless given)."""
     from agentledger.adapters.chat.scripted import Call, ScriptedChatClient
 
     client = ScriptedChatClient(
@@ -87,13 +88,15 @@ def build_demo_agent(store: EventStore | bool | None = True) -> Agent:
         middleware=[require_positive_nights],
         store=store,
         clock=FixedClock(),
-        ids=SequentialIds(),
+        ids=ids or SequentialIds(),
     )
 
 
-async def run_demo(store: EventStore | bool | None = True) -> tuple[AgentResponse, AgentSession]:
+async def run_demo(
+    store: EventStore | bool | None = True, ids: IdSource | None = None
+) -> tuple[AgentResponse, AgentSession]:
     """Run the demo once; returns the response and the session it used."""
-    agent = build_demo_agent(store)
+    agent = build_demo_agent(store, ids)
     session = agent.create_session()
     response = await agent.run(
         "Check the weather in Lisbon, remember I like quiet rooms, and book 2 nights.",
