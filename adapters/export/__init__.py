@@ -1,0 +1,1 @@
+"""Exporters: OTLP traces, a live structlog sink, an HTML run viewer."""
