@@ -115,8 +115,10 @@ def _options_record(options: Mapping[str, Any]) -> dict[str, Any]:
 class Agent:
     """An LLM agent: a chat client, instructions, tools and middleware.
 
-    Every run is recorded: ``agent.store`` (a ``MemoryEventStore`` unless another store is given)
-    receives each run's events as the run goes, and ``AgentResponse.events`` holds them too.
+    Every run is recorded: ``agent.store`` (a ``MemoryEventStore`` unless another store is given,
+    ``store=False`` for none) receives each run's events as the run goes, and
+    ``AgentResponse.events`` holds them too. ``event_sinks`` are called with every event the
+    moment it is recorded (live logging, tracing); they must not block.
     """
 
     def __init__(
@@ -139,6 +141,7 @@ class Agent:
         max_function_calls: int | None = None,
         include_detailed_errors: bool = False,
         sequential_tools: bool = False,
+        event_sinks: Sequence[Callable[[Event], None]] = (),
     ) -> None:
         if client is None:
             raise TypeError("Agent needs a chat client: Agent(client=...)")
@@ -157,6 +160,7 @@ class Agent:
             store = MemoryEventStore()
         self.store: EventStore | None = None if store is False else store
         self.redact = redact or default_redactor
+        self.event_sinks = tuple(event_sinks)
         self.config = RunConfig(
             max_iterations=max_iterations,
             max_consecutive_errors=max_consecutive_errors,
@@ -305,7 +309,7 @@ class _Run:
         history = session.history if session is not None and self.share_history else []
         run_id = self.run_id or agent.ids("run")
         machine = self.machine = RunMachine(history)
-        sinks = [self._stream_sink] if self.on_update is not None else []
+        sinks = [*agent.event_sinks, self._stream_sink] if self.on_update is not None else list(agent.event_sinks)
         recorder = Recorder(machine, run_id, agent.clock, sinks)
         registry = ToolRegistry(self.tools, recorder)
         inputs = normalize_messages(messages)

@@ -434,6 +434,7 @@ async def _drive(
     clone = copy.copy(agent)
     clone.client = client
     clone.store = None
+    clone.event_sinks = ()  # a rerun is not a new run: live exporters must not see it
     if tools == "recorded" or upto is not None:
         helper = _RecordedTools(recorded, upto, agent.tools if tools == "live" or upto is not None else ())
         clone.tools = [helper.stand_in(t.name) for t in agent.tools]

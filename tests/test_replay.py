@@ -149,3 +149,18 @@ async def test_load_unknown_run_is_a_clear_error() -> None:
 
     with pytest.raises(AgentLedgerError, match="no run 'nope'"):
         await load(MemoryEventStore(), "nope")
+
+
+async def test_rerun_never_reaches_live_sinks() -> None:
+    """Event sinks see a live run as it happens, and nothing of its rerun."""
+    seen: list[str] = []
+    store = MemoryEventStore()
+    agent = build_demo_agent(store)
+    agent.event_sinks = (lambda event: seen.append(type(event).__name__),)
+    session = agent.create_session()
+    response = await agent.run("Check the weather in Lisbon.", session=session)
+    assert seen == event_types(response.events)
+    seen.clear()
+    agent.client = ScriptedChatClient([])
+    await rerun(await load(store, response.run_id), agent)
+    assert seen == []
