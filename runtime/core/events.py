@@ -57,7 +57,7 @@ ToolChoice = str | dict[str, Any]
 """``"auto"``, ``"required"``, ``"none"`` or ``{"mode": ..., "required_function_name": ...}``."""
 
 
-class ToolSpec(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+class ToolSpec(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=False):
     """What the model is told about a tool."""
 
     name: str
@@ -66,7 +66,7 @@ class ToolSpec(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     approval_mode: str = "never_require"
 
 
-class StateChange(msgspec.Struct, frozen=True, omit_defaults=True):
+class StateChange(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
     """One key-level change of session state; ``value`` is JSON-encodable."""
 
     key: str
@@ -74,7 +74,7 @@ class StateChange(msgspec.Struct, frozen=True, omit_defaults=True):
     value: Any = None
 
 
-class RunConfig(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+class RunConfig(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=False):
     """The loop's limits and error policy for one run."""
 
     max_iterations: int = 40
@@ -84,7 +84,7 @@ class RunConfig(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     sequential_tools: bool = False
 
 
-class EventBase(msgspec.Struct, frozen=True, kw_only=True, tag=True, tag_field="type"):
+class EventBase(msgspec.Struct, frozen=True, kw_only=True, tag=True, tag_field="type", gc=False):
     """The envelope every event shares."""
 
     run_id: str

@@ -22,7 +22,7 @@ ContentType = Literal[
 ]
 
 
-class Content(msgspec.Struct, frozen=True, omit_defaults=True):
+class Content(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
     """One item of a message: text, a function call, a function result, or an approval."""
 
     type: ContentType
@@ -64,7 +64,7 @@ class Content(msgspec.Struct, frozen=True, omit_defaults=True):
         return Content.from_approval_response(self.call_id, approved=approved)
 
 
-class Message(msgspec.Struct, frozen=True, omit_defaults=True):
+class Message(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
     """A chat message: a role and its contents (strings become text contents)."""
 
     role: str
@@ -88,7 +88,7 @@ class Message(msgspec.Struct, frozen=True, omit_defaults=True):
         return tuple(c for c in self.contents if c.type == "function_call")
 
 
-class Usage(msgspec.Struct, frozen=True, omit_defaults=True):
+class Usage(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
     """Token counts reported by the model."""
 
     input_tokens: int = 0
