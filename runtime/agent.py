@@ -443,7 +443,8 @@ class _Run:
     async def _complete(
         self, recorder: Recorder, driver: RunDriver, result: Any, finish: FinishRun | None
     ) -> AgentResponse:
-        driver._checkpoint()
+        if self.session is not None:
+            self.session.state.checkpoint(every=True)
         if driver.error is not None:
             await self._failed(recorder, driver, driver.error)
             raise driver.error

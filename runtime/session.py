@@ -1,9 +1,13 @@
 """AgentSession: conversation state and history, kept as a projection of the log.
 
 Theory of operation. ``session.state`` is a dict that records what happens to it. A set or delete
-becomes a key-level ``StateChange`` at once; a container stored in the state is watched, and a
-*checkpoint* (after every tool call and middleware step, and at the end of a run) re-encodes the
-watched values and records a ``set`` for each one that changed in place. While a run is bound to
+becomes a key-level ``StateChange`` at once. A container value (a dict, a list...) can also be
+changed in place, which no dict method sees: so whoever stores or reads a container value is
+noted as having *touched* that key, and a *checkpoint* (after every tool call and middleware
+step) re-encodes the keys the current writer touched and records a ``set`` for each one that
+changed, attributed to that writer. Concurrent tool calls therefore each account for their own
+in-place changes. A final checkpoint at the end of a run looks at every container value, for
+changes made through references kept elsewhere. While a run is bound to
 the session the changes go straight into that run's log as ``SessionUpdated`` events, attributed
 to the call or middleware that made them; changes made between runs are kept and recorded at the
 start of the next run (``by="caller"``). Folding every ``SessionUpdated`` of a session in log order
@@ -48,13 +52,14 @@ def _encode(key: str, value: Any) -> bytes:
 class SessionState(dict[str, Any]):
     """A dict whose changes are recorded; see the module docstring."""
 
-    __slots__ = ("__weakref__", "_encoded", "_lock", "_sink", "_watched")
+    __slots__ = ("__weakref__", "_encoded", "_lock", "_sink", "_touched", "_watched")
 
     def __init__(self, sink: Sink) -> None:
         super().__init__()
         self._sink = sink
         self._encoded: dict[str, bytes] = {}
         self._watched: set[str] = set()
+        self._touched: dict[str, set[str]] = {}
         self._lock = threading.RLock()
 
     # -- writes ------------------------------------------------------------------------------
@@ -66,11 +71,40 @@ class SessionState(dict[str, Any]):
         with self._lock:
             super().__setitem__(key, value)
             self._encoded[key] = encoded
+            who = writer.get()
             if isinstance(value, _SCALARS):
                 self._watched.discard(key)
             else:
                 self._watched.add(key)
-            self._sink(writer.get(), (StateChange(key, "set", msgspec.json.decode(encoded)),))
+                self._touched.setdefault(who, set()).add(key)
+            self._sink(who, (StateChange(key, "set", msgspec.json.decode(encoded)),))
+
+    # -- reads that hand out containers -------------------------------------------------------
+
+    def __getitem__(self, key: str) -> Any:
+        value = dict.__getitem__(self, key)
+        if not isinstance(value, _SCALARS):
+            self._touch((key,))
+        return value
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self[key] if key in self else default
+
+    def values(self) -> Any:
+        self._touch(self._watched)
+        return dict.values(self)
+
+    def items(self) -> Any:
+        self._touch(self._watched)
+        return dict.items(self)
+
+    def copy(self) -> dict[str, Any]:
+        self._touch(self._watched)
+        return dict(dict.items(self))
+
+    def _touch(self, keys: Iterable[str]) -> None:
+        with self._lock:
+            self._touched.setdefault(writer.get(), set()).update(keys)
 
     def __delitem__(self, key: str) -> None:
         with self._lock:
@@ -115,13 +149,21 @@ class SessionState(dict[str, Any]):
 
     # -- checkpoints -------------------------------------------------------------------------
 
-    def checkpoint(self) -> None:
-        """Record in-place changes of watched container values (nested mutation)."""
+    def checkpoint(self, *, every: bool = False) -> None:
+        """Record in-place changes of the container values the current writer touched.
+
+        ``every=True`` looks at every container value, whoever touched it (end of a run).
+        """
         if not self._watched:
             return
         with self._lock:
+            who = writer.get()
+            touched = self._touched.pop(who, set())
+            if every:
+                touched = set(self._watched)
+                self._touched.clear()
             changes = []
-            for key in sorted(self._watched):
+            for key in sorted(touched & self._watched):
                 encoded = _encode(key, dict.__getitem__(self, key))
                 if encoded != self._encoded.get(key):
                     self._encoded[key] = encoded
@@ -139,7 +181,7 @@ class SessionState(dict[str, Any]):
 
     def snapshot(self) -> dict[str, Any]:
         """The state as plain JSON values (encoded afresh, so in-place changes show)."""
-        return {key: msgspec.json.decode(_encode(key, value)) for key, value in self.items()}
+        return {key: msgspec.json.decode(_encode(key, value)) for key, value in dict.items(self)}
 
 
 class AgentSession:
@@ -173,7 +215,7 @@ class AgentSession:
             pending, self._pending = self._pending, []
         for by, changes in pending:
             sink(by, changes)
-        self.state.checkpoint()
+        self.state.checkpoint(every=True)
         return lambda: _sinks.reset(token)
 
     @property
