@@ -309,7 +309,9 @@ class _Run:
         history = session.history if session is not None and self.share_history else []
         run_id = self.run_id or agent.ids("run")
         machine = self.machine = RunMachine(history)
-        sinks = [*agent.event_sinks, self._stream_sink] if self.on_update is not None else list(agent.event_sinks)
+        sinks = (
+            [*agent.event_sinks, self._stream_sink] if self.on_update is not None else list(agent.event_sinks)
+        )
         recorder = Recorder(machine, run_id, agent.clock, sinks)
         registry = ToolRegistry(self.tools, recorder)
         inputs = normalize_messages(messages)

@@ -1,32 +1,214 @@
-"""The ``agentledger`` command."""
+"""The ``agentledger`` command: run the demo, list, show, inspect, replay and export runs.
+
+Runs are read from an event store: ``--store PATH`` or ``$AGENTLEDGER_STORE``, by default the
+SQLite file ``agentledger.db`` in the current directory. A path ending in ``.jsonl`` (or an
+existing directory) is a JSONL store. Problems with the store or the log are reported in one
+line on stderr, never as a traceback.
+"""
 
 from __future__ import annotations
 
 import argparse
+import importlib
+import os
 import sys
 import warnings
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
 
 import anyio
+import msgspec
 
 from . import __version__
-from .errors import AgentLedgerError
+from .core.events import ChildRunStarted, Event, RunCompleted, RunFailed, RunStarted, encode_event
+from .errors import AgentLedgerError, ReplayDivergence
+from .store import EventStore
 
-__all__ = ("main",)
+__all__ = ("DEFAULT_STORE", "main", "open_store")
+
+DEFAULT_STORE = "agentledger.db"
+T = TypeVar("T")
+
+
+class UsageError(AgentLedgerError):
+    """The command line asks for something that cannot be done (exit code 2)."""
+
+
+def open_store(spec: str | None, *, create: bool = False) -> EventStore:
+    """The store a path names: ``.jsonl`` or a directory is JSONL, anything else SQLite."""
+    path = Path(spec or os.environ.get("AGENTLEDGER_STORE") or DEFAULT_STORE)
+    if not create and not path.exists():
+        raise UsageError(f"no event store at {path} (run `agentledger demo` first, or pass --store)")
+    if path.suffix == ".jsonl" or path.is_dir():
+        from agentledger.adapters.stores.jsonl import JsonlEventStore
+
+        return JsonlEventStore(path)
+    from agentledger.adapters.stores.sqlite import SqliteEventStore
+
+    return SqliteEventStore(path)
+
+
+def _run(func: Callable[[], Awaitable[T]]) -> T:
+    return anyio.run(func)
+
+
+async def _read(store: EventStore, run_id: str) -> list[Event]:
+    events = await store.read(run_id)
+    if not events:
+        raise UsageError(f"no run {run_id!r} in the store")
+    return events
+
+
+def _console() -> Any:
+    from rich.console import Console
+
+    console = Console(highlight=False)
+    if not console.is_terminal:
+        console.width = 200  # piped output: keep lines whole rather than cropped to 80 columns
+    return console
+
+
+# -- commands -------------------------------------------------------------------------------------
 
 
 def _demo(args: argparse.Namespace) -> int:
+    from ._sources import RandomIds
     from .demo import run_demo
     from .timeline import timeline
 
     warnings.simplefilter("ignore", FutureWarning)  # the demo uses experimental add_tools
-    response, session = anyio.run(run_demo)
+    store: EventStore | bool = False if args.no_store else open_store(args.store, create=True)
+    response, session = _run(lambda: run_demo(store, RandomIds()))
     print(response.text)
     print()
     print(f"run {response.run_id}: {len(response.events)} events")
     print(timeline(response.events))
     print()
     print(f"session {session.session_id} state: {session.state.snapshot()}")
+    if not args.no_store:
+        where = args.store or os.environ.get("AGENTLEDGER_STORE") or DEFAULT_STORE
+        print(f"recorded in {where}: try `agentledger show {response.run_id}`")
+    return 0
+
+
+def _runs(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    store = open_store(args.store)
+
+    async def collect() -> list[list[Event]]:
+        return [await store.read(stream) for stream in await store.streams()]
+
+    table = Table("run", "agent", "session", "events", "outcome", "answer")
+    table.columns[0].no_wrap = True
+    for log in _run(collect):
+        if not log or not isinstance(log[0], RunStarted):
+            continue
+        started, last = log[0], log[-1]
+        outcome = _outcome(last)
+        answer = last.text if isinstance(last, RunCompleted) else ""
+        parent = f" ⟵ {started.parent_run_id}" if started.parent_run_id else ""
+        table.add_row(
+            started.run_id + parent,
+            started.agent_name or started.agent_id,
+            started.session_id or "",
+            str(len(log)),
+            outcome,
+            answer[:50],
+        )
+    _console().print(table)
+    return 0
+
+
+def _outcome(last: Event) -> str:
+    if isinstance(last, RunCompleted):
+        return last.reason
+    if isinstance(last, RunFailed):
+        return f"failed: {last.error_type}"
+    return "running or torn"
+
+
+def _show(args: argparse.Namespace) -> int:
+    from .render import render_run
+
+    store = open_store(args.store)
+
+    async def collect() -> list[Event]:
+        events = await _read(store, args.run)
+        for event in events:  # grows as children are read, so grandchildren are read too
+            if isinstance(event, ChildRunStarted):
+                events.extend(await store.read(event.child_run_id))
+        return events
+
+    _console().print(render_run(_run(collect)))
+    return 0
+
+
+def _state(args: argparse.Namespace) -> int:
+    from .replay import load
+
+    store = open_store(args.store)
+    recorded = _run(lambda: load(store, args.run))
+    last = len(recorded.events) - 1
+    seq = last if args.at is None else args.at
+    if not 0 <= seq <= last:
+        raise UsageError(f"run {args.run} has events 0..{last}; --at {seq} is outside")
+    state = recorded.state_at(seq)
+    print(msgspec.json.format(msgspec.json.encode(state), indent=2).decode())
+    return 0
+
+
+def _load_agent(spec: str) -> Any:
+    module_name, _, attr = spec.partition(":")
+    if not attr:
+        raise UsageError(f"--agent must look like package.module:name, not {spec!r}")
+    try:
+        target = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
+        raise UsageError(f"cannot load the agent {spec!r}: {exc}") from exc
+    from .agent import Agent
+
+    agent = target if isinstance(target, Agent) else target()
+    if not isinstance(agent, Agent):
+        raise UsageError(f"{spec!r} is not an Agent or a function returning one")
+    return agent
+
+
+def _replay(args: argparse.Namespace) -> int:
+    from .replay import load, rerun
+
+    warnings.simplefilter("ignore", FutureWarning)
+    store = open_store(args.store)
+    agent = _load_agent(args.agent)
+    agent.store = None
+
+    async def go() -> None:
+        recorded = await load(store, args.run)
+        await rerun(recorded, agent, tools=args.tools)
+
+    try:
+        _run(go)
+    except ReplayDivergence as exc:
+        print(f"run {args.run} diverged at seq {exc.seq}", file=sys.stderr)
+        print(exc.diff, file=sys.stderr)
+        return 1
+    print(f"run {args.run}: no divergence")
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    store = open_store(args.store)
+    events = _run(lambda: _read(store, args.run))
+    out = open(args.output, "wb") if args.output else sys.stdout.buffer  # noqa: SIM115
+    try:
+        for event in events:
+            out.write(encode_event(event) + b"\n")
+    finally:
+        if args.output:
+            out.close()
+        else:
+            out.flush()
     return 0
 
 
@@ -34,8 +216,36 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="agentledger", description="Event-sourced LLM agent runs.")
     parser.add_argument("--version", action="version", version=f"agentledger {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
-    demo = commands.add_parser("demo", help="run a scripted agent and print its answer and events")
-    demo.set_defaults(handler=_demo)
+
+    def command(
+        name: str, handler: Callable[[argparse.Namespace], int], help: str
+    ) -> argparse.ArgumentParser:
+        sub = commands.add_parser(name, help=help, description=help)
+        sub.add_argument(
+            "--store", help=f"event store path (default ${{AGENTLEDGER_STORE}} or {DEFAULT_STORE})"
+        )
+        sub.set_defaults(handler=handler)
+        return sub
+
+    demo = command("demo", _demo, "run a scripted agent, print its answer and events, and record them")
+    demo.add_argument("--no-store", action="store_true", help="do not record the run")
+    command("runs", _runs, "list the recorded runs")
+    command(
+        "show", _show, "show a run's timeline: iterations, tools offered, calls, session changes"
+    ).add_argument("run")
+    state = command("state", _state, "print a run's state (tools, session, transcript) at an event")
+    state.add_argument("run")
+    state.add_argument("--at", type=int, help="the event's seq (default: the last)")
+    replay = command("replay", _replay, "rerun a recorded run against the agent's code; exit 1 on divergence")
+    replay.add_argument("run")
+    replay.add_argument(
+        "--agent", default="agentledger.demo:build_demo_agent", help="module:name of the Agent or its factory"
+    )
+    replay.add_argument("--tools", choices=("recorded", "live"), default="recorded")
+    export = command("export", _export, "write a run's events")
+    export.add_argument("run")
+    export.add_argument("--format", choices=("jsonl",), default="jsonl")
+    export.add_argument("--output", "-o", help="file to write (default: stdout)")
     return parser
 
 
@@ -43,6 +253,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         return int(args.handler(args))
+    except UsageError as exc:
+        print(f"agentledger: {exc}", file=sys.stderr)
+        return 2
     except AgentLedgerError as exc:
         print(f"agentledger: {exc}", file=sys.stderr)
         return 1

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import abc
 from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal, TypedDict
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypedDict
 
 import msgspec
+from typing_extensions import TypeVar
 
 from .core.events import ToolSpec
 from .core.messages import Content, Message, Usage
@@ -38,8 +39,15 @@ class ToolMode(TypedDict, total=False):
     allowed_tools: list[str]
 
 
-class ChatOptions(TypedDict, total=False):
-    """Request settings; every field is optional and clients ignore what they do not support."""
+ResponseModelT = TypeVar("ResponseModelT", default=Any)
+
+
+class ChatOptions(TypedDict, Generic[ResponseModelT], total=False):
+    """Request settings; every field is optional and clients ignore what they do not support.
+
+    The type parameter is the structured-output type named by ``response_format``;
+    ``ChatOptions`` alone means ``ChatOptions[Any]``.
+    """
 
     model: str
     instructions: str
@@ -53,6 +61,7 @@ class ChatOptions(TypedDict, total=False):
     allow_multiple_tool_calls: bool
     user: str
     metadata: dict[str, Any]
+    response_format: type[ResponseModelT] | dict[str, Any]
     additional_properties: dict[str, Any]
 
 

@@ -34,7 +34,7 @@ _SCALARS = (str, int, float, bool, type(None))
 _encoder = msgspec.json.Encoder(order="deterministic")
 
 writer: contextvars.ContextVar[str] = contextvars.ContextVar("agentledger_writer", default="caller")
-"""Who is writing session state right now: a call id, ``middleware:<name>`` or ``caller``."""
+"""Who is writing session state: a call id, ``agent_middleware``, ``chat_middleware`` or ``caller``."""
 
 Sink = Callable[[str, tuple[StateChange, ...]], None]
 _sinks: contextvars.ContextVar[dict[int, Sink]] = contextvars.ContextVar("agentledger_sinks", default={})  # noqa: B039 - never mutated
@@ -88,7 +88,7 @@ class SessionState(dict[str, Any]):
         return value
 
     def get(self, key: str, default: Any = None) -> Any:
-        return self[key] if key in self else default
+        return self[key] if key in self else default  # noqa: SIM401 - self.get would recurse
 
     def values(self) -> Any:
         self._touch(self._watched)

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
 import re
+import sys
 import types
 import typing
 import warnings
@@ -35,6 +37,19 @@ class ArgumentsError(ValueError):
     """The model's arguments are not valid JSON or do not match the tool's schema."""
 
 
+_PACKAGE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _caller_level() -> int:
+    """The ``stacklevel`` that points a warning at the first frame outside agentledger."""
+    frame = sys._getframe(1)
+    level = 1
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE + os.sep):
+        frame = frame.f_back  # type: ignore[assignment]
+        level += 1
+    return level
+
+
 def _context_type() -> type:
     from .context import FunctionInvocationContext
 
@@ -44,8 +59,8 @@ def _context_type() -> type:
 def _mentions_context(annotation: Any, ctx_type: type) -> bool:
     if annotation is ctx_type:
         return True
-    if isinstance(annotation, str):
-        return annotation.split(".")[-1].strip("'\" ") == ctx_type.__name__
+    if isinstance(annotation, str):  # an annotation that could not be evaluated
+        return re.search(rf"\b{ctx_type.__name__}\b", annotation) is not None
     origin = get_origin(annotation)
     if origin is Annotated:
         return _mentions_context(get_args(annotation)[0], ctx_type)
@@ -112,11 +127,27 @@ def _field_type(annotation: Any) -> tuple[Any, Any]:
 
 
 def _type_hints(func: Callable[..., Any]) -> dict[str, Any]:
+    """Evaluated annotations, parameter by parameter where the whole set does not evaluate.
+
+    ``FunctionInvocationContext`` is always resolvable, even when the tool's module imports it
+    only under ``TYPE_CHECKING``.
+    """
     target: Any = func if inspect.isroutine(func) else getattr(func, "__call__", func)  # noqa: B004
+    local = {"FunctionInvocationContext": _context_type()}
     try:
-        return typing.get_type_hints(target, include_extras=True)
-    except Exception:  # unresolvable forward references: keep what is already evaluated
-        return dict(getattr(target, "__annotations__", {}))
+        return typing.get_type_hints(target, localns=local, include_extras=True)
+    except Exception:  # some annotation does not evaluate: try each on its own
+        pass
+    raw = dict(getattr(target, "__annotations__", {}))
+    namespace = {**getattr(target, "__globals__", {}), **local}
+    hints: dict[str, Any] = {}
+    for name, annotation in raw.items():
+        try:
+            # evaluating an annotation string is what typing.get_type_hints does too
+            hints[name] = eval(annotation, namespace) if isinstance(annotation, str) else annotation
+        except Exception:  # unresolvable: keep the text; the parameter's type becomes Any
+            hints[name] = annotation
+    return hints
 
 
 def _inline_schema(struct: type[msgspec.Struct]) -> dict[str, Any]:
@@ -168,7 +199,7 @@ class FunctionTool:
                 f"tool {self.name!r} declares **kwargs to receive runtime values; read them from "
                 "an injected FunctionInvocationContext (ctx.kwargs) instead",
                 DeprecationWarning,
-                stacklevel=4,
+                stacklevel=_caller_level(),
             )
 
     # -- definition --------------------------------------------------------------------------

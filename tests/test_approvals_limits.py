@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from agentledger import Agent, Content, Message, tool
-from agentledger.adapters.chat.scripted import Call, ScriptedChatClient
+from agentledger.adapters.chat.scripted import Call, ScriptedChatClient, ScriptEntry
 from agentledger.core import ApprovalRequested, ApprovalResolved, IterationLimitReached
 from agentledger.errors import AgentLedgerError
 from agentledger.testing import FixedClock, SequentialIds, event_types
@@ -106,7 +106,7 @@ async def test_consecutive_error_batches_stop_the_loop(clock: FixedClock, ids: S
             raise RuntimeError("nope")
         return "fine"
 
-    script: list[object] = [Call("flaky", {"ok": False}), Call("flaky", {"ok": True})]
+    script: list[ScriptEntry] = [Call("flaky", {"ok": False}), Call("flaky", {"ok": True})]
     script += [Call("flaky", {"ok": False})] * 3 + ["stopped"]
     client = ScriptedChatClient(script)
     response = await Agent(client=client, tools=[flaky], clock=clock, ids=ids).run("x")

@@ -18,7 +18,7 @@ from agentledger import (
     ToolMode,
     tool,
 )
-from agentledger.adapters.chat.scripted import Call, ScriptedChatClient
+from agentledger.adapters.chat.scripted import Call, ScriptedChatClient, ScriptEntry
 from agentledger.core import ToolChoiceReset, ToolsAdded, ToolsRemoved
 from agentledger.testing import FixedClock, SequentialIds, event_types
 
@@ -114,7 +114,7 @@ def update_record(record_id: str, status: str) -> str:
     return f"Updated record {record_id} to status '{status}'."
 
 
-def _record_script() -> list[object]:
+def _record_script() -> list[ScriptEntry]:
     return [
         Call("get_record", {"record_id": "REC-42"}),
         Call("update_record", {"record_id": "REC-42", "status": "in-progress"}),
@@ -311,7 +311,7 @@ def test_experimental_warning_once_per_process() -> None:
     code = """
 import asyncio, warnings
 from agentledger import Agent, FunctionInvocationContext, ExperimentalWarning, tool
-from agentledger.adapters.chat.scripted import Call, ScriptedChatClient
+from agentledger.adapters.chat.scripted import Call, ScriptedChatClient, ScriptEntry
 @tool
 def extra() -> str:
     return "x"

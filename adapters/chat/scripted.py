@@ -20,7 +20,7 @@ from agentledger.core.events import ToolSpec
 from agentledger.core.messages import Content, Message, Usage
 from agentledger.errors import AgentLedgerError
 
-__all__ = ("Call", "ScriptExhausted", "ScriptedChatClient", "ScriptedRequest")
+__all__ = ("Call", "ScriptEntry", "ScriptExhausted", "ScriptedChatClient", "ScriptedRequest")
 
 
 class Call(msgspec.Struct, frozen=True):
@@ -47,7 +47,8 @@ class ScriptExhausted(AgentLedgerError):
     """The model was called more often than the script has answers."""
 
 
-Entry = str | Call | Sequence[Call] | Message | ChatResponse | Callable[[ScriptedRequest], Any]
+ScriptEntry = str | Call | Sequence[Call] | Message | ChatResponse | Callable[[ScriptedRequest], Any]
+"""One answer of a script (see the module docstring)."""
 
 
 class ScriptedChatClient(BaseChatClient):
@@ -56,7 +57,7 @@ class ScriptedChatClient(BaseChatClient):
     provider_name = "scripted"
 
     def __init__(
-        self, script: Sequence[Entry] = (), *, model: str = "scripted-1", repeat: bool = False
+        self, script: Sequence[ScriptEntry] = (), *, model: str = "scripted-1", repeat: bool = False
     ) -> None:
         self.script = list(script)
         self.model = model
@@ -126,7 +127,7 @@ class ScriptedChatClient(BaseChatClient):
         self.requests.append(request)
         return request
 
-    def _next_entry(self) -> Entry:
+    def _next_entry(self) -> ScriptEntry:
         if self._position >= len(self.script):
             if self.repeat and self.script:
                 self._position = 0

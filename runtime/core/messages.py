@@ -7,7 +7,7 @@ into the very same values. ``Message("user", ["hi"])`` accepts plain strings for
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
 
@@ -70,6 +70,15 @@ class Message(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
     role: str
     contents: tuple[Content, ...] = ()
     author_name: str | None = None
+
+    if TYPE_CHECKING:  # strings and any sequence are accepted, and normalised in __post_init__
+
+        def __init__(
+            self,
+            role: str,
+            contents: Sequence[Content | str] | Content | str = (),
+            author_name: str | None = None,
+        ) -> None: ...
 
     def __post_init__(self) -> None:
         contents: Sequence[Any] = self.contents
