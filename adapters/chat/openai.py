@@ -1,0 +1,341 @@
+"""OpenAI-compatible chat clients over httpx: Chat Completions and the Responses API.
+
+``OpenAIChatClient`` speaks ``POST {base_url}/chat/completions``, the format most compatible
+servers implement (vLLM, Ollama, llama.cpp's server, LiteLLM...); ``OpenAIResponsesClient``
+speaks ``POST {base_url}/responses``. Both are configured by arguments or by the environment:
+
+=====================  ===============================================================
+argument               environment (used when the argument is not given)
+=====================  ===============================================================
+``model``              ``OPENAI_CHAT_MODEL_ID`` (chat) or ``OPENAI_RESPONSES_MODEL_ID``
+                       (responses), then ``OPENAI_MODEL``
+``api_key``            ``OPENAI_API_KEY``; required only for the hosted API
+``base_url``           ``OPENAI_BASE_URL``, else ``https://api.openai.com/v1``
+=====================  ===============================================================
+
+so ``OpenAIChatClient().as_agent(name=..., instructions=..., tools=[...])`` works as it is.
+
+``client_kwargs`` of a run reach every request of that run. These keys are read; any other key
+is left alone for chat middleware and never sent:
+
+- ``headers``: extra HTTP headers (they may replace ``Authorization`` for that run);
+- ``extra_body``: fields merged into the JSON body, replacing what the client built;
+- ``extra_query``: query parameters (``api-version`` for Azure-style deployments);
+- ``timeout``: seconds (or an ``httpx.Timeout``) for this run's requests.
+
+Errors are the tree in ``_openai_errors`` (re-exported here). 408, 429 and 5xx answers are
+retried up to ``max_retries`` times, waiting what ``Retry-After`` (or ``retry-after-ms``) says,
+else 0.5 s, 1 s, 2 s... capped at 8 s; a wait longer than ``max_retry_delay`` is not made and the
+error is raised at once. The waiting goes through ``sleep`` so tests can replace it. The API key
+is sent only in the ``Authorization`` header: it is kept out of ``repr``, of every error message
+(a server that echoes it back is masked) and so out of the run's events.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import contextlib
+import os
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
+from typing import Any, ClassVar, Protocol, Self
+
+import anyio
+import httpx
+import msgspec
+
+from agentledger.clients import BaseChatClient, ChatOptions, ChatResponse, ChatResponseUpdate
+from agentledger.core.messages import Content, Message
+
+from ._openai_chat import ChatStream, chat_request, chat_response
+from ._openai_errors import (
+    APIConnectionError,
+    APIStatusError,
+    APITimeoutError,
+    AuthenticationError,
+    BadRequestError,
+    MalformedResponseError,
+    OpenAIConfigurationError,
+    OpenAIError,
+    RateLimitError,
+    ResponseFailedError,
+    ServerError,
+    TruncatedStreamError,
+)
+from ._openai_http import body_chunks, read_all, send_request, status_error_of
+from ._openai_responses import ResponsesStream, responses_request, responses_response
+from ._sse import ServerSentEvent, SSEDecoder
+
+__all__ = (
+    "DEFAULT_BASE_URL",
+    "APIConnectionError",
+    "APIStatusError",
+    "APITimeoutError",
+    "AuthenticationError",
+    "BadRequestError",
+    "MalformedResponseError",
+    "OpenAIChatClient",
+    "OpenAIConfigurationError",
+    "OpenAIError",
+    "OpenAIResponsesClient",
+    "RateLimitError",
+    "ResponseFailedError",
+    "ServerError",
+    "TruncatedStreamError",
+)
+
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+DEFAULT_TIMEOUT = 60.0
+_MASK = "***"
+
+Sleep = Callable[[float], Awaitable[None]]
+
+
+class _Stream(Protocol):
+    done: bool
+
+    def feed(self, event: ServerSentEvent) -> list[ChatResponseUpdate]: ...
+
+    def close(self) -> list[ChatResponseUpdate]: ...
+
+
+class _OpenAIClient(BaseChatClient):
+    """The HTTP side both wire formats share: configuration, retries, errors, streaming."""
+
+    provider_name = "openai"
+    path: ClassVar[str]
+    model_variable: ClassVar[str]
+
+    def __init__(
+        self,
+        model: str | None = None,
+        *,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        default_headers: Mapping[str, str] | None = None,
+        timeout: float | httpx.Timeout | None = None,
+        max_retries: int = 2,
+        max_retry_delay: float = 60.0,
+        http_client: httpx.AsyncClient | None = None,
+        sleep: Sleep | None = None,
+    ) -> None:
+        env = os.environ
+        self.model: str = model or env.get(self.model_variable) or env.get("OPENAI_MODEL") or ""
+        if not self.model:
+            raise OpenAIConfigurationError(
+                f"no model: pass model=... or set {self.model_variable} (or OPENAI_MODEL)"
+            )
+        self.base_url = (base_url or env.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
+        self._api_key = (api_key if api_key is not None else env.get("OPENAI_API_KEY")) or None
+        if self._api_key is None and self.base_url == DEFAULT_BASE_URL:
+            raise OpenAIConfigurationError("no API key: pass api_key=... or set OPENAI_API_KEY")
+        self.default_headers = dict(default_headers or {})
+        self.timeout = timeout
+        self.max_retries = max_retries
+        self.max_retry_delay = max_retry_delay
+        self._sleep: Sleep = anyio.sleep if sleep is None else sleep
+        self._http = http_client
+        self._owns_http = http_client is None
+        self._http_loop: object = None
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(model={self.model!r}, base_url={self.base_url!r})"
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the connection pool the client opened (not one passed as ``http_client``)."""
+        if self._owns_http and self._http is not None:
+            http, self._http = self._http, None
+            await http.aclose()
+
+    # -- the two wire formats fill these in ----------------------------------------------------
+
+    @abc.abstractmethod
+    def _body(self, messages: Sequence[Message], options: ChatOptions, *, stream: bool) -> dict[str, Any]:
+        """The request body for one call."""
+
+    @abc.abstractmethod
+    def _parse(self, payload: bytes, model: str) -> ChatResponse:
+        """A whole answer."""
+
+    @abc.abstractmethod
+    def _stream(self, model: str) -> _Stream:
+        """A reader for one streamed answer."""
+
+    # -- the BaseChatClient interface ----------------------------------------------------------
+
+    async def get_response(
+        self,
+        messages: Sequence[Message],
+        *,
+        options: ChatOptions | None = None,
+        function_invocation_kwargs: Mapping[str, Any] | None = None,
+        client_kwargs: Mapping[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> ChatResponse:
+        """One model call; ``client_kwargs`` as the module docstring describes."""
+        options = options or {}
+        with self._masked():
+            body = self._body(messages, options, stream=False)
+            response = await self._send(body, client_kwargs or {}, stream=False)
+            return self._parse(response.content, options.get("model") or self.model)
+
+    async def get_streaming_response(
+        self,
+        messages: Sequence[Message],
+        *,
+        options: ChatOptions | None = None,
+        client_kwargs: Mapping[str, Any] | None = None,
+    ) -> AsyncIterator[ChatResponseUpdate]:
+        """One model call, streamed: text deltas as they arrive, function calls whole."""
+        options = options or {}
+        with self._masked():
+            body = self._body(messages, options, stream=True)
+            response = await self._send(body, client_kwargs or {}, stream=True)
+            try:
+                async for update in self._read_stream(response, options.get("model") or self.model):
+                    yield update
+            finally:
+                await response.aclose()
+
+    async def _read_stream(self, response: httpx.Response, model: str) -> AsyncIterator[ChatResponseUpdate]:
+        if response.headers.get("content-type", "").startswith("application/json"):
+            for update in _as_updates(self._parse(await read_all(response), model)):
+                yield update
+            return
+        decoder, stream = SSEDecoder(), self._stream(model)
+        async for chunk in body_chunks(response):
+            for event in decoder.feed(chunk):
+                for update in stream.feed(event):
+                    yield update
+        if not stream.done:
+            if decoder.pending:
+                raise TruncatedStreamError("the stream ended in the middle of an event")
+            for update in stream.close():
+                yield update
+
+    # -- HTTP ----------------------------------------------------------------------------------
+
+    async def _send(self, body: dict[str, Any], extras: Mapping[str, Any], *, stream: bool) -> httpx.Response:
+        """POST ``body``, retrying what may succeed later; a non-2xx answer becomes an error."""
+        http = self._client()
+        request = self._request(http, body, extras, stream=stream)
+        attempt = 0
+        while True:
+            response = await send_request(http, request, stream)
+            if response.is_success:
+                return response
+            error = await status_error_of(request, response)
+            delay = self._retry_delay(error, attempt)
+            if delay is None:
+                raise error
+            await self._sleep(delay)
+            attempt += 1
+
+    def _request(
+        self, http: httpx.AsyncClient, body: dict[str, Any], extras: Mapping[str, Any], *, stream: bool
+    ) -> httpx.Request:
+        headers = httpx.Headers({"Content-Type": "application/json"})
+        headers.update(self.default_headers)
+        headers["Accept"] = "text/event-stream" if stream else "application/json"
+        if self._api_key is not None:
+            headers["Authorization"] = f"Bearer {self._api_key}"
+        headers.update(extras.get("headers") or {})
+        return http.build_request(
+            "POST",
+            self.base_url + self.path,
+            content=msgspec.json.encode({**body, **(extras.get("extra_body") or {})}),
+            headers=headers,
+            params=extras.get("extra_query"),
+            timeout=extras.get("timeout", httpx.USE_CLIENT_DEFAULT if self.timeout is None else self.timeout),
+        )
+
+    def _retry_delay(self, error: APIStatusError, attempt: int) -> float | None:
+        status = error.status_code
+        if attempt >= self.max_retries or not (status in (408, 429) or status >= 500):
+            return None
+        delay = error.retry_after if error.retry_after is not None else min(0.5 * 2**attempt, 8.0)
+        return delay if delay <= self.max_retry_delay else None
+
+    def _client(self) -> httpx.AsyncClient:
+        """The connection pool: the one given, or one of ours per event loop."""
+        if not self._owns_http:
+            assert self._http is not None
+            return self._http
+        loop = _running_loop()
+        if self._http is None or self._http_loop is not loop:
+            timeout = DEFAULT_TIMEOUT if self.timeout is None else self.timeout
+            self._http, self._http_loop = httpx.AsyncClient(timeout=timeout), loop
+        return self._http
+
+    @contextlib.contextmanager
+    def _masked(self) -> Iterator[None]:
+        """Mask the API key in any error that would carry it (a server may echo it back)."""
+        try:
+            yield
+        except OpenAIError as exc:
+            key = self._api_key
+            if key and key in str(exc):
+                exc.args = (str(exc).replace(key, _MASK), *exc.args[1:])
+            raise
+
+
+class OpenAIChatClient(_OpenAIClient):
+    """Chat Completions (``POST /chat/completions``); instructions become the system message."""
+
+    path = "/chat/completions"
+    model_variable = "OPENAI_CHAT_MODEL_ID"
+
+    def _body(self, messages: Sequence[Message], options: ChatOptions, *, stream: bool) -> dict[str, Any]:
+        return chat_request(messages, options, model=self.model, stream=stream)
+
+    def _parse(self, payload: bytes, model: str) -> ChatResponse:
+        return chat_response(payload, model)
+
+    def _stream(self, model: str) -> _Stream:
+        return ChatStream(model)
+
+
+class OpenAIResponsesClient(_OpenAIClient):
+    """The Responses API (``POST /responses``); instructions go to its ``instructions`` field."""
+
+    path = "/responses"
+    model_variable = "OPENAI_RESPONSES_MODEL_ID"
+
+    def _body(self, messages: Sequence[Message], options: ChatOptions, *, stream: bool) -> dict[str, Any]:
+        return responses_request(messages, options, model=self.model, stream=stream)
+
+    def _parse(self, payload: bytes, model: str) -> ChatResponse:
+        return responses_response(payload, model)
+
+    def _stream(self, model: str) -> _Stream:
+        return ResponsesStream(model)
+
+
+# -- helpers ----------------------------------------------------------------------------------
+
+
+def _as_updates(response: ChatResponse) -> list[ChatResponseUpdate]:
+    """A whole answer as stream updates, for a server that ignored ``stream: true``."""
+
+    def update(contents: tuple[Content, ...] = (), **final: Any) -> ChatResponseUpdate:
+        return ChatResponseUpdate(
+            contents=contents, response_id=response.response_id, model=response.model, **final
+        )
+
+    updates = [update((content,)) for message in response.messages for content in message.contents]
+    updates.append(update(usage=response.usage, finish_reason=response.finish_reason))
+    return updates
+
+
+def _running_loop() -> object:
+    """The running asyncio loop (a pool's connections belong to it); None on other backends."""
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
