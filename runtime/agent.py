@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import AsyncGenerator, Callable, Coroutine, Mapping, Sequence
+from typing import Any, Literal, overload
 
 import anyio
 import msgspec
@@ -19,6 +19,7 @@ from ._sources import Clock, IdSource, RandomIds, SystemClock
 from .clients import BaseChatClient, ChatResponseUpdate, normalize_messages
 from .context import AgentContext, RunContext, _current
 from .core.events import (
+    ArgumentsRejected,
     Event,
     MiddlewareShortCircuit,
     RunCompleted,
@@ -30,10 +31,12 @@ from .core.events import (
     SessionUpdated,
     StateChange,
     ToolFailed,
+    ToolNotFound,
     ToolReturned,
 )
 from .core.machine import FinishRun, RunMachine
 from .core.messages import Content, Message, Usage, result_text
+from .core.projections import error_text
 from .driver import Recorder, RunDriver, ToolRegistry, to_json
 from .errors import ApprovalError, MiddlewareTermination, RunError
 from .middleware import Layer, run_chain, split_middleware
@@ -173,10 +176,12 @@ class Agent:
         """A new conversation for this agent (pass it to ``run(session=...)``)."""
         return AgentSession(session_id or self.ids("session"))
 
-    async def run(
+    @overload
+    def run(
         self,
         messages: str | Content | Message | Sequence[Any] | None = None,
         *,
+        stream: Literal[False] = False,
         session: AgentSession | None = None,
         options: Mapping[str, Any] | None = None,
         function_invocation_kwargs: Mapping[str, Any] | None = None,
@@ -184,41 +189,64 @@ class Agent:
         middleware: Sequence[Any] | None = None,
         tools: Any = None,
         **kwargs: Any,
-    ) -> AgentResponse:
-        """Run the agent once: model, tools, model... until it answers, and record every step."""
-        fik = self._legacy_kwargs(function_invocation_kwargs, kwargs)
-        return await _Run(self, session, options, fik, client_kwargs, middleware, tools).execute(messages)
+    ) -> Coroutine[Any, Any, AgentResponse]: ...
+    @overload
+    def run(
+        self,
+        messages: str | Content | Message | Sequence[Any] | None = None,
+        *,
+        stream: Literal[True],
+        session: AgentSession | None = None,
+        options: Mapping[str, Any] | None = None,
+        function_invocation_kwargs: Mapping[str, Any] | None = None,
+        client_kwargs: Mapping[str, Any] | None = None,
+        middleware: Sequence[Any] | None = None,
+        tools: Any = None,
+        **kwargs: Any,
+    ) -> AsyncGenerator[AgentResponseUpdate, None]: ...
+    def run(
+        self,
+        messages: str | Content | Message | Sequence[Any] | None = None,
+        *,
+        stream: bool = False,
+        session: AgentSession | None = None,
+        options: Mapping[str, Any] | None = None,
+        function_invocation_kwargs: Mapping[str, Any] | None = None,
+        client_kwargs: Mapping[str, Any] | None = None,
+        middleware: Sequence[Any] | None = None,
+        tools: Any = None,
+        **kwargs: Any,
+    ) -> Coroutine[Any, Any, AgentResponse] | AsyncGenerator[AgentResponseUpdate, None]:
+        """Run the agent once: model, tools, model... until it answers, and record every step.
 
-    async def run_stream(
-        self,
-        messages: str | Content | Message | Sequence[Any] | None = None,
-        *,
-        session: AgentSession | None = None,
-        options: Mapping[str, Any] | None = None,
-        function_invocation_kwargs: Mapping[str, Any] | None = None,
-        client_kwargs: Mapping[str, Any] | None = None,
-        middleware: Sequence[Any] | None = None,
-        tools: Any = None,
-        **kwargs: Any,
-    ) -> AsyncIterator[AgentResponseUpdate]:
-        """Run the agent, yielding model text deltas, calls and results as they happen."""
+        ``await agent.run(...)`` gives the ``AgentResponse``; ``agent.run(..., stream=True)`` is
+        ``agent.run_stream(...)``: iterate it for updates as they happen.
+        """
         fik = self._legacy_kwargs(function_invocation_kwargs, kwargs)
         run = _Run(self, session, options, fik, client_kwargs, middleware, tools)
-        send, receive = anyio.create_memory_object_stream[AgentResponseUpdate](math.inf)
-        run.on_update = lambda update: send.send_nowait(update)
+        if stream:
+            return _stream(run, messages)
+        return run.execute(messages)
 
-        async def produce() -> None:
-            async with send:
-                await run.execute(messages, stream=True)
+    def run_stream(
+        self,
+        messages: str | Content | Message | Sequence[Any] | None = None,
+        *,
+        session: AgentSession | None = None,
+        options: Mapping[str, Any] | None = None,
+        function_invocation_kwargs: Mapping[str, Any] | None = None,
+        client_kwargs: Mapping[str, Any] | None = None,
+        middleware: Sequence[Any] | None = None,
+        tools: Any = None,
+        **kwargs: Any,
+    ) -> AsyncGenerator[AgentResponseUpdate, None]:
+        """Run the agent, yielding model text deltas, calls and results as they happen.
 
-        async with anyio.create_task_group() as group, receive:
-            group.start_soon(produce)
-            try:
-                async for update in receive:
-                    yield update
-            finally:
-                if not run.finished:
-                    group.cancel_scope.cancel()
+        To stop early, iterate inside ``contextlib.aclosing(...)``: leaving it cancels the run,
+        which is recorded as ``RunFailed`` with ``error_type="Cancelled"``.
+        """
+        fik = self._legacy_kwargs(function_invocation_kwargs, kwargs)
+        return _stream(_Run(self, session, options, fik, client_kwargs, middleware, tools), messages)
 
     def _legacy_kwargs(self, fik: Mapping[str, Any] | None, kwargs: dict[str, Any]) -> dict[str, Any]:
         if not kwargs:
@@ -501,18 +529,53 @@ class _Run:
 
     def _model_update(self, update: ChatResponseUpdate) -> None:
         assert self.on_update is not None
-        self.on_update(AgentResponseUpdate(contents=update.contents, role=update.role))
+        assert self.machine is not None
+        self.on_update(
+            AgentResponseUpdate(contents=update.contents, role=update.role, run_id=self.machine.run_id)
+        )
 
     def _stream_sink(self, event: Event) -> None:
+        """Each call's result as the model will see it, the moment it is recorded."""
         assert self.on_update is not None
-        if type(event) is ToolReturned:
-            text = result_text(event.result)
-        elif type(event) is ToolFailed:
-            text = f"Error: {event.error_type}"
+        if type(event) in (ToolReturned, MiddlewareShortCircuit):
+            call_id = event.call_id  # type: ignore[union-attr]
+            text = result_text(event.result)  # type: ignore[union-attr]
+        elif type(event) in (ToolFailed, ArgumentsRejected, ToolNotFound):
+            call_id = event.call_id  # type: ignore[union-attr]
+            text = error_text(event, self.agent.config.detailed_errors)  # type: ignore[arg-type]
         else:
             return
-        content = Content.from_function_result(event.call_id, result=text)
+        if call_id is None:
+            return
+        content = Content.from_function_result(call_id, result=text)
         self.on_update(AgentResponseUpdate(contents=(content,), role="tool", run_id=event.run_id))
+
+
+async def _stream(run: _Run, messages: Any) -> AsyncGenerator[AgentResponseUpdate, None]:
+    """Drive ``run`` in a task and yield its updates; closing the generator cancels the run."""
+    send, receive = anyio.create_memory_object_stream[AgentResponseUpdate](math.inf)
+    run.on_update = send.send_nowait
+    failure: list[Exception] = []
+
+    async def produce() -> None:
+        async with send:
+            try:
+                await run.execute(messages, stream=True)
+            except Exception as exc:  # handed to the consumer below, outside the task group
+                failure.append(exc)
+
+    closed = False
+    async with anyio.create_task_group() as group:
+        group.start_soon(produce)
+        try:
+            async with receive:
+                async for update in receive:
+                    yield update
+        except GeneratorExit:
+            closed = True
+            group.cancel_scope.cancel()
+    if failure and not closed:
+        raise failure[0]
 
 
 def _check_approvals(history: Sequence[Message], inputs: Sequence[Message]) -> None:

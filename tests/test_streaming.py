@@ -1,0 +1,92 @@
+"""Streaming runs: updates as they happen, early exit, failures."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Awaitable, Callable
+
+import pytest
+
+from agentledger import (
+    Agent,
+    AgentResponseUpdate,
+    FunctionInvocationContext,
+    MemoryEventStore,
+    ModelCallError,
+    tool,
+)
+from agentledger.adapters.chat.scripted import Call, ScriptedChatClient, ScriptEntry
+from agentledger.core import RunFailed
+from agentledger.testing import FixedClock, SequentialIds
+
+pytestmark = pytest.mark.anyio
+
+
+@tool
+def ok(x: int) -> int:
+    return x * 2
+
+
+@tool
+def broken() -> str:
+    raise ValueError("secret detail")
+
+
+async def gate(context: FunctionInvocationContext, call_next: Callable[[], Awaitable[None]]) -> None:
+    if context.function.name == "ok" and context.arguments["x"] < 0:
+        context.result = "negative refused"
+        return
+    await call_next()
+
+
+def _agent(client: ScriptedChatClient, clock: FixedClock, ids: SequentialIds, **kw: object) -> Agent:
+    return Agent(client=client, tools=[ok, broken], middleware=[gate], clock=clock, ids=ids, **kw)  # type: ignore[arg-type]
+
+
+async def test_updates_in_order_with_what_the_model_sees(clock: FixedClock, ids: SequentialIds) -> None:
+    """Text arrives in deltas; each call's result update carries exactly what the model is sent."""
+    script: list[ScriptEntry] = [
+        [Call("ok", {"x": 2}), Call("ok", {"x": -1}), Call("broken"), Call("ghost")],
+        "all done now",
+    ]
+    client = ScriptedChatClient(script)
+    updates: list[AgentResponseUpdate] = []
+    async for update in _agent(client, clock, ids).run_stream("go"):
+        updates.append(update)
+    assert {u.run_id for u in updates} == {"run_1"}
+    results = {c.call_id: c.result for u in updates if u.role == "tool" for c in u.contents}
+    sent = {c.call_id: c.result for c in client.requests[1].messages[-1].contents}
+    assert results == sent
+    assert results["call_2"] == "negative refused"
+    assert results["call_3"] == "Error: Function failed."
+    text = "".join(u.text for u in updates if u.role == "assistant")
+    assert text == "all done now"
+    assert len([u for u in updates if u.role == "assistant" and u.text]) == 3
+
+
+async def test_run_with_stream_true_streams(clock: FixedClock, ids: SequentialIds) -> None:
+    """agent.run(..., stream=True) is run_stream, as the reference spells it."""
+    client = ScriptedChatClient(["hello there"])
+    texts = [u.text async for u in _agent(client, clock, ids).run("hi", stream=True)]
+    assert "".join(texts) == "hello there"
+
+
+async def test_leaving_early_cancels_and_records(clock: FixedClock, ids: SequentialIds) -> None:
+    """Closing the stream after the first update cancels the run, recorded as RunFailed Cancelled."""
+    store = MemoryEventStore()
+    client = ScriptedChatClient([Call("ok", {"x": 1}), "one two three"])
+    agent = _agent(client, clock, ids, store=store)
+    async with contextlib.aclosing(agent.run_stream("go")) as stream:
+        async for _update in stream:
+            break
+    events = await store.read("run_1")
+    assert isinstance(events[-1], RunFailed)
+    assert events[-1].error_type == "Cancelled"
+
+
+async def test_failure_reaches_the_consumer_unwrapped(clock: FixedClock, ids: SequentialIds) -> None:
+    """A run that fails raises its own typed error to the code iterating the stream."""
+    client = ScriptedChatClient([])
+    with pytest.raises(ModelCallError):
+        async for _update in _agent(client, clock, ids).run_stream("go"):
+            pass
