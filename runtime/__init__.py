@@ -28,6 +28,7 @@ from .core.messages import Content, Message, Usage
 from .errors import (
     AgentLedgerError,
     ApprovalError,
+    ArgumentsError,
     ConflictError,
     ExperimentalWarning,
     LogCorruptError,
@@ -67,6 +68,7 @@ __all__ = (
     "AgentResponseUpdate",
     "AgentSession",
     "ApprovalError",
+    "ArgumentsError",
     "BaseChatClient",
     "ChatContext",
     "ChatMiddleware",

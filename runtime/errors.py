@@ -4,6 +4,7 @@
 
     AgentLedgerError
     ├── ToolDefinitionError (also ValueError)   a tool cannot be built from what was given
+    ├── ArgumentsError (also ValueError)        arguments are not JSON or fail the tool's schema
     ├── MiddlewareError (also TypeError)        a middleware cannot be classified
     ├── SessionStateError (also TypeError)      a session value cannot be recorded as JSON
     ├── ApprovalError (also ValueError)         an approval answers no call awaiting approval
@@ -32,6 +33,7 @@ from .core.errors import AgentLedgerError, TransitionError
 __all__ = (
     "AgentLedgerError",
     "ApprovalError",
+    "ArgumentsError",
     "ConflictError",
     "ExperimentalWarning",
     "LogCorruptError",
@@ -50,6 +52,14 @@ __all__ = (
 
 class ToolDefinitionError(AgentLedgerError, ValueError):
     """A tool cannot be built: two context parameters, an unsupported schema, a bad name."""
+
+
+class ArgumentsError(AgentLedgerError, ValueError):
+    """A tool's arguments are not valid JSON or do not match its schema.
+
+    In a run this becomes an ``ArgumentsRejected`` event and an error result for the model;
+    ``FunctionTool.invoke`` raises it to the caller.
+    """
 
 
 class MiddlewareError(AgentLedgerError, TypeError):

@@ -8,6 +8,7 @@ only the type name of values that are not JSON. ``client_kwargs`` values are nev
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -16,7 +17,20 @@ __all__ = ("REDACTED", "Redactor", "default_redactor", "redact_all", "redact_key
 
 REDACTED = "[redacted]"
 Redactor = Callable[[Mapping[str, Any]], dict[str, Any]]
-_SECRET = re.compile(r"(pass(word)?|secret|token|api[_-]?key|auth|credential|cookie|private)", re.I)
+_SECRET_WORDS = frozenset(
+    {"password", "passwd", "pass", "passphrase", "pwd", "secret", "secrets", "token", "tokens", "apikey",
+     "auth", "authorization", "credential", "credentials", "cookie", "cookies", "private", "signature"}
+)  # fmt: skip
+_WORDS = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+")
+
+
+def _looks_secret(key: str) -> bool:
+    """A key is secret when one of its words is (``api_key``, ``X-Auth-Token``, ``sessionToken``)."""
+    words = [w.lower() for w in _WORDS.findall(key)]
+    joined = {a + b for a, b in itertools.pairwise(words)}
+    return bool(_SECRET_WORDS.intersection(words) or _SECRET_WORDS.intersection(joined))
+
+
 _JSON = (str, int, float, bool, type(None))
 
 
@@ -37,7 +51,7 @@ def redact_keys(*patterns: str) -> Redactor:
     extra = re.compile("|".join(f"(?:{p})" for p in patterns), re.I) if patterns else None
 
     def secret(key: str) -> bool:
-        return bool(_SECRET.search(key) or (extra is not None and extra.search(key)))
+        return _looks_secret(key) or (extra is not None and extra.search(key) is not None)
 
     def redactor(kwargs: Mapping[str, Any]) -> dict[str, Any]:
         return {key: _scrub(key, value, secret) for key, value in kwargs.items()}
@@ -46,7 +60,8 @@ def redact_keys(*patterns: str) -> Redactor:
 
 
 default_redactor: Redactor = redact_keys()
-"""Keys like password, secret, token, api_key, auth, credential, cookie, private are redacted."""
+"""Keys with a word like password, secret, token, api key, auth, credential, cookie or private
+are redacted (``passenger_count`` and ``author`` are not: words, not substrings)."""
 
 
 def redact_all(kwargs: Mapping[str, Any]) -> dict[str, Any]:

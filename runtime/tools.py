@@ -24,17 +24,13 @@ from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
 import msgspec
 
 from .core.events import ToolSpec
-from .errors import ToolDefinitionError
+from .errors import ArgumentsError, ToolDefinitionError
 
 __all__ = ("ApprovalMode", "ArgumentsError", "FunctionTool", "normalize_tools", "tool")
 
 ApprovalMode = Literal["always_require", "never_require"]
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-class ArgumentsError(ValueError):
-    """The model's arguments are not valid JSON or do not match the tool's schema."""
 
 
 _PACKAGE = os.path.dirname(os.path.abspath(__file__))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import agentledger
 import agentledger.core
@@ -11,7 +12,7 @@ import agentledger.testing
 
 EXPECTED = {
     "SCHEMA_VERSION", "Agent", "AgentContext", "AgentLedgerError", "AgentMiddleware", "AgentResponse",
-    "AgentResponseUpdate", "AgentSession", "ApprovalError", "BaseChatClient", "ChatContext", "ChatMiddleware",
+    "AgentResponseUpdate", "AgentSession", "ApprovalError", "ArgumentsError", "BaseChatClient", "ChatContext", "ChatMiddleware",
     "ChatOptions", "ChatResponse", "ChatResponseUpdate", "ConflictError", "Content", "Event",
     "EventStore", "ExperimentalWarning", "FunctionInvocationContext", "FunctionMiddleware",
     "FunctionTool", "LiveTools", "LogCorruptError", "MemoryEventStore", "Message", "MiddlewareError",
@@ -47,17 +48,19 @@ def test_exported_classes_say_where_they_live() -> None:
 
 def test_every_public_name_is_documented() -> None:
     """docs/api.md mentions every name in agentledger.__all__."""
-    from pathlib import Path
-
     text = (Path(__file__).parent.parent / "docs" / "api.md").read_text(encoding="utf-8")
     missing = [name for name in agentledger.__all__ if f"`{name}" not in text]
     assert missing == []
 
 
-def test_demo_command_prints_answer_and_timeline() -> None:
+def test_demo_command_prints_answer_and_timeline(tmp_path: Path) -> None:
     """`agentledger demo` runs on embedded defaults and prints the answer and the event timeline."""
     out = subprocess.run(
-        [sys.executable, "-m", "agentledger.cli", "demo"], capture_output=True, text=True, check=True
+        [sys.executable, "-m", "agentledger.cli", "demo"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=tmp_path,
     )
     lines = out.stdout.splitlines()
     assert lines[0].startswith("Lisbon is sunny")
