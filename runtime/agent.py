@@ -399,15 +399,15 @@ class _Run:
             messages=list(inputs),
             session=self.session,
             options=dict(self.options),
-            kwargs=self.fik,
-            client_kwargs=self.client_kwargs,
+            kwargs=dict(self.fik),
+            client_kwargs=dict(self.client_kwargs),
             run_id=recorder.run_id,
             stream=stream,
         )
         finish: list[FinishRun] = []
 
         async def inner() -> None:
-            self._rewritten(recorder, context, inputs)
+            self._rewritten(recorder, driver, context, inputs)
             self.input_count = len(recorder.machine.transcript.messages)
             recorder.begin()
             finish.append(await driver.drive())
@@ -435,20 +435,37 @@ class _Run:
                 call_id=None,
                 middleware=outcome.short_circuited_by,
                 result=to_json(_text_of(context.result)),
+                scope="run",
             )
             finish.append(recorder.commands.pop())  # type: ignore[arg-type]
         return await self._complete(recorder, driver, context.result, finish[0] if finish else None)
 
-    def _rewritten(self, recorder: Recorder, context: AgentContext, inputs: list[Message]) -> None:
-        changed = {k: v for k, v in context.options.items() if self.options.get(k) is not v}
-        if context.messages != inputs or changed:
-            self.options.update(context.options)
-            recorder.emit(
-                RunInputRewritten,
-                by="agent_middleware",
-                messages=tuple(normalize_messages(context.messages)),
-                options=_options_record(changed),
-            )
+    def _rewritten(
+        self, recorder: Recorder, driver: RunDriver, context: AgentContext, inputs: list[Message]
+    ) -> None:
+        """Record what agent middleware changed before handing over, and use it from here on."""
+        changed = {k: v for k, v in context.options.items() if self.options.get(k) != v}
+        changed.update({k: None for k in self.options if k not in context.options})
+        kwargs_changed = context.kwargs != self.fik
+        client_changed = list(context.client_kwargs) != list(self.client_kwargs)
+        if context.client_kwargs != self.client_kwargs:
+            self.client_kwargs = driver.client_kwargs = dict(context.client_kwargs)
+        if kwargs_changed:
+            self.fik = driver.fik = dict(context.kwargs)
+        if context.messages == inputs and not changed and not kwargs_changed and not client_changed:
+            return
+        self.options = driver.options = dict(context.options)
+        ambient = _current.get()
+        if ambient is not None:
+            ambient.options, ambient.kwargs = self.options, self.fik
+        recorder.emit(
+            RunInputRewritten,
+            by="agent_middleware",
+            messages=tuple(normalize_messages(context.messages)),
+            options=_options_record(changed),
+            function_invocation_kwargs=self.agent.redact(self.fik) if kwargs_changed else None,
+            client_kwargs_keys=tuple(self.client_kwargs) if client_changed else None,
+        )
 
     def _response(self, recorder: Recorder, driver: RunDriver, finish: FinishRun) -> AgentResponse:
         machine = recorder.machine

@@ -27,6 +27,7 @@ from .core.events import (
     EventBase,
     MiddlewareShortCircuit,
     ModelFailed,
+    ModelRequestRewritten,
     ModelResponded,
     RunTerminated,
     ToolCalled,
@@ -226,7 +227,11 @@ class RunDriver:
             iteration=command.iteration,
         )
 
+        original = dict(options) if self.chat_layers else options
+
         async def final() -> None:
+            if self.chat_layers:
+                self._rewritten(command, context, original)
             context.result = await self._get_response(context)
 
         token = writer.set("chat_middleware")
@@ -240,6 +245,7 @@ class RunDriver:
                         call_id=None,
                         middleware=outcome.short_circuited_by,
                         result=text,
+                        scope="model",
                     )
             else:
                 await final()
@@ -254,6 +260,25 @@ class RunDriver:
         finally:
             writer.reset(token)
         self._responded(command.iteration, context.result)
+
+    def _rewritten(self, command: CallModel, context: ChatContext, sent: dict[str, Any]) -> None:
+        """Record what chat middleware changed in the request before it goes out."""
+        now: dict[str, Any] = dict(context.options)
+        tools = tuple(getattr(t, "name", str(t)) for t in now.pop("tools", None) or ())
+        before = {k: v for k, v in sent.items() if k != "tools"}
+        changed = {k: v for k, v in now.items() if before.get(k, _MISSING) != v}
+        changed.update({k: None for k in before if k not in now})
+        messages = tuple(context.messages)
+        if messages == command.messages and tools == command.tools and not changed:
+            return
+        self.recorder.emit(
+            ModelRequestRewritten,
+            iteration=command.iteration,
+            by="chat_middleware",
+            messages=messages,
+            tools=tools,
+            options={k: to_json(v) for k, v in changed.items()},
+        )
 
     async def _get_response(self, context: ChatContext) -> ChatResponse:
         options: ChatOptions = context.options
@@ -406,6 +431,9 @@ class RunDriver:
             )
         else:
             emit(ToolReturned, call_id=call_id, name=name, result=to_json(context.result))
+
+
+_MISSING = object()
 
 
 def _malformed(contents: Sequence[Content]) -> str | None:

@@ -8,12 +8,14 @@ from .core.events import (
     ApprovalRequested,
     ApprovalResolved,
     ArgumentsRejected,
+    CallsSkipped,
     ChildRunStarted,
     Event,
     IterationLimitReached,
     MiddlewareShortCircuit,
     ModelCalled,
     ModelFailed,
+    ModelRequestRewritten,
     ModelResponded,
     RunCompleted,
     RunFailed,
@@ -60,6 +62,11 @@ def describe(event: Event) -> str:
                 if calls
                 else f"model answered: {_short(event.message.text)!r}"
             )
+        case ModelRequestRewritten():
+            sent = f"{len(event.messages)} messages, tools {list(event.tools)}"
+            return f"model call {event.iteration} rewritten by {event.by}: {sent}"
+        case CallsSkipped():
+            return f"calls not run ({event.reason} limit): {list(event.call_ids)}"
         case ModelFailed():
             return f"model failed: {event.error_type}: {event.message}"
         case ToolCalled():
@@ -74,7 +81,9 @@ def describe(event: Event) -> str:
         case ToolNotFound():
             return f"unknown tool {event.name!r} ({event.reason})"
         case MiddlewareShortCircuit():
-            target = f"call {event.call_id}" if event.call_id else "the run"
+            target = {"call": f"call {event.call_id}", "model": "the model call", "run": "the run"}[
+                event.scope
+            ]
             return f"middleware {event.middleware} answered for {target}: {_short(event.result)!r}"
         case ToolsAdded():
             return f"tools added: {[t.name for t in event.tools]}"

@@ -27,6 +27,7 @@ from agentledger import (
 from agentledger.adapters.chat.scripted import Call, ScriptedChatClient, ScriptedRequest
 from agentledger.core.events import (
     ArgumentsRejected,
+    CallsSkipped,
     Event,
     EventBase,
     IterationLimitReached,
@@ -349,8 +350,19 @@ async def test_max_iterations_ends_with_one_final_call_without_tools(
     called = only(response.events, ModelCalled)
     assert [(e.iteration, e.tool_choice) for e in called] == [(1, None), (2, None), (3, "none")]
     assert [r.tool_choice for r in client.requests] == [None, None, "none"]
-    assert event_types(response.events)[-3:] == ["ModelCalled", "ModelResponded", "RunCompleted"]
+    assert event_types(response.events)[-4:] == [
+        "ModelCalled",
+        "ModelResponded",
+        "CallsSkipped",
+        "RunCompleted",
+    ]
     assert len(only(response.events, ToolCalled)) == 2
+    (skipped,) = only(response.events, CallsSkipped)
+    assert (skipped.call_ids, skipped.reason) == (("call_3",), "max_iterations")
+    assert response.finish_reason == "limit_reached"
+    last = response.messages[-1]
+    assert last.role == "tool"
+    assert last.contents[0].result == "Error: not run: the max_iterations limit was reached."
 
 
 def test_default_iteration_limit_is_40() -> None:

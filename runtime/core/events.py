@@ -21,6 +21,7 @@ __all__ = (
     "ApprovalRequested",
     "ApprovalResolved",
     "ArgumentsRejected",
+    "CallsSkipped",
     "ChildRunStarted",
     "Event",
     "EventBase",
@@ -28,6 +29,7 @@ __all__ = (
     "MiddlewareShortCircuit",
     "ModelCalled",
     "ModelFailed",
+    "ModelRequestRewritten",
     "ModelResponded",
     "RunCompleted",
     "RunConfig",
@@ -112,11 +114,35 @@ class RunStarted(EventBase, frozen=True, kw_only=True):
 
 
 class RunInputRewritten(EventBase, frozen=True, kw_only=True):
-    """Agent middleware changed the messages or options before the loop began."""
+    """Agent middleware changed the messages, options or runtime values before the loop began.
+
+    ``options`` holds the changed options; ``function_invocation_kwargs`` the new values after
+    redaction, when they changed; ``client_kwargs_keys`` the new keys, when they changed.
+    """
 
     by: str
     messages: tuple[Message, ...] = ()
     options: dict[str, Any] = msgspec.field(default_factory=dict)
+    function_invocation_kwargs: dict[str, Any] | None = None
+    client_kwargs_keys: tuple[str, ...] | None = None
+
+
+class ModelRequestRewritten(EventBase, frozen=True, kw_only=True):
+    """Chat middleware changed what one model call sends: its messages, tools or options."""
+
+    iteration: int
+    by: str
+    messages: tuple[Message, ...] = ()
+    tools: tuple[str, ...] = ()
+    options: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+class CallsSkipped(EventBase, frozen=True, kw_only=True):
+    """The final model call after a limit asked for calls anyway; they were not run."""
+
+    iteration: int
+    call_ids: tuple[str, ...]
+    reason: str
 
 
 class ModelCalled(EventBase, frozen=True, kw_only=True):
@@ -187,6 +213,7 @@ class MiddlewareShortCircuit(EventBase, frozen=True, kw_only=True):
     call_id: str | None
     middleware: str
     result: Any = None
+    scope: Literal["call", "model", "run"] = "call"
 
 
 class ToolsAdded(EventBase, frozen=True, kw_only=True):
@@ -268,6 +295,7 @@ Event = (
     RunStarted
     | RunInputRewritten
     | ModelCalled
+    | ModelRequestRewritten
     | ModelResponded
     | ModelFailed
     | ToolCalled
@@ -284,6 +312,7 @@ Event = (
     | ApprovalRequested
     | ApprovalResolved
     | IterationLimitReached
+    | CallsSkipped
     | RunTerminated
     | RunCompleted
     | RunFailed

@@ -25,6 +25,7 @@ from .events import (
     ApprovalRequested,
     ApprovalResolved,
     ArgumentsRejected,
+    CallsSkipped,
     ChildRunStarted,
     Event,
     EventBase,
@@ -32,6 +33,7 @@ from .events import (
     MiddlewareShortCircuit,
     ModelCalled,
     ModelFailed,
+    ModelRequestRewritten,
     ModelResponded,
     RunCompleted,
     RunConfig,
@@ -128,6 +130,7 @@ class RunMachine:
         self.calls_made = 0
         self.error_streak = 0
         self.final_call = False
+        self.limit_reason = ""
         self.terminated = False
         self.awaiting_approval: tuple[str, ...] = ()
         self._batch_failed = False
@@ -238,7 +241,15 @@ class RunMachine:
         if event.usage is not None:
             self.usage = self.usage + event.usage
         calls = event.message.function_calls
-        if not calls or self.final_call:
+        if self.final_call:
+            if calls:
+                skipped = tuple(c.call_id or "" for c in calls)
+                self._derive(
+                    CallsSkipped, iteration=self.iteration, call_ids=skipped, reason=self.limit_reason
+                )
+            self._finish("limit_reached")
+            return
+        if not calls:
             self._finish("completed")
             return
         if self.iteration == 1 and _is_required(self.tool_choice):
@@ -313,6 +324,7 @@ class RunMachine:
         )
         for reason, value, limit in checks:
             if limit is not None and value >= limit:
+                self.limit_reason = reason
                 self._derive(IterationLimitReached, iteration=self.iteration, reason=reason, limit=limit)
                 return True
         return False
@@ -355,6 +367,7 @@ def _table() -> dict[tuple[Phase, type], _Handler]:
         (Phase.AWAITING_MODEL, SessionUpdated): m._on_noop,
         (Phase.AWAITING_MODEL, RunTerminated): m._on_terminated,
         (Phase.AWAITING_MODEL, MiddlewareShortCircuit): m._on_noop,
+        (Phase.AWAITING_MODEL, ModelRequestRewritten): m._on_noop,
         (Phase.RUNNING_TOOLS, ToolCalled): m._on_noop,
         (Phase.RUNNING_TOOLS, ToolReturned): m._on_call_done,
         (Phase.RUNNING_TOOLS, MiddlewareShortCircuit): m._on_call_done,
@@ -384,6 +397,7 @@ DERIVED: tuple[type, ...] = (
     IterationLimitReached,
     ToolNotFound,
     ApprovalResolved,
+    CallsSkipped,
 )
 """Event types the machine produces itself; every other event is an input."""
 

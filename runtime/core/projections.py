@@ -16,9 +16,11 @@ from .events import (
     ApprovalRequested,
     ApprovalResolved,
     ArgumentsRejected,
+    CallsSkipped,
     Event,
     MiddlewareShortCircuit,
     ModelCalled,
+    ModelRequestRewritten,
     ModelResponded,
     RunConfig,
     RunInputRewritten,
@@ -146,10 +148,11 @@ class TranscriptProjection:
     message, in the model's call order, once every call of the batch has a result.
     """
 
-    __slots__ = ("_results", "batch", "calls", "config", "history_length", "messages")
+    __slots__ = ("_results", "batch", "calls", "config", "history_length", "messages", "rewritten")
 
     def __init__(self) -> None:
         self.messages: list[Message] = []
+        self.rewritten: dict[int, tuple[Message, ...]] = {}
         self.calls: list[ModelCall] = []
         self.history_length = 0
         self.config = RunConfig()
@@ -189,6 +192,13 @@ class TranscriptProjection:
     def _failed(self, event: ToolFailed | ArgumentsRejected | ToolNotFound) -> None:
         self.resolve(event.call_id, error_text(event, self.config.detailed_errors))
 
+    def _request_rewritten(self, event: ModelRequestRewritten) -> None:
+        self.rewritten[event.iteration] = event.messages
+
+    def _skipped(self, event: CallsSkipped) -> None:
+        for call_id in event.call_ids:
+            self.resolve(call_id, f"Error: not run: the {event.reason} limit was reached.")
+
     def _approval_requested(self, event: ApprovalRequested) -> None:
         deferred = set(event.call_ids)
         self.batch = tuple(c for c in self.batch if c not in deferred)
@@ -222,6 +232,13 @@ class TranscriptProjection:
                 return self.messages[: call.message_count - self.history_length]
         raise KeyError(iteration)
 
+    def sent_at(self, iteration: int, history: Iterable[Message] = ()) -> list[Message]:
+        """Every message the model was sent at ``iteration``: chat middleware's version if it
+        rewrote the request, else the history and the run's messages."""
+        if iteration in self.rewritten:
+            return list(self.rewritten[iteration])
+        return [*history, *self.seen_at(iteration)]
+
     @classmethod
     def rebuild(cls, events: Iterable[Event]) -> TranscriptProjection:
         view = cls()
@@ -242,4 +259,6 @@ _TRANSCRIPT: dict[type, Any] = {
     ToolNotFound: TranscriptProjection._failed,
     ApprovalRequested: TranscriptProjection._approval_requested,
     ApprovalResolved: TranscriptProjection._approval_resolved,
+    ModelRequestRewritten: TranscriptProjection._request_rewritten,
+    CallsSkipped: TranscriptProjection._skipped,
 }
