@@ -1,9 +1,11 @@
 """agent-framework-core side of the benchmark: a minimal scripted client, an async tool, an Agent.
 
-The client subclasses ``BaseChatClient`` and implements ``_inner_get_response``, composed with the
-function-invocation, chat-middleware and telemetry layers in the order the framework's own public
-clients use; without the function-invocation layer an Agent cannot call tools. OpenTelemetry
-instrumentation stays at its default (off).
+The client subclasses ``BaseChatClient`` and implements ``_inner_get_response``. The "standard"
+composition adds the function-invocation, chat-middleware and telemetry layers in the order the
+framework's own public clients use; "minimal" keeps only the function-invocation layer, without
+which an Agent cannot call tools. OpenTelemetry instrumentation keeps its default (enabled); with no
+tracer provider configured its spans go to the API's no-op tracer. Setting the environment variable
+``ENABLE_INSTRUMENTATION=false`` turns it off.
 """
 
 from __future__ import annotations
@@ -14,11 +16,13 @@ from importlib.metadata import version
 from typing import Any, ClassVar
 
 import agent_framework as af
-from agent_framework.observability import ChatTelemetryLayer
+from agent_framework import ChatMiddlewareLayer as _ChatMiddleware
+from agent_framework import FunctionInvocationLayer as _ToolLoop
+from agent_framework.observability import ChatTelemetryLayer as _Telemetry
 
 from ._scenarios import PROMPT, TOOL_NAME, Counter, Scenario, Step
 
-__all__ = ("PeerRunner", "peer_version")
+__all__ = ("LAYERS", "PeerRunner", "peer_version")
 
 _call_ids = itertools.count(1)
 
@@ -32,7 +36,7 @@ class _ScriptedClient(af.BaseChatClient):  # type: ignore[misc, unused-ignore]
 
     OTEL_PROVIDER_NAME: ClassVar[str] = "bench"
 
-    def __init__(self, steps: Sequence[Step], counter: Counter, **kwargs: Any) -> None:
+    def __init__(self, *, steps: Sequence[Step], counter: Counter, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.steps = tuple(steps)
         self.counter = counter
@@ -59,15 +63,19 @@ class _ScriptedClient(af.BaseChatClient):  # type: ignore[misc, unused-ignore]
         return af.ChatResponse(messages=[af.Message("assistant", contents)], model="bench-1")
 
 
-class BenchChatClient(  # type: ignore[misc, unused-ignore]
-    af.FunctionInvocationLayer,
-    af.ChatMiddlewareLayer,
-    ChatTelemetryLayer,
-    _ScriptedClient,
-):
+class BenchChatClient(_ToolLoop, _ChatMiddleware, _Telemetry, _ScriptedClient):  # type: ignore[misc, unused-ignore]
     """The scripted client with the standard layers (tool loop, chat middleware, telemetry)."""
 
     OTEL_PROVIDER_NAME: ClassVar[str] = "bench"
+
+
+class MinimalBenchChatClient(_ToolLoop, _ScriptedClient):  # type: ignore[misc, unused-ignore]
+    """The scripted client with the tool loop only."""
+
+    OTEL_PROVIDER_NAME: ClassVar[str] = "bench"
+
+
+LAYERS: dict[str, type[_ScriptedClient]] = {"standard": BenchChatClient, "minimal": MinimalBenchChatClient}
 
 
 class PeerRunner:
@@ -75,8 +83,9 @@ class PeerRunner:
 
     framework = "agent-framework-core"
 
-    def __init__(self, scenario: Scenario) -> None:
+    def __init__(self, scenario: Scenario, layers: str = "standard") -> None:
         self.scenario = scenario
+        self.client_class = LAYERS[layers]
         self.counter = Counter()
         self.agent = self._build()
 
@@ -88,7 +97,7 @@ class PeerRunner:
             counter.tool_calls += 1
             return "ok"
 
-        client = BenchChatClient(self.scenario.steps, counter)
+        client = self.client_class(steps=self.scenario.steps, counter=counter)
         tools = [af.tool(ping, name=TOOL_NAME)]
         return af.Agent(client=client, name="bench", instructions="Answer briefly.", tools=tools)
 
