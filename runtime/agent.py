@@ -415,7 +415,11 @@ class _Run:
 
         token = writer.set("agent_middleware")
         try:
-            outcome = await run_chain(self.layers["agent"], context, inner, driver._checkpoint)
+            if self.layers["agent"]:
+                outcome = await run_chain(self.layers["agent"], context, inner, driver._checkpoint)
+            else:
+                await inner()
+                outcome = None
         except MiddlewareTermination as exc:
             if not finish:
                 recorder.emit(RunTerminated, iteration=0, reason=str(exc), by="agent_middleware")

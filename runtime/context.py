@@ -148,12 +148,25 @@ class FunctionInvocationContext:
         self.arguments: dict[str, Any] = arguments if arguments is not None else {}
         self.kwargs: dict[str, Any] = kwargs if kwargs is not None else {}
         self.session = session
-        self.tools = tools
+        self._tools = tools
+        self._live: tuple[_Registry, str | None] | None = None
         self.call_id = call_id
         self.run_id = run_id
         self.iteration = iteration
         self.result: Any = None
         self.metadata: dict[str, Any] = {}
+
+    @property
+    def tools(self) -> LiveTools | None:
+        """The run's live tool list (None outside a run loop)."""
+        if self._tools is None and self._live is not None:
+            self._tools = LiveTools(*self._live)
+        return self._tools
+
+    @tools.setter
+    def tools(self, value: LiveTools | None) -> None:
+        self._tools = value
+        self._live = None
 
     def add_tools(self, tools: Any) -> None:
         """Offer more tools from the next model call on (experimental)."""

@@ -8,6 +8,7 @@ rules. Foreign errors are translated where they happen, into recorded events.
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import contextvars
 import threading
@@ -41,7 +42,7 @@ from .core.messages import Content, Message
 from .errors import MiddlewareTermination, ModelCallError, ModelResponseError, RunError, ToolDefinitionError
 from .middleware import Layer, run_chain
 from .session import AgentSession, writer
-from .store import EventStore
+from .store import EventStore, MemoryEventStore
 from .tools import ArgumentsError, FunctionTool, normalize_tools
 
 __all__ = ("Recorder", "RunDriver", "ToolRegistry", "capture_sinks", "to_json")
@@ -186,27 +187,38 @@ class RunDriver:
         self.on_update = on_update
         self.error: RunError | None = None
         self.sequential = recorder.machine.config.sequential_tools
+        self._append_nowait: Callable[[str, Sequence[Event], int], int] | None = (
+            store.append_nowait if isinstance(store, MemoryEventStore) else None
+        )
 
     async def flush(self) -> None:
         """Append the events not yet stored."""
         log = self.recorder.log
-        if self.store is not None and self.stored < len(log):
-            pending = log[self.stored :]
+        if self.store is None or self.stored >= len(log):
+            return
+        pending = log[self.stored :]
+        if self._append_nowait is not None:  # an in-memory store: no IO to wait for
+            self.stored = self._append_nowait(self.recorder.run_id, pending, self.stored)
+        else:
             self.stored = await self.store.append(self.recorder.run_id, pending, self.stored)
 
     async def drive(self) -> FinishRun:
-        """Run the loop until the machine says it is over."""
+        """Run the loop until the machine says it is over.
+
+        What happened so far is stored before each model call and each batch of tool calls, so
+        a crash in either loses nothing already decided; the end of the run stores the rest.
+        """
         commands = self.recorder.commands
         while True:
-            await self.flush()
             command = commands.popleft()
+            if type(command) is FinishRun:
+                return command
+            await self.flush()
             if type(command) is CallModel:
                 await self._call_model(command)
-            elif type(command) is InvokeTools:
-                await self._invoke_tools(command)
             else:
-                assert type(command) is FinishRun
-                return command
+                assert type(command) is InvokeTools
+                await self._invoke_tools(command)
 
     def _checkpoint(self, name: str = "") -> None:
         if self.session is not None:
@@ -337,6 +349,12 @@ class RunDriver:
         if self.sequential or len(calls) < 2:
             for call, function in calls:
                 await self._invoke_one(command.iteration, call, function)
+        elif _on_asyncio():
+            # Starting a task costs several times more through an anyio task group than through
+            # asyncio.gather, and a batch of quick calls is dominated by it. gather is safe here:
+            # each call records its own failure and never raises, and cancelling this task
+            # cancels every call of the batch.
+            await asyncio.gather(*(self._invoke_one(command.iteration, c, f) for c, f in calls))
         else:
             async with anyio.create_task_group() as group:
                 for call, function in calls:
@@ -356,18 +374,19 @@ class RunDriver:
             arguments=arguments,
             kwargs=dict(self.fik),
             session=self.session,
-            tools=LiveTools(self.registry, call_id),
+            tools=None,
             call_id=call_id,
             run_id=self.recorder.run_id,
             iteration=iteration,
         )
+        context._live = (self.registry, call_id)
         state = _Call()
-        snapshot = dict(arguments)
+        snapshot = dict(arguments) if self.function_layers else None
 
         async def final() -> None:
             values = context.arguments
-            if values is not arguments or values != snapshot:
-                values = function.validate(values)
+            if snapshot is not None and (values is not arguments or values != snapshot):
+                values = function.validate(values)  # middleware changed them: check them again
                 context.arguments = values
             emit(ToolCalled, call_id=call_id, name=name, arguments=to_json(values))
             value = function.bind_call(values, context)
@@ -434,6 +453,14 @@ class RunDriver:
 
 
 _MISSING = object()
+
+
+def _on_asyncio() -> bool:
+    """Whether the running event loop is asyncio's (anyio also runs on trio)."""
+    try:
+        return asyncio.current_task() is not None
+    except RuntimeError:  # no asyncio loop in this thread
+        return False
 
 
 def _malformed(contents: Sequence[Content]) -> str | None:

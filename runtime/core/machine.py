@@ -70,6 +70,8 @@ __all__ = (
 
 
 class Phase(enum.Enum):
+    __hash__ = object.__hash__  # members are singletons; Enum's own hash runs Python code per lookup
+
     NEW = "new"
     STARTED = "started"
     AWAITING_MODEL = "awaiting_model"
@@ -302,7 +304,7 @@ class RunMachine:
         """When every call of the batch is answered, decide what the loop does next."""
         if self.phase is not Phase.RUNNING_TOOLS:
             return
-        if set(self.transcript.pending) - set(self.awaiting_approval):
+        if self.transcript.batch:  # open until every call not held for approval has its result
             return
         if self.awaiting_approval:
             self._finish("awaiting_approval")
