@@ -20,7 +20,7 @@ import anyio.to_thread
 import msgspec
 
 from .clients import BaseChatClient, ChatOptions, ChatResponse, merge_updates
-from .context import ChatContext, FunctionInvocationContext, LiveTools
+from .context import ChatContext, FunctionInvocationContext
 from .core.events import (
     ApprovalRequested,
     ArgumentsRejected,
