@@ -129,19 +129,38 @@ def _outcome(last: Event) -> str:
     return "running or torn"
 
 
+async def _with_children(store: EventStore, run_id: str) -> list[Event]:
+    """A run's events followed by those of its sub-agent runs, at any depth."""
+    events = await _read(store, run_id)
+    for event in events:  # grows as children are read, so grandchildren are read too
+        if isinstance(event, ChildRunStarted):
+            events.extend(await store.read(event.child_run_id))
+    return events
+
+
 def _show(args: argparse.Namespace) -> int:
     from .render import render_run
 
     store = open_store(args.store)
+    _console().print(render_run(_run(lambda: _with_children(store, args.run))))
+    return 0
 
-    async def collect() -> list[Event]:
-        events = await _read(store, args.run)
-        for event in events:  # grows as children are read, so grandchildren are read too
-            if isinstance(event, ChildRunStarted):
-                events.extend(await store.read(event.child_run_id))
-        return events
 
-    _console().print(render_run(_run(collect)))
+def _view(args: argparse.Namespace) -> int:
+    from agentledger.adapters.export.html import write_html
+
+    from .replay import load
+
+    store = open_store(args.store)
+
+    async def collect() -> tuple[list[Event], list[Event]]:
+        prior = (await load(store, args.run)).prior
+        return await _with_children(store, args.run), prior
+
+    events, prior = _run(collect)
+    target = Path(args.output or f"{args.run}.html")
+    write_html(events, target, include_content=not args.no_content, prior=prior)
+    print(f"wrote {target} ({target.stat().st_size:,} bytes): open it in a browser")
     return 0
 
 
@@ -242,6 +261,10 @@ def _parser() -> argparse.ArgumentParser:
         "--agent", default="agentledger.demo:build_demo_agent", help="module:name of the Agent or its factory"
     )
     replay.add_argument("--tools", choices=("recorded", "live"), default="recorded")
+    view = command("view", _view, "write a self-contained HTML page to explore a run (no network needed)")
+    view.add_argument("run")
+    view.add_argument("--output", "-o", help="file to write (default: RUN.html)")
+    view.add_argument("--no-content", action="store_true", help="hide message, argument and result content")
     export = command("export", _export, "write a run's events")
     export.add_argument("run")
     export.add_argument("--format", choices=("jsonl",), default="jsonl")

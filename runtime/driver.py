@@ -365,7 +365,7 @@ class RunDriver:
         name = function.name
         emit = self.recorder.emit
         try:
-            arguments = function.validate(function.parse_arguments(call.arguments))
+            arguments = function.arguments_from(call.arguments)
         except ArgumentsError as exc:
             emit(ArgumentsRejected, call_id=call_id, name=name, reason=str(exc))
             return

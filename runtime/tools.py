@@ -279,6 +279,20 @@ class FunctionTool:
             raise ArgumentsError(f"arguments must be a JSON object, got {type(value).__name__}")
         return value
 
+    def arguments_from(self, raw: str | Mapping[str, Any] | None) -> dict[str, Any]:
+        """Parse and validate the model's raw arguments in one step (what a run does)."""
+        if self._args_type is None or not isinstance(raw, str) or not raw:
+            return self.validate(self.parse_arguments(raw))
+        try:
+            obj = msgspec.json.decode(raw, type=self._args_type, strict=False)
+        except msgspec.ValidationError as exc:
+            if raw.lstrip()[:1] != "{":
+                raise ArgumentsError(f"arguments must be a JSON object: {exc}") from exc
+            raise ArgumentsError(str(exc)) from exc
+        except msgspec.DecodeError as exc:
+            raise ArgumentsError(f"arguments are not valid JSON: {exc}") from exc
+        return {name: getattr(obj, name) for name in self._fields}
+
     def validate(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
         """Check ``arguments`` against the schema; return them typed, with defaults filled in."""
         if self._args_type is not None:
