@@ -380,6 +380,9 @@ class RunDriver:
             iteration=iteration,
         )
         context._live = (self.registry, call_id)
+        if not self.function_layers:
+            await self._invoke_plain(iteration, context, arguments)
+            return
         state = _Call()
         snapshot = dict(arguments) if self.function_layers else None
 
@@ -399,6 +402,32 @@ class RunDriver:
         token = writer.set(call_id)
         try:
             await self._run_function_chain(context, final, state, iteration)
+        finally:
+            writer.reset(token)
+
+    async def _invoke_plain(
+        self, iteration: int, context: FunctionInvocationContext, arguments: dict[str, Any]
+    ) -> None:
+        """A call without function middleware: the same events as the chain, fewer steps."""
+        function, call_id, emit = context.function, context.call_id or "", self.recorder.emit
+        token = writer.set(call_id)
+        try:
+            emit(ToolCalled, call_id=call_id, name=function.name, arguments=to_json(arguments))
+            value = function.bind_call(arguments, context)
+            result = await (value() if function.is_async else anyio.to_thread.run_sync(value))
+            if function.is_async is False and hasattr(result, "__await__"):
+                result = await result
+        except MiddlewareTermination as exc:  # raised by the tool itself
+            self._checkpoint()
+            emit(RunTerminated, iteration=iteration, reason=str(exc), by=call_id)
+            emit(ToolReturned, call_id=call_id, name=function.name, result=to_json(exc.result))
+        except Exception as exc:
+            self._checkpoint()
+            error, message = type(exc).__name__, str(exc)
+            emit(ToolFailed, call_id=call_id, name=function.name, error_type=error, message=message)
+        else:
+            self._checkpoint()  # while the writer is still this call
+            emit(ToolReturned, call_id=call_id, name=function.name, result=to_json(result))
         finally:
             writer.reset(token)
 
