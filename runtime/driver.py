@@ -86,7 +86,8 @@ class Recorder:
     def _take(self, step: tuple[list[Event], list[Command]]) -> None:
         events, commands = step
         self.log.extend(events)
-        self.commands.extend(commands)
+        if commands:
+            self.commands.extend(commands)
         for sink in self.sinks:
             for event in events:
                 sink(event)
@@ -369,6 +370,9 @@ class RunDriver:
         except ArgumentsError as exc:
             emit(ArgumentsRejected, call_id=call_id, name=name, reason=str(exc))
             return
+        if not self.function_layers and not function.needs_context:
+            await self._invoke_plain(iteration, call_id, function, arguments, None)
+            return
         context = FunctionInvocationContext(
             function=function,
             arguments=arguments,
@@ -381,7 +385,7 @@ class RunDriver:
         )
         context._live = (self.registry, call_id)
         if not self.function_layers:
-            await self._invoke_plain(iteration, context, arguments)
+            await self._invoke_plain(iteration, call_id, function, arguments, context)
             return
         state = _Call()
         snapshot = dict(arguments) if self.function_layers else None
@@ -406,11 +410,19 @@ class RunDriver:
             writer.reset(token)
 
     async def _invoke_plain(
-        self, iteration: int, context: FunctionInvocationContext, arguments: dict[str, Any]
+        self,
+        iteration: int,
+        call_id: str,
+        function: FunctionTool,
+        arguments: dict[str, Any],
+        context: FunctionInvocationContext | None,
     ) -> None:
-        """A call without function middleware: the same events as the chain, fewer steps."""
-        function, call_id, emit = context.function, context.call_id or "", self.recorder.emit
-        token = writer.set(call_id)
+        """A call without function middleware: the same events as the chain, fewer steps.
+
+        ``context`` is None when the tool takes no context, so none is built.
+        """
+        emit = self.recorder.emit
+        token = writer.set(call_id) if self.session is not None else None  # only sessions ask who wrote
         try:
             emit(ToolCalled, call_id=call_id, name=function.name, arguments=to_json(arguments))
             value = function.bind_call(arguments, context)
@@ -426,10 +438,12 @@ class RunDriver:
             error, message = type(exc).__name__, str(exc)
             emit(ToolFailed, call_id=call_id, name=function.name, error_type=error, message=message)
         else:
-            self._checkpoint()  # while the writer is still this call
+            if self.session is not None:
+                self.session.state.checkpoint()  # while the writer is still this call
             emit(ToolReturned, call_id=call_id, name=function.name, result=to_json(result))
         finally:
-            writer.reset(token)
+            if token is not None:
+                writer.reset(token)
 
     async def _run_function_chain(
         self, context: FunctionInvocationContext, final: Callable[[], Any], state: _Call, iteration: int

@@ -290,6 +290,7 @@ class _StandIn(FunctionTool):
 
         super().__init__(signature, name=name, description=description, schema=schema)
         self.context_param = None
+        self.needs_context = True
         self._replayed = replayed
 
     def bind_call(self, arguments: Mapping[str, Any], context: Any) -> Any:

@@ -63,6 +63,7 @@ class AgentTool(FunctionTool):
             run_child, name=name, description=description, approval_mode=approval_mode, schema=schema
         )
         self.context_param = None
+        self.needs_context = True
 
     def bind_call(self, arguments: Mapping[str, Any], context: Any) -> Any:
         return lambda: self._run_child(context, arguments)

@@ -184,6 +184,8 @@ class FunctionTool:
         self._build(schema)
         call = func if inspect.isroutine(func) else getattr(func, "__call__", func)  # noqa: B004
         self.is_async = inspect.iscoroutinefunction(call)
+        self.needs_context = self.context_param is not None or self.accepts_kwargs
+        """Whether a call must be given a ``FunctionInvocationContext`` (subclasses may insist)."""
         self.spec = ToolSpec(
             name=self.name,
             description=self.description,
