@@ -52,7 +52,7 @@ from .events import (
     ToolsRemoved,
 )
 from .messages import Content, Message, Usage
-from .projections import ToolsProjection, TranscriptProjection
+from .projections import TRANSCRIPT_FOLDS, ToolsProjection, TranscriptProjection
 
 __all__ = (
     "DERIVED",
@@ -144,7 +144,7 @@ class RunMachine:
 
     def handle(self, event: Event) -> Step:
         """Take one input event; return it with the derived events, and the next commands."""
-        handler = TRANSITIONS.get((self.phase, type(event)))
+        handler = self._accepts.get(type(event))
         if handler is None:
             raise TransitionError(
                 f"{type(event).__name__} is not accepted in phase {self.phase.value}",
@@ -162,10 +162,27 @@ class RunMachine:
         self._commands = []
         self.next_seq += 1
         self._at = event.at
-        self.tools.apply(event)
-        self.transcript.apply(event)
+        self._project(event)
         handler(self, event)
         return self._out, self._commands
+
+    @property
+    def phase(self) -> Phase:
+        return self._phase
+
+    @phase.setter
+    def phase(self, phase: Phase) -> None:
+        self._phase = phase
+        self._accepts = _BY_PHASE[phase]
+
+    def _project(self, event: Event) -> None:
+        """Fold ``event`` into the live projections (the same folds a rebuild uses)."""
+        kind = type(event)
+        if kind in _TOOL_EVENTS:
+            self.tools.apply(event)
+        fold = _TRANSCRIPT_FOLDS.get(kind)
+        if fold is not None:
+            fold(self.transcript, event)
 
     def begin(self) -> Step:
         """Start the loop once agent middleware hands over: the first model call, or approvals."""
@@ -187,8 +204,7 @@ class RunMachine:
     def _derive(self, cls: type[EventBase], **fields: Any) -> None:
         event: Any = cls(run_id=self.run_id, seq=self.next_seq, at=self._at, **fields)
         self.next_seq += 1
-        self.tools.apply(event)
-        self.transcript.apply(event)
+        self._project(event)
         self._out.append(event)
 
     def _call_model(self, tool_choice: ToolChoice | None = None, *, final: bool = False) -> None:
@@ -391,6 +407,12 @@ def _table() -> dict[tuple[Phase, type], _Handler]:
 
 TRANSITIONS = _table()
 """(phase, input event type) -> handler. Anything not listed raises ``TransitionError``."""
+
+_BY_PHASE: dict[Phase, dict[type, _Handler]] = {
+    phase: {kind: handler for (p, kind), handler in TRANSITIONS.items() if p is phase} for phase in Phase
+}
+_TOOL_EVENTS = frozenset({RunStarted, ToolsAdded, ToolsRemoved})
+_TRANSCRIPT_FOLDS = TRANSCRIPT_FOLDS
 
 
 DERIVED: tuple[type, ...] = (

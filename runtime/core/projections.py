@@ -165,7 +165,7 @@ class TranscriptProjection:
         return tuple(call_id for call_id in self.batch if call_id not in self._results)
 
     def apply(self, event: Event) -> None:
-        handler = _TRANSCRIPT.get(type(event))
+        handler = TRANSCRIPT_FOLDS.get(type(event))
         if handler is not None:
             handler(self, event)
 
@@ -247,7 +247,7 @@ class TranscriptProjection:
         return view
 
 
-_TRANSCRIPT: dict[type, Any] = {
+TRANSCRIPT_FOLDS: dict[type, Any] = {
     RunStarted: TranscriptProjection._started,
     RunInputRewritten: TranscriptProjection._rewritten,
     ModelCalled: TranscriptProjection._called,
