@@ -38,7 +38,7 @@ from .core.events import (
 from .core.machine import FinishRun, RunMachine
 from .core.messages import Content, Message, Usage, result_text
 from .core.projections import error_text
-from .driver import Recorder, RunDriver, ToolRegistry, to_json
+from .driver import Recorder, RunDriver, ToolRegistry, capture_sinks, to_json
 from .errors import ApprovalError, MiddlewareTermination, RunError
 from .middleware import Layer, run_chain, split_middleware
 from .redaction import Redactor, default_redactor
@@ -338,9 +338,11 @@ class _Run:
         history = session.history if session is not None and self.share_history else []
         run_id = self.run_id or agent.ids("run")
         machine = self.machine = RunMachine(history)
-        sinks = (
-            [*agent.event_sinks, self._stream_sink] if self.on_update is not None else list(agent.event_sinks)
+        # The agent's sinks see this run and, through the context, its sub-agents' runs too.
+        sinks_token = (
+            capture_sinks.set((*capture_sinks.get(), *agent.event_sinks)) if agent.event_sinks else None
         )
+        sinks = [self._stream_sink] if self.on_update is not None else []
         recorder = Recorder(machine, run_id, agent.clock, sinks)
         registry = ToolRegistry(self.tools, recorder)
         inputs = normalize_messages(messages)
@@ -361,6 +363,7 @@ class _Run:
             parent_run_id=self.parent[0] if self.parent else None,
             parent_call_id=self.parent[1] if self.parent else None,
             session_history=self.share_history,
+            provider_name=agent.client.provider_name,
             library_version=__version__,
         )
         driver = RunDriver(
@@ -389,6 +392,8 @@ class _Run:
         finally:
             self.finished = True
             _current.reset(token)
+            if sinks_token is not None:
+                capture_sinks.reset(sinks_token)
             if unbind is not None:
                 unbind()
 

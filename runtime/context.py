@@ -260,6 +260,10 @@ class RunContext:
 _current: contextvars.ContextVar[RunContext | None] = contextvars.ContextVar("agentledger_run", default=None)
 
 
+replaying: contextvars.ContextVar[bool] = contextvars.ContextVar("agentledger_replaying", default=False)
+"""True while ``agentledger.replay`` reruns or forks a recorded run (its sub-agents included)."""
+
+
 def current_run_context() -> RunContext | None:
     """The run the calling code is part of (tools, middleware, sub-agents), or None."""
     return _current.get()

@@ -15,10 +15,15 @@
     │   ├── ConflictError                       a stale expected_version (stream, expected, actual)
     │   └── LogCorruptError                     a stored log does not decode (where, what)
     ├── ReplayDivergence                        a rerun differs from the log (seq, expected, actual)
+    ├── ExportError                             an OTLP receiver refused an export (status_code)
     └── TransitionError                         an input the run machine does not accept
 
     MiddlewareTermination                       raised by middleware to end the run (not an error)
     ExperimentalWarning (a FutureWarning)       an experimental API was used
+
+``ExportError`` lives with its exporter, ``agentledger.adapters.export.otlp``; the OpenAI
+clients' errors (authentication, rate limits, server errors...) live in
+``agentledger.adapters.chat.openai``; all of them are ``AgentLedgerError``\ s.
 
 Errors from other libraries are translated where they cross into agentledger, with
 ``raise ... from exc`` so the cause stays visible.

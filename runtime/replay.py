@@ -28,7 +28,7 @@ import msgspec
 
 from .agent import Agent, AgentResponse, _Run
 from .clients import BaseChatClient, ChatOptions, ChatResponse
-from .context import FunctionInvocationContext, current_run_context
+from .context import FunctionInvocationContext, current_run_context, replaying
 from .core.events import (
     ChildRunStarted,
     Event,
@@ -58,11 +58,17 @@ __all__ = (
     "canonical",
     "compare",
     "fork",
+    "is_replaying",
     "load",
     "rerun",
 )
 
 _IGNORED = frozenset({"at", "seq", "child_run_id", "origin_run_id", "origin_seq"})
+
+
+def is_replaying() -> bool:
+    """Whether the calling code runs inside a rerun or fork: live exporters skip such events."""
+    return replaying.get()
 
 
 class RunState(msgspec.Struct, frozen=True, kw_only=True):
@@ -178,10 +184,18 @@ class ReplayClient(BaseChatClient):
 
     provider_name = "replay"
 
-    def __init__(self, responses: Sequence[ModelResponded], live: BaseChatClient | None = None) -> None:
+    def __init__(
+        self,
+        responses: Sequence[ModelResponded],
+        live: BaseChatClient | None = None,
+        *,
+        provider_name: str = "",
+    ) -> None:
         self.responses = list(responses)
         self.live = live
         self.calls = 0
+        # A rerun records the provider of the run it replays (a fork: of the client it goes on with).
+        self.provider_name = live.provider_name if live is not None else (provider_name or "replay")
 
     async def get_response(
         self,
@@ -450,11 +464,14 @@ async def _drive(
     run = _Run(clone, _session_for(recorded), options, fik, None, None, None, run_id=run_id)
     from .testing import capture_events
 
+    token = replaying.set(True)
     with capture_events() as events:
         try:
             response: AgentResponse | None = await run.execute(list(started.messages))
         except (RunError, TransitionError):
             response = None
+        finally:
+            replaying.reset(token)
     own = [e for e in events if e.run_id == (run_id or (response.run_id if response else ""))]
     return response, own or [e for e in events if not getattr(e, "parent_run_id", None)]
 
@@ -472,7 +489,7 @@ async def rerun(
     repeats its recorded effects (session writes, tool list changes). With ``tools="live"`` the
     tools run for real; pass ``function_invocation_kwargs`` when the recorded ones were redacted.
     """
-    client = ReplayClient(recorded.model_responses())
+    client = ReplayClient(recorded.model_responses(), provider_name=recorded.started.provider_name)
     response, events = await _drive(
         recorded, agent, client, tools, None, recorded.run_id, function_invocation_kwargs
     )

@@ -109,6 +109,7 @@ class RunStarted(EventBase, frozen=True, kw_only=True):
     parent_run_id: str | None = None
     parent_call_id: str | None = None
     session_history: bool = True
+    provider_name: str = ""
     schema_version: int = SCHEMA_VERSION
     library_version: str = ""
 
