@@ -23,7 +23,7 @@
 
 ``ExportError`` lives with its exporter, ``agentledger.adapters.export.otlp``; the OpenAI
 clients' errors (authentication, rate limits, server errors...) live in
-``agentledger.adapters.chat.openai``; all of them are ``AgentLedgerError``\ s.
+``agentledger.adapters.chat.openai``; all of them derive from ``AgentLedgerError``.
 
 Errors from other libraries are translated where they cross into agentledger, with
 ``raise ... from exc`` so the cause stays visible.
