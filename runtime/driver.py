@@ -342,11 +342,8 @@ class RunDriver:
 
     async def _invoke_tools(self, command: InvokeTools) -> None:
         calls = [(call, self.registry.by_name[call.name or ""]) for call in command.calls]
-        if not command.approved:
-            gated = tuple(c.call_id or "" for c, t in calls if t.approval_mode == "always_require")
-            if gated:
-                self.recorder.emit(ApprovalRequested, call_ids=gated)
-                calls = [(c, t) for c, t in calls if t.approval_mode != "always_require"]
+        if not command.approved and any(t.approval_mode == "always_require" for _, t in calls):
+            calls = self._hold_for_approval(calls)
         if self.sequential or len(calls) < 2:
             for call, function in calls:
                 await self._invoke_one(command.iteration, call, function)
@@ -360,6 +357,30 @@ class RunDriver:
             async with anyio.create_task_group() as group:
                 for call, function in calls:
                     group.start_soon(self._invoke_one, command.iteration, call, function)
+
+    def _hold_for_approval(
+        self, calls: list[tuple[Content, FunctionTool]]
+    ) -> list[tuple[Content, FunctionTool]]:
+        """Ask approval for the gated calls whose arguments are valid; return the calls to run now.
+
+        Arguments are checked first: a human is never asked to approve a call that cannot run,
+        and such a call is rejected (and answered to the model) at once.
+        """
+        gated: list[str] = []
+        runnable = []
+        for call, function in calls:
+            if function.approval_mode != "always_require":
+                runnable.append((call, function))
+                continue
+            try:
+                function.arguments_from(call.arguments)
+            except ArgumentsError:
+                runnable.append((call, function))  # rejected with its reason when it "runs"
+            else:
+                gated.append(call.call_id or "")
+        if gated:
+            self.recorder.emit(ApprovalRequested, call_ids=tuple(gated))
+        return runnable
 
     async def _invoke_one(self, iteration: int, call: Content, function: FunctionTool) -> None:
         call_id = call.call_id or ""

@@ -131,3 +131,15 @@ async def test_max_function_calls(clock: FixedClock, ids: SequentialIds) -> None
         "max_function_calls"
     ]
     assert client.requests[1].tool_choice == "none"
+
+
+async def test_invalid_arguments_are_rejected_before_approval(clock: FixedClock, ids: SequentialIds) -> None:
+    """A gated call whose arguments cannot run is rejected at once; nobody is asked to approve it."""
+    ran: list[str] = []
+    client = ScriptedChatClient([Call("wire_money", "{not json"), "Fixed."])
+    agent = _agent(client, clock, ids, ran)
+    response = await agent.run("send", session=agent.create_session())
+    assert response.user_input_requests == []
+    assert "ApprovalRequested" not in event_types(response.events)
+    assert "ArgumentsRejected" in event_types(response.events)
+    assert response.text == "Fixed."
