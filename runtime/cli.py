@@ -218,6 +218,8 @@ def _replay(args: argparse.Namespace) -> int:
 
 def _export(args: argparse.Namespace) -> int:
     store = open_store(args.store)
+    if args.otlp or args.otlp_file:
+        return _export_otlp(args, _run(lambda: _with_children(store, args.run)))
     events = _run(lambda: _read(store, args.run))
     out = open(args.output, "wb") if args.output else sys.stdout.buffer  # noqa: SIM115
     try:
@@ -229,6 +231,36 @@ def _export(args: argparse.Namespace) -> int:
         else:
             out.flush()
     return 0
+
+
+def _export_otlp(args: argparse.Namespace, events: list[Event]) -> int:
+    """The run and its sub-agent runs as OTLP traces: to a receiver or a Collector JSON file."""
+    from agentledger.adapters.export.otlp import export_otlp, write_otlp_json_file
+
+    resource = {"openinference.project.name": args.project} if args.project else None
+    options: dict[str, Any] = {
+        "include_content": args.include_content,
+        "provider_name": args.provider,
+        "resource": resource,
+    }
+    if args.otlp_file:
+        count = write_otlp_json_file(events, args.otlp_file, **options)
+        print(f"wrote {count} spans to {args.otlp_file}")
+        return 0
+    headers = dict(_header(h) for h in args.header)
+    result = _run(
+        lambda: export_otlp(events, args.otlp, encoding=args.otlp_encoding, headers=headers, **options)
+    )
+    rejected = f", {result.rejected_spans} rejected" if result.rejected_spans else ""
+    print(f"exported {result.spans} spans to {args.otlp} ({result.attempts} attempt(s){rejected})")
+    return 0
+
+
+def _header(text: str) -> tuple[str, str]:
+    name, sep, value = text.partition(":")
+    if not sep or not name.strip():
+        raise UsageError(f"--header must look like 'Name: value', not {text!r}")
+    return name.strip(), value.strip()
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -265,10 +297,23 @@ def _parser() -> argparse.ArgumentParser:
     view.add_argument("run")
     view.add_argument("--output", "-o", help="file to write (default: RUN.html)")
     view.add_argument("--no-content", action="store_true", help="hide message, argument and result content")
-    export = command("export", _export, "write a run's events")
+    export = command("export", _export, "write a run's events, or send them as OTLP traces")
     export.add_argument("run")
     export.add_argument("--format", choices=("jsonl",), default="jsonl")
     export.add_argument("--output", "-o", help="file to write (default: stdout)")
+    export.add_argument("--otlp", metavar="URL", help="send the run as traces to an OTLP/HTTP receiver")
+    export.add_argument(
+        "--otlp-file", metavar="PATH", help="write the traces in the Collector's OTLP JSON file format"
+    )
+    export.add_argument("--otlp-encoding", choices=("protobuf", "json"), default="protobuf")
+    export.add_argument(
+        "--header", action="append", default=[], help="an HTTP header 'Name: value' (repeatable)"
+    )
+    export.add_argument(
+        "--include-content", action="store_true", help="include messages, arguments and results"
+    )
+    export.add_argument("--provider", help="gen_ai.provider.name when the log does not record it")
+    export.add_argument("--project", help="the receiver's project (openinference.project.name)")
     return parser
 
 

@@ -1,0 +1,56 @@
+"""Decoding stored records back into events: typed, with the position of any bad record.
+
+A log read back is untrusted input. Records are decoded with one typed event decoder; a record
+that does not decode raises ``LogCorruptError`` naming where it is (a file and line, or a stream
+and seq) and what was expected, followed by msgspec's own account of what it found.
+
+Records are decoded in one call per read (``decode_lines`` over newline-terminated JSON), which
+is faster than a call per record; only when that fails are the records decoded one by one, to
+find the first bad one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import msgspec
+
+from agentledger.core.events import Event, decode_event
+from agentledger.errors import LogCorruptError
+
+__all__ = ("EXPECTED", "decode_block", "decode_records")
+
+EXPECTED = 'expected one event: a JSON object tagged with its "type"'
+
+_decoder: msgspec.json.Decoder[Event] = msgspec.json.Decoder(Event)
+
+
+def decode_block(data: bytes, count: int, where: Callable[[int], str]) -> list[Event]:
+    """Decode ``count`` records stored in ``data``, each ending with a line end."""
+    try:
+        events = _decoder.decode_lines(data)
+    except msgspec.DecodeError:
+        events = []
+    if len(events) == count:
+        return events
+    return _one_by_one(data.split(b"\n")[:count], where)
+
+
+def decode_records(records: Sequence[bytes], where: Callable[[int], str]) -> list[Event]:
+    """Decode ``records`` (without line ends); ``where(i)`` names the position of record ``i``."""
+    try:
+        data = b"\n".join(records) + b"\n"
+    except TypeError:  # a value that is not bytes
+        return _one_by_one(records, where)
+    return decode_block(data, len(records), where)
+
+
+def _one_by_one(records: Sequence[bytes], where: Callable[[int], str]) -> list[Event]:
+    events: list[Event] = []
+    append = events.append
+    try:
+        for record in records:
+            append(decode_event(record))
+    except (msgspec.DecodeError, TypeError) as exc:  # TypeError: a value that is not bytes or str
+        raise LogCorruptError(f"{EXPECTED}; {exc}", where=where(len(events))) from exc
+    return events

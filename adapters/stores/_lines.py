@@ -1,0 +1,219 @@
+"""Append-only files of newline-terminated records, shared between threads and processes.
+
+Theory of operation. A ``LineFile`` remembers how far into its file it has looked (``end``, always
+just after a line end) and where each whole line before that starts. Every operation opens the
+file, takes an exclusive ``flock`` on it (other processes, and other ``LineFile`` objects of this
+process) while holding a ``threading.Lock`` (other threads using this object), and first catches
+up: it reads whatever other writers appended since ``end``.
+
+Writers hold the lock for the whole of a write, so bytes after the last line end can only be a
+record torn by a writer that died mid-write (a crash, ``kill -9``, power loss). They are cut off
+the file, and a ``TornTailWarning`` says where and how much. A batch of records goes out in one
+``write`` call and, unless the store was told otherwise, reaches the disk (``fdatasync``) before
+the lock is released; a crash can still leave a prefix of a batch (whole records), never a torn
+record that a later operation would read.
+
+The file is reopened for every operation, so a store with thousands of streams keeps no
+descriptors open, and a file replaced or truncated by something else is noticed (its inode or
+size no longer matches) and read again from the start.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import threading
+import warnings
+from array import array
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+try:
+    import fcntl
+except ImportError as exc:  # pragma: no cover - Windows
+    raise ImportError("JSONL event stores need POSIX file locks (fcntl); use SqliteEventStore here") from exc
+
+__all__ = ("LineFile", "OpenLineFile", "TornTailWarning", "fsync_directory", "make_directory", "write_all")
+
+_sync = getattr(os, "fdatasync", os.fsync)
+_READ_CHUNK = 1 << 30
+
+
+class TornTailWarning(RuntimeWarning):
+    """A log ended in a record cut short by an interrupted write; the torn bytes were removed."""
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """Write every byte of ``data`` (``os.write`` may write fewer)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def fsync_directory(path: Path) -> None:
+    """Make a new directory entry in ``path`` durable."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def make_directory(path: Path, *, fsync: bool) -> None:
+    """Create ``path`` and missing parents; with ``fsync``, make the new entries durable."""
+    if path.is_dir():
+        return
+    make_directory(path.parent, fsync=fsync)
+    try:
+        path.mkdir()
+    except FileExistsError:
+        return
+    if fsync:
+        fsync_directory(path.parent)
+
+
+def _pread_all(fd: int, size: int, offset: int) -> bytes:
+    parts = []
+    while size > 0:
+        part = os.pread(fd, min(size, _READ_CHUNK), offset)
+        if not part:
+            break
+        parts.append(part)
+        size -= len(part)
+        offset += len(part)
+    return b"".join(parts)
+
+
+class LineFile:
+    """One append-only file of records, one per line; see the module docstring."""
+
+    __slots__ = ("_identity", "_lock", "end", "fsync", "generation", "path", "starts")
+
+    def __init__(self, path: Path, *, fsync: bool = True) -> None:
+        self.path = path
+        self.fsync = fsync
+        self.starts = array("q")  # where each whole line starts
+        self.end = 0  # every byte before this is whole lines
+        self.generation = 0  # bumped when the file had to be read again from the start
+        self._identity: tuple[int, int] | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def count(self) -> int:
+        """How many whole lines the file held at the last operation."""
+        return len(self.starts)
+
+    @contextmanager
+    def locked(self, *, create: bool) -> Iterator[OpenLineFile | None]:
+        """Open, lock and catch up; ``None`` when the file is missing and ``create`` is false."""
+        with self._lock:
+            fd = self._open(create)
+            if fd is None:
+                yield None
+                return
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                handle = OpenLineFile(self, fd)
+                handle.catch_up()
+                yield handle
+            finally:
+                os.close(fd)  # also releases the flock
+
+    def _open(self, create: bool) -> int | None:
+        flags = os.O_RDWR | os.O_APPEND | os.O_CLOEXEC
+        try:
+            return os.open(self.path, flags)
+        except FileNotFoundError:
+            if not create:
+                return None
+        try:
+            fd = os.open(self.path, flags | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            return os.open(self.path, flags)
+        if self.fsync:
+            try:
+                fsync_directory(self.path.parent)
+            except BaseException:
+                os.close(fd)
+                raise
+        return fd
+
+
+class OpenLineFile:
+    """A ``LineFile`` opened and locked for one operation."""
+
+    __slots__ = ("fd", "file")
+
+    def __init__(self, file: LineFile, fd: int) -> None:
+        self.file = file
+        self.fd = fd
+
+    def catch_up(self) -> None:
+        """Index the lines other writers appended; cut off a torn last record."""
+        file, stat = self.file, os.fstat(self.fd)
+        identity = (stat.st_dev, stat.st_ino)
+        if identity != file._identity or stat.st_size < file.end:
+            file._identity = identity
+            file.starts, file.end = array("q"), 0
+            file.generation += 1
+        if stat.st_size == file.end:
+            return
+        data = _pread_all(self.fd, stat.st_size - file.end, file.end)
+        whole = data.rfind(b"\n") + 1
+        self._index(data[:whole].split(b"\n")[:-1])
+        if whole < len(data):
+            self._cut(len(data) - whole)
+
+    def _index(self, lines: Sequence[bytes]) -> None:
+        file = self.file
+        sizes = map((1).__add__, map(len, lines))
+        starts = list(itertools.accumulate(sizes, initial=file.end))
+        file.end = starts.pop()
+        file.starts.extend(starts)
+
+    def _cut(self, torn: int) -> None:
+        file = self.file
+        os.ftruncate(self.fd, file.end)
+        if file.fsync:
+            _sync(self.fd)
+        warnings.warn(
+            TornTailWarning(
+                f"{file.path}: line {file.count + 1} was torn by an interrupted write; "
+                f"cut off its {torn} bytes at offset {file.end}"
+            ),
+            stacklevel=2,
+        )
+
+    def append(self, records: Sequence[bytes]) -> None:
+        """Append ``records`` (each without its line end) as one write."""
+        if not records:
+            return
+        try:
+            write_all(self.fd, b"\n".join(records) + b"\n")
+            if self.file.fsync:
+                _sync(self.fd)
+        except BaseException:
+            os.ftruncate(self.fd, self.file.end)  # take back a partial write
+            raise
+        self._index(records)
+
+    def block(self, first: int, stop: int) -> bytes:
+        """Lines ``first`` to ``stop - 1`` (0-based) as stored: each ends with its line end."""
+        file = self.file
+        if first >= stop:
+            return b""
+        end = file.starts[stop] if stop < file.count else file.end
+        return _pread_all(self.fd, end - file.starts[first], file.starts[first])
+
+    def lines(self, numbers: Sequence[int]) -> list[bytes]:
+        """The lines numbered ``numbers`` (0-based, ascending), without their line ends."""
+        if not numbers:
+            return []
+        first, last = numbers[0], numbers[-1]
+        data = self.block(first, last + 1)
+        if last - first + 1 == len(numbers):
+            return data.split(b"\n")[:-1]
+        starts, base = self.file.starts, self.file.starts[first]
+        ends = [starts[n + 1] - 1 if n < last else len(data) + base - 1 for n in numbers]
+        return [data[starts[n] - base : end - base] for n, end in zip(numbers, ends, strict=True)]

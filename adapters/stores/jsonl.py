@@ -1,0 +1,290 @@
+"""JsonlEventStore: events as JSON lines, one event per line, exactly as ``encode_event`` writes it.
+
+Two layouts, chosen by the path:
+
+* a path ending in ``.jsonl`` (or an existing file) is one *journal* holding every stream, in
+  append order; a line's stream is its event's ``run_id`` (so ``append`` refuses events whose
+  ``run_id`` is not the stream's name) and streams are listed in order of first appearance.
+* any other path is a *directory* with one file per stream, ``<name>.jsonl`` (the name
+  percent-encoded where it is not a safe file name), plus ``streams.index``, the stream names in
+  creation order, one JSON string per line.
+
+Every file is an append-only ``LineFile`` (see ``_lines``): an exclusive ``flock`` serialises
+writers across threads and processes, which makes the version check and the write one atomic
+step; a torn last record is cut off with a ``TornTailWarning``; a record that does not decode
+raises ``LogCorruptError`` naming the file and line. Lines are counted, not parsed, until they
+are read, except in a journal, where each new line's ``run_id`` is read to index it.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from array import array
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from urllib.parse import quote, unquote
+
+import msgspec
+
+from agentledger.core.events import Event, encode_event
+from agentledger.errors import ConflictError, LogCorruptError, StoreError
+
+from ._codec import EXPECTED, decode_block, decode_records
+from ._lines import LineFile, OpenLineFile, TornTailWarning, make_directory
+from ._threaded import ThreadedStore
+
+__all__ = ("JsonlEventStore", "TornTailWarning")
+
+_SUFFIX = ".jsonl"
+_CATALOG = "streams.index"
+_MAX_NAME = 250
+
+
+class JsonlEventStore(ThreadedStore):
+    """An ``EventStore`` in JSON-lines files; see the module docstring for the two layouts.
+
+    ``fsync=True`` (the default) makes each append durable before it returns: it survives a
+    power loss, not only a crash of the process. ``fsync=False`` leaves flushing to the OS.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, fsync: bool = True) -> None:
+        self.path = Path(path)
+        self.fsync = fsync
+        if self.path.suffix == _SUFFIX or self.path.is_file():
+            self._layout: _Journal | _Directory = _Journal(self.path, fsync)
+        else:
+            self._layout = _Directory(self.path, fsync)
+
+    @property
+    def layout(self) -> str:
+        """``"journal"`` (one file) or ``"directory"`` (one file per stream)."""
+        return "journal" if isinstance(self._layout, _Journal) else "directory"
+
+    def append_sync(self, stream: str, events: Sequence[Event], expected_version: int) -> int:
+        self._check_open()
+        records = [encode_event(event) for event in self._layout.check(stream, events)]
+        with self._os_errors(f"appending to {stream!r}"):
+            return self._layout.append(stream, records, expected_version)
+
+    def read_sync(self, stream: str, after: int = -1) -> list[Event]:
+        self._check_open()
+        with self._os_errors(f"reading {stream!r}"):
+            return self._layout.read(stream, after)
+
+    def streams_sync(self) -> list[str]:
+        self._check_open()
+        with self._os_errors("listing streams"):
+            return self._layout.streams()
+
+    @contextmanager
+    def _os_errors(self, doing: str) -> Iterator[None]:
+        try:
+            yield
+        except OSError as exc:
+            raise StoreError(f"{self.path}: {doing} failed: {exc}") from exc
+
+    def __repr__(self) -> str:
+        return f"JsonlEventStore({str(self.path)!r}, layout={self.layout!r})"
+
+
+class _Envelope(msgspec.Struct):
+    run_id: str
+
+
+_envelope = msgspec.json.Decoder(_Envelope)
+
+
+class _Journal:
+    """Every stream in one file; each line's stream is its event's ``run_id``."""
+
+    def __init__(self, path: Path, fsync: bool) -> None:
+        self.file = LineFile(path, fsync=fsync)
+        self.index: dict[str, array[int]] = {}  # stream -> its line numbers
+        self.indexed = 0
+        self.generation = 0
+
+    def check(self, stream: str, events: Sequence[Event]) -> Sequence[Event]:
+        for event in events:
+            if event.run_id != stream:
+                raise ValueError(
+                    f"a journal files each event under its run_id; {event.run_id!r} cannot go in {stream!r}"
+                )
+        return events
+
+    def append(self, stream: str, records: list[bytes], expected_version: int) -> int:
+        if records:
+            make_directory(self.file.path.parent, fsync=self.file.fsync)
+        with self.file.locked(create=bool(records)) as handle:
+            numbers = self._refresh(handle).get(stream) if handle is not None else None
+            version = len(numbers) if numbers is not None else 0
+            if version != expected_version:
+                raise ConflictError(stream, expected_version, version)
+            if handle is not None and records:
+                first = self.file.count
+                handle.append(records)
+                self.index.setdefault(stream, array("q")).extend(range(first, self.file.count))
+                self.indexed = self.file.count
+        return expected_version + len(records)
+
+    def read(self, stream: str, after: int) -> list[Event]:
+        with self.file.locked(create=False) as handle:
+            numbers = self._refresh(handle).get(stream) if handle is not None else None
+            selected = numbers[max(after + 1, 0) :] if numbers is not None else None  # a copy
+            if handle is None or not selected:
+                return []
+            first, stop = selected[0], selected[-1] + 1
+            contiguous = stop - first == len(selected)
+            data = handle.block(first, stop) if contiguous else handle.lines(selected)
+
+        def where(index: int) -> str:
+            return f"{self.file.path}:{selected[index] + 1}"
+
+        if isinstance(data, bytes):
+            return decode_block(data, len(selected), where)
+        return decode_records(data, where)
+
+    def streams(self) -> list[str]:
+        with self.file.locked(create=False) as handle:
+            return list(self._refresh(handle)) if handle is not None else []
+
+    def _refresh(self, handle: OpenLineFile) -> dict[str, array[int]]:
+        """Index the lines appended since the last operation, all or none of them."""
+        if self.generation != self.file.generation:
+            self.index, self.indexed, self.generation = {}, 0, self.file.generation
+        if self.indexed == self.file.count:
+            return self.index
+        new: dict[str, list[int]] = {}
+        for number, envelope in enumerate(self._envelopes(handle), self.indexed):
+            new.setdefault(envelope.run_id, []).append(number)
+        for run_id, numbers in new.items():
+            self.index.setdefault(run_id, array("q")).extend(numbers)
+        self.indexed = self.file.count
+        return self.index
+
+    def _envelopes(self, handle: OpenLineFile) -> list[_Envelope]:
+        """The ``run_id`` of every line not indexed yet, in one decoding call when all is well."""
+        first, count = self.indexed, self.file.count
+        try:
+            envelopes = _envelope.decode_lines(handle.block(first, count))
+        except msgspec.DecodeError:
+            envelopes = []
+        if len(envelopes) == count - first:
+            return envelopes
+        envelopes = []  # find the line that does not decode
+        for number, line in enumerate(handle.lines(range(first, count)), first):
+            try:
+                envelopes.append(_envelope.decode(line))
+            except msgspec.DecodeError as exc:
+                raise LogCorruptError(f"{EXPECTED}; {exc}", where=f"{self.file.path}:{number + 1}") from exc
+        return envelopes
+
+
+class _Directory:
+    """One file per stream, and a catalog of stream names in creation order."""
+
+    def __init__(self, path: Path, fsync: bool) -> None:
+        self.path = path
+        self.fsync = fsync
+        self.catalog = LineFile(path / _CATALOG, fsync=fsync)
+        self.catalogued: dict[str, None] = {}  # an ordered set
+        self.catalog_indexed = 0
+        self.catalog_generation = 0
+        self.files: dict[str, LineFile] = {}
+        self._files_lock = threading.Lock()
+
+    def check(self, stream: str, events: Sequence[Event]) -> Sequence[Event]:
+        _file_name(stream)  # refuse a name that cannot be a file name before any work
+        return events
+
+    def _file(self, stream: str) -> LineFile:
+        with self._files_lock:
+            file = self.files.get(stream)
+            if file is None:
+                file = self.files[stream] = LineFile(self.path / _file_name(stream), fsync=self.fsync)
+            return file
+
+    def append(self, stream: str, records: list[bytes], expected_version: int) -> int:
+        file = self._file(stream)
+        create = expected_version == 0 and bool(records)
+        if create and stream not in self.catalogued:
+            self._catalogue(stream)
+        with file.locked(create=create) as handle:
+            version = file.count if handle is not None else 0
+            if version != expected_version:
+                raise ConflictError(stream, expected_version, version)
+            if handle is not None:
+                handle.append(records)
+        return expected_version + len(records)
+
+    def read(self, stream: str, after: int) -> list[Event]:
+        try:
+            file = self._file(stream)
+        except ValueError:
+            return []  # no stream can have that name
+        first = max(after + 1, 0)
+        with file.locked(create=False) as handle:
+            if handle is None or first >= file.count:
+                return []
+            count = file.count - first
+            data = handle.block(first, file.count)
+        return decode_block(data, count, lambda i: f"{file.path}:{first + i + 1}")
+
+    def streams(self) -> list[str]:
+        if not self.path.is_dir():
+            return []
+        with self.catalog.locked(create=False) as handle:
+            if handle is not None:
+                self._refresh_catalog(handle)
+        names = [n for n in self.catalogued if _has_records(self.path / _file_name(n))]
+        known = {_file_name(n) for n in self.catalogued}
+        found = sorted(
+            p.name for p in self.path.iterdir() if p.name.endswith(_SUFFIX) and p.name not in known
+        )
+        return names + [unquote(f[: -len(_SUFFIX)]) for f in found if _has_records(self.path / f)]
+
+    def _catalogue(self, stream: str) -> None:
+        """Add ``stream`` to the catalog unless another writer already did."""
+        make_directory(self.path, fsync=self.fsync)
+        with self.catalog.locked(create=True) as handle:
+            assert handle is not None
+            self._refresh_catalog(handle)
+            if stream not in self.catalogued:
+                handle.append([msgspec.json.encode(stream)])
+                self.catalogued[stream] = None
+                self.catalog_indexed = self.catalog.count
+
+    def _refresh_catalog(self, handle: OpenLineFile) -> None:
+        if self.catalog_generation != self.catalog.generation:
+            self.catalogued, self.catalog_indexed = {}, 0
+            self.catalog_generation = self.catalog.generation
+        known = self.catalog_indexed
+        names: list[str] = []
+        for number, line in enumerate(handle.lines(range(known, self.catalog.count)), known + 1):
+            try:
+                names.append(msgspec.json.decode(line, type=str))
+            except msgspec.DecodeError as exc:
+                where = f"{self.catalog.path}:{number}"
+                raise LogCorruptError(f"expected a stream name as a JSON string; {exc}", where=where) from exc
+        self.catalogued.update(dict.fromkeys(names))
+        self.catalog_indexed = self.catalog.count
+
+
+def _file_name(stream: str) -> str:
+    """The file of ``stream``: percent-encoded, never hidden, never a path."""
+    if not stream:
+        raise ValueError("a stream stored in a directory needs a non-empty name")
+    name = quote(stream, safe="")
+    if name.startswith("."):
+        name = "%2E" + name[1:]
+    if len(name) > _MAX_NAME:
+        raise ValueError(f"stream name {stream[:40]!r}... is too long for a file name")
+    return name + _SUFFIX
+
+
+def _has_records(path: Path) -> bool:
+    try:
+        return path.stat().st_size > 0
+    except FileNotFoundError:
+        return False

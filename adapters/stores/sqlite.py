@@ -1,0 +1,216 @@
+"""SqliteEventStore: every stream in one SQLite database (the standard library's ``sqlite3``).
+
+Two tables. ``streams`` gives each stream an integer id in creation order; ``events`` holds one row
+per event, keyed by ``(stream, seq)``, with the event as ``encode_event`` JSON. An append runs in a
+``BEGIN IMMEDIATE`` transaction (one writer at a time, others wait up to ``busy_timeout``): it
+compares the stream's length with ``expected_version``, inserts the rows with consecutive ``seq``
+and commits, so a batch is stored whole or not at all. The primary key backs the version check:
+a duplicate ``(stream, seq)`` can never be written, and if it were attempted it would surface as
+``ConflictError`` too.
+
+The database runs in WAL mode (readers never block the writer) with ``synchronous=FULL`` by
+default, so a committed append survives power loss. Reads check that the rows they return have no
+gaps and decode each row with the typed event decoder; a bad row raises ``LogCorruptError``
+naming the stream and seq.
+
+The connection is opened on first use, inside the worker thread, and shared by this store's
+threads under a lock; open one store per process (after any fork).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Literal
+
+from agentledger.core.events import Event, encode_event
+from agentledger.errors import ConflictError, LogCorruptError, StoreError
+
+from ._codec import decode_records
+from ._threaded import ThreadedStore
+
+__all__ = ("SCHEMA_VERSION", "SqliteEventStore")
+
+SCHEMA_VERSION = 1
+"""Stored in ``PRAGMA user_version``; a database with another version is refused."""
+
+Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS streams (
+    id INTEGER PRIMARY KEY,
+    name TEXT NOT NULL UNIQUE
+);
+CREATE TABLE IF NOT EXISTS events (
+    stream INTEGER NOT NULL REFERENCES streams (id),
+    seq INTEGER NOT NULL,
+    data BLOB NOT NULL,
+    PRIMARY KEY (stream, seq)
+) WITHOUT ROWID;
+"""
+_READ = (
+    "SELECT seq, data FROM events WHERE stream = (SELECT id FROM streams WHERE name = ?)"
+    " AND seq > ? ORDER BY seq"
+)
+
+
+class SqliteEventStore(ThreadedStore):
+    """An ``EventStore`` in a SQLite database file; see the module docstring.
+
+    ``synchronous`` is SQLite's durability setting (``"FULL"``: each commit is on disk before
+    ``append`` returns; ``"NORMAL"``: a power loss may drop the last commits, never corrupt the
+    database). ``busy_timeout`` is how many seconds a writer waits for another one.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        synchronous: Synchronous = "FULL",
+        busy_timeout: float = 5.0,
+    ) -> None:
+        if synchronous not in ("OFF", "NORMAL", "FULL", "EXTRA"):
+            raise ValueError(f"synchronous must be OFF, NORMAL, FULL or EXTRA, not {synchronous!r}")
+        self.path = Path(path)
+        self.synchronous = synchronous
+        self.busy_timeout = busy_timeout
+        self._connection: sqlite3.Connection | None = None
+        self._lock = threading.Lock()
+
+    def append_sync(self, stream: str, events: Sequence[Event], expected_version: int) -> int:
+        records = [encode_event(event) for event in events]
+        with self._lock, self._errors(f"appending to {stream!r}"):
+            connection = self._connect()
+            self._begin(connection)
+            try:
+                self._insert(connection, stream, records, expected_version)
+                self._commit(connection)
+            except sqlite3.IntegrityError as exc:  # the key refused a row at a taken seq
+                connection.rollback()
+                raise ConflictError(stream, expected_version, _version(connection, stream)) from exc
+            except BaseException:
+                connection.rollback()
+                raise
+        return expected_version + len(records)
+
+    def read_sync(self, stream: str, after: int = -1) -> list[Event]:
+        with self._lock, self._errors(f"reading {stream!r}"):
+            rows: list[tuple[int, Any]] = self._connect().execute(_READ, (stream, after)).fetchall()
+        first = max(after + 1, 0)
+        if rows and (rows[0][0] != first or rows[-1][0] != first + len(rows) - 1):
+            self._gap(stream, rows, first)
+        return decode_records([row[1] for row in rows], lambda i: self._where(stream, rows[i][0]))
+
+    def streams_sync(self) -> list[str]:
+        with self._lock, self._errors("listing streams"):
+            rows = self._connect().execute("SELECT name FROM streams ORDER BY id").fetchall()
+        return [row[0] for row in rows]
+
+    def close(self) -> None:
+        """Close the database connection; later calls raise ``StoreError``."""
+        with self._lock:
+            super().close()
+            if self._connection is not None:
+                self._connection.close()
+                self._connection = None
+
+    def _connect(self) -> sqlite3.Connection:
+        self._check_open()
+        if self._connection is None:
+            with self._errors("opening the event database"):
+                self._connection = self._open()
+        return self._connection
+
+    @contextmanager
+    def _errors(self, doing: str) -> Iterator[None]:
+        try:
+            yield
+        except sqlite3.Error as exc:
+            raise StoreError(f"{self.path}: {doing} failed: {exc}") from exc
+
+    def _open(self) -> sqlite3.Connection:
+        connection = sqlite3.connect(
+            self.path, timeout=self.busy_timeout, isolation_level=None, check_same_thread=False
+        )
+        try:
+            connection.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
+            _use_wal(connection)
+            connection.execute(f"PRAGMA synchronous = {self.synchronous}")
+            version = connection.execute("PRAGMA user_version").fetchone()[0]
+            if version not in (0, SCHEMA_VERSION):
+                raise StoreError(f"{self.path}: event schema version {version}, expected {SCHEMA_VERSION}")
+            schema = f"BEGIN IMMEDIATE; {_SCHEMA} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"
+            connection.executescript(schema)
+        except BaseException:
+            connection.close()
+            raise
+        return connection
+
+    def _begin(self, connection: sqlite3.Connection) -> None:
+        try:
+            connection.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            raise StoreError(f"{self.path}: no write access within {self.busy_timeout} s: {exc}") from exc
+
+    def _insert(
+        self, connection: sqlite3.Connection, stream: str, records: list[bytes], expected_version: int
+    ) -> None:
+        row = connection.execute("SELECT id FROM streams WHERE name = ?", (stream,)).fetchone()
+        version = _version(connection, stream) if row is not None else 0
+        if version != expected_version:
+            raise ConflictError(stream, expected_version, version)
+        if not records:
+            return
+        stream_id = row[0] if row is not None else _new_stream(connection, stream)
+        rows = zip(itertools.repeat(stream_id), itertools.count(expected_version), records)
+        connection.executemany("INSERT INTO events (stream, seq, data) VALUES (?, ?, ?)", rows)
+
+    def _commit(self, connection: sqlite3.Connection) -> None:
+        connection.execute("COMMIT")
+
+    def _where(self, stream: str, seq: int) -> str:
+        return f"{self.path}: stream {stream!r} seq {seq}"
+
+    def _gap(self, stream: str, rows: list[tuple[int, Any]], first: int) -> None:
+        for expected, (seq, _) in enumerate(rows, first):
+            if seq != expected:
+                raise LogCorruptError(f"expected seq {expected}, found {seq}", where=self._where(stream, seq))
+
+    def __repr__(self) -> str:
+        return f"SqliteEventStore({str(self.path)!r})"
+
+
+def _use_wal(connection: sqlite3.Connection) -> None:
+    """Switch the database to WAL (a lasting setting), waiting out a connection that is creating it.
+
+    Changing the journal mode does not wait for other connections the way statements do (it
+    fails at once with "database is locked"), so when two connections open a new database
+    together, the one that loses waits for the other's write lock, with the busy timeout, and
+    looks again.
+    """
+    for _ in range(10):
+        if connection.execute("PRAGMA journal_mode").fetchone()[0] == "wal":
+            return
+        try:
+            connection.execute("PRAGMA journal_mode = WAL")
+        except sqlite3.OperationalError:
+            connection.execute("BEGIN IMMEDIATE")
+            connection.execute("ROLLBACK")
+    connection.execute("PRAGMA journal_mode = WAL")
+
+
+def _version(connection: sqlite3.Connection, stream: str) -> int:
+    query = "SELECT max(seq) FROM events WHERE stream = (SELECT id FROM streams WHERE name = ?)"
+    last = connection.execute(query, (stream,)).fetchone()[0]
+    return 0 if last is None else int(last) + 1
+
+
+def _new_stream(connection: sqlite3.Connection, stream: str) -> int:
+    cursor = connection.execute("INSERT INTO streams (name) VALUES (?)", (stream,))
+    assert cursor.lastrowid is not None
+    return cursor.lastrowid

@@ -1,0 +1,281 @@
+"""Event store throughput: appends per second, and state rebuilt from a stored log per second.
+
+Theory of operation. The events are real: the demo agent (scripted model, tools, middleware,
+session writes, a tool added at run time) runs once, and its 24 events are repeated, renumbered,
+into one long stream. *Append* times ``await store.append`` through the async API, one event per
+call and in batches, with each store's default durability (``fsync`` per append, SQLite
+``synchronous=FULL``) and without it. *Rebuild* opens a fresh store on a stored log and times
+``await store.read(stream)`` plus one fold of the tools, session and transcript projections: the
+work needed to recover a run's state after a restart. It does so for one long stream, and for
+many runs of 24 events (``streams()``, then each stream read and folded), where the cost per call
+shows. The floor next to it is msgspec decoding the same JSON lines held in memory (one call per
+line, and ``decode_lines`` as the stores use it), and decoding plus the fold. Each figure is the
+best of ``--repeat`` timings.
+
+Run ``python -m benchmarks.bench_stores`` (``--help`` for options).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import gc
+import os
+import platform
+import shutil
+import sqlite3
+import sys
+import tempfile
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import NamedTuple
+
+import anyio
+import msgspec
+
+from agentledger.adapters.stores.jsonl import JsonlEventStore
+from agentledger.adapters.stores.sqlite import SqliteEventStore
+from agentledger.core.events import Event, decode_event, encode_event
+from agentledger.core.projections import SessionProjection, ToolsProjection, TranscriptProjection
+from agentledger.demo import run_demo
+from agentledger.errors import ExperimentalWarning
+from agentledger.store import EventStore, MemoryEventStore
+
+STREAM = "run_bench"
+StoreFactory = Callable[[Path], EventStore]
+
+DURABLE: dict[str, StoreFactory] = {
+    "JSONL directory": lambda d: JsonlEventStore(d / "runs"),
+    "JSONL journal": lambda d: JsonlEventStore(d / "runs.jsonl"),
+    "SQLite": lambda d: SqliteEventStore(d / "events.sqlite"),
+}
+RELAXED: dict[str, StoreFactory] = {
+    "JSONL directory, fsync=False": lambda d: JsonlEventStore(d / "runs", fsync=False),
+    "JSONL journal, fsync=False": lambda d: JsonlEventStore(d / "runs.jsonl", fsync=False),
+    "SQLite, synchronous=NORMAL": lambda d: SqliteEventStore(d / "events.sqlite", synchronous="NORMAL"),
+}
+
+
+def demo_events() -> list[Event]:
+    """The demo run's events (24 of them, every common kind)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ExperimentalWarning)
+        response, _ = anyio.run(run_demo, False)
+    return list(response.events)
+
+
+def long_stream(events: Sequence[Event], count: int) -> list[Event]:
+    """``count`` events: ``events`` repeated, renumbered as one stream."""
+    return [
+        msgspec.structs.replace(events[i % len(events)], run_id=STREAM, seq=i) for i in range(count)
+    ]
+
+
+class Timing(NamedTuple):
+    """Seconds on the wall clock, and CPU seconds of this process (all its threads)."""
+
+    wall: float
+    cpu: float
+
+
+def timed(work: Callable[[], object]) -> Timing:
+    wall, cpu = time.perf_counter(), time.process_time()
+    work()
+    return Timing(time.perf_counter() - wall, time.process_time() - cpu)
+
+
+def best(repeat: int, run: Callable[[], Timing]) -> Timing:
+    """The shortest of ``repeat`` timings (wall and CPU each), after a collection each."""
+    timings = []
+    for _ in range(repeat):
+        gc.collect()
+        timings.append(run())
+    return Timing(min(t.wall for t in timings), min(t.cpu for t in timings))
+
+
+def rate(count: int, timing: Timing) -> Timing:
+    """Events per second, by wall clock and by CPU time."""
+    return Timing(count / timing.wall, count / timing.cpu)
+
+
+def close(store: EventStore) -> None:
+    closer = getattr(store, "close", None)
+    if closer is not None:
+        closer()
+
+
+def fold(events: Sequence[Event]) -> None:
+    """Rebuild the tools, session and transcript views in one pass."""
+    tools, session, transcript = ToolsProjection(), SessionProjection(), TranscriptProjection()
+    for event in events:
+        tools.apply(event)
+        session.apply(event)
+        transcript.apply(event)
+
+
+# -- appends ------------------------------------------------------------------------------------
+
+
+async def _append(store: EventStore, events: Sequence[Event], size: int) -> None:
+    for first in range(0, len(events), size):
+        await store.append(STREAM, events[first : first + size], first)
+
+
+def append_rate(factory: StoreFactory, events: Sequence[Event], size: int, repeat: int) -> Timing:
+    """Events appended per second through ``append``, ``size`` events per call."""
+
+    def once() -> Timing:
+        directory = Path(tempfile.mkdtemp(prefix="bench-stores-"))
+        store = factory(directory)
+        try:
+            return timed(lambda: anyio.run(_append, store, events, size))
+        finally:
+            close(store)
+            shutil.rmtree(directory)
+
+    return rate(len(events), best(repeat, once))
+
+
+# -- rebuilds -----------------------------------------------------------------------------------
+
+
+def write_log(factory: StoreFactory, directory: Path, events: Sequence[Event]) -> None:
+    store = factory(directory)
+    for first in range(0, len(events), 1000):
+        anyio.run(store.append, STREAM, events[first : first + 1000], first)
+    close(store)
+
+
+def rebuild_rate(factory: StoreFactory, directory: Path, count: int, repeat: int) -> Timing:
+    """Events per second: open a fresh store, read the stream, fold it."""
+
+    async def rebuild() -> None:
+        store = factory(directory)
+        events = await store.read(STREAM)
+        fold(events)
+        close(store)
+        assert len(events) == count
+
+    return rate(count, best(repeat, lambda: timed(lambda: anyio.run(rebuild))))
+
+
+def write_runs(factory: StoreFactory, directory: Path, sample: Sequence[Event], runs: int) -> None:
+    async def write(store: EventStore) -> None:
+        for index in range(runs):
+            stream = f"run_{index}"
+            await store.append(stream, [msgspec.structs.replace(e, run_id=stream) for e in sample], 0)
+
+    store = factory(directory)
+    anyio.run(write, store)
+    close(store)
+
+
+def rebuild_runs_rate(factory: StoreFactory, directory: Path, count: int, repeat: int) -> Timing:
+    """Events per second: open a fresh store, list its streams, read and fold each one."""
+
+    async def rebuild() -> None:
+        store, total = factory(directory), 0
+        for stream in await store.streams():
+            events = await store.read(stream)
+            fold(events)
+            total += len(events)
+        close(store)
+        assert total == count
+
+    return rate(count, best(repeat, lambda: timed(lambda: anyio.run(rebuild))))
+
+
+def floor_rates(lines: Sequence[bytes], repeat: int) -> dict[str, Timing]:
+    """msgspec decoding alone (one call per line, and one call for all), and decoding plus the fold."""
+    block = b"".join(line + b"\n" for line in lines)
+    decoder: msgspec.json.Decoder[Event] = msgspec.json.Decoder(Event)
+    runs: dict[str, Callable[[], object]] = {
+        "floor: msgspec, one decode per line": lambda: [decode_event(line) for line in lines],
+        "floor: msgspec, decode_lines": lambda: decoder.decode_lines(block),
+        "floor: msgspec decode_lines + fold": lambda: fold(decoder.decode_lines(block)),
+    }
+    return {name: rate(len(lines), best(repeat, functools.partial(timed, run))) for name, run in runs.items()}
+
+
+# -- report -------------------------------------------------------------------------------------
+
+
+def report(title: str, rows: dict[str, Timing], *, cpu: bool) -> None:
+    print(f"\n{title}\n")
+    if not cpu:
+        print("| | events/s |\n|---|---:|")
+        for name, figures in rows.items():
+            print(f"| {name} | {figures.wall:,.0f} |")
+        return
+    print("| | events/s (wall clock) | events/s (CPU time) |\n|---|---:|---:|")
+    for name, figures in rows.items():
+        print(f"| {name} | {figures.wall:,.0f} | {figures.cpu:,.0f} |")
+
+
+def bench_appends(sample: Sequence[Event], count: int, repeat: int) -> None:
+    appended = long_stream(sample, count)
+    stores: dict[str, StoreFactory] = {"memory": lambda d: MemoryEventStore(), **DURABLE, **RELAXED}
+    for size in (1, 100):
+        rows = {name: append_rate(f, appended, size, repeat) for name, f in stores.items()}
+        report(f"Append, {size} event(s) per call ({count:,} events)", rows, cpu=False)
+
+
+def bench_rebuild_stream(sample: Sequence[Event], count: int, repeat: int) -> None:
+    stream = long_stream(sample, count)
+    size = sum(len(encode_event(e)) for e in stream) // len(stream)
+    rows = floor_rates([encode_event(e) for e in stream], repeat)
+    directory = Path(tempfile.mkdtemp(prefix="bench-stores-"))
+    try:
+        for name, factory in DURABLE.items():
+            write_log(factory, directory, stream)
+            rows[f"{name}: read + decode + fold"] = rebuild_rate(factory, directory, count, repeat)
+    finally:
+        shutil.rmtree(directory)
+    report(f"Rebuild one stream of {count:,} events ({size} bytes each on average)", rows, cpu=True)
+
+
+def bench_rebuild_runs(sample: Sequence[Event], runs: int, repeat: int) -> None:
+    rows = {}
+    for name, factory in DURABLE.items():
+        directory = Path(tempfile.mkdtemp(prefix="bench-stores-"))
+        try:
+            write_runs(factory, directory, sample, runs)
+            rows[name] = rebuild_runs_rate(factory, directory, runs * len(sample), repeat)
+        finally:
+            shutil.rmtree(directory)
+    report(f"Rebuild {runs:,} runs of {len(sample)} events: list, read and fold each", rows, cpu=True)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument(
+        "--events", type=int, nargs="+", default=[10_000, 100_000], help="events in each rebuilt stream"
+    )
+    parser.add_argument("--appends", type=int, default=2_000, help="events per append benchmark")
+    parser.add_argument("--runs", type=int, default=1_000, help="runs of 24 events in the many-runs rebuild")
+    parser.add_argument("--repeat", type=int, default=3, help="timings per figure (best is kept)")
+    parser.add_argument("--dir", type=Path, default=None, help="where to put the stores (a temp dir)")
+    parser.add_argument(
+        "--only", choices=["appends", "stream", "runs"], action="append", help="run only these parts"
+    )
+    args = parser.parse_args(argv)
+    parts = set(args.only or ["appends", "stream", "runs"])
+    if args.dir is not None:
+        tempfile.tempdir = str(args.dir)
+    sample = demo_events()
+    versions = f"SQLite {sqlite3.sqlite_version}, msgspec {msgspec.__version__}"
+    print(f"Python {platform.python_version()}, {versions}, {platform.machine()}, {os.cpu_count()} CPUs")
+    print(f"stores in {tempfile.gettempdir()}")
+    if "appends" in parts:
+        bench_appends(sample, args.appends, args.repeat)
+    if "stream" in parts:
+        for count in args.events:
+            bench_rebuild_stream(sample, count, args.repeat)
+    if "runs" in parts:
+        bench_rebuild_runs(sample, args.runs, args.repeat)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

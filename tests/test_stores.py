@@ -1,0 +1,303 @@
+"""Every event store against the contract, and what each durable store does of its own."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+from pathlib import Path
+
+import pytest
+
+from agentledger.adapters.stores import sqlite as sqlite_store
+from agentledger.adapters.stores.jsonl import JsonlEventStore, TornTailWarning
+from agentledger.adapters.stores.sqlite import SqliteEventStore
+from agentledger.core.events import encode_event
+from agentledger.errors import ConflictError, LogCorruptError, StoreError
+from agentledger.store import EventStore, MemoryEventStore
+
+pytest.register_assert_rewrite("tests.store_contract")
+
+from .store_contract import DurableStoreContract, StoreContract  # noqa: E402 (after the rewrite hook)
+from .store_crash_child import make_events  # noqa: E402
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def _replace_line(path: Path, index: int, data: bytes) -> None:
+    lines = path.read_bytes().split(b"\n")
+    lines[index] = data
+    path.write_bytes(b"\n".join(lines))
+
+
+class TestMemoryStore(StoreContract):
+    def open_store(self, location: Path) -> EventStore:
+        return self.opened[0] if self.opened else MemoryEventStore()
+
+
+class TestJsonlDirectory(DurableStoreContract):
+    kind = "jsonl"
+    atomic_batches = False
+    location_name = "runs"
+
+    def open_store(self, location: Path) -> JsonlEventStore:
+        return JsonlEventStore(location)
+
+    def log_file(self, stream: str) -> Path:
+        return self.location / f"{stream}.jsonl"
+
+    def corrupt(self, stream: str, seq: int, data: bytes) -> str:
+        path = self.log_file(stream)
+        _replace_line(path, seq, data)
+        return f"{path}:{seq + 1}"
+
+    @pytest.fixture(params=["idle", "torn-record", "mid-batch", "before-fsync", "loop"])
+    def crash_point(self, request: pytest.FixtureRequest) -> str:
+        return str(request.param)
+
+
+class TestJsonlJournal(TestJsonlDirectory):
+    location_name = "runs.jsonl"
+
+    def log_file(self, stream: str) -> Path:
+        return self.location
+
+
+class TestSqlite(DurableStoreContract):
+    kind = "sqlite"
+    atomic_batches = True
+    location_name = "events.sqlite"
+
+    def open_store(self, location: Path) -> SqliteEventStore:
+        return SqliteEventStore(location)
+
+    def corrupt(self, stream: str, seq: int, data: bytes) -> str:
+        with sqlite3.connect(self.location) as connection:
+            connection.execute("UPDATE events SET data = ? WHERE seq = ?", (data, seq))
+        connection.close()
+        return f"{self.location}: stream {stream!r} seq {seq}"
+
+    @pytest.fixture(params=["idle", "before-commit", "loop"])
+    def crash_point(self, request: pytest.FixtureRequest) -> str:
+        return str(request.param)
+
+
+# -- JSONL --------------------------------------------------------------------------------------
+
+LAYOUTS = ["runs", "runs.jsonl"]
+
+
+def _jsonl_file(store: JsonlEventStore, stream: str) -> Path:
+    return store.path if store.layout == "journal" else store.path / f"{stream}.jsonl"
+
+
+@pytest.mark.parametrize("name", LAYOUTS)
+def test_jsonl_lines_are_encoded_events(tmp_path: Path, name: str) -> None:
+    """Each stored line is exactly encode_event(event), one event per line."""
+    store = JsonlEventStore(tmp_path / name)
+    events = make_events("run_1", 0, 3, "x")
+    store.append_sync("run_1", events, 0)
+    assert _jsonl_file(store, "run_1").read_bytes() == b"".join(encode_event(e) + b"\n" for e in events)
+
+
+@pytest.mark.parametrize("name", LAYOUTS)
+@pytest.mark.parametrize("reader", ["same store", "fresh store"])
+def test_jsonl_torn_tail_is_cut_with_a_warning(tmp_path: Path, name: str, reader: str) -> None:
+    """A last record without its line end is cut off with a TornTailWarning, and appends go on."""
+    store = JsonlEventStore(tmp_path / name)
+    events = make_events("run_1", 0, 3, "x")
+    store.append_sync("run_1", events, 0)
+    path = _jsonl_file(store, "run_1")
+    size = path.stat().st_size
+    with path.open("ab") as file:
+        file.write(encode_event(make_events("run_1", 3, 1, "torn")[0])[:25])
+    handle = store if reader == "same store" else JsonlEventStore(tmp_path / name)
+    with pytest.warns(TornTailWarning, match=r"line 4 was torn .* cut off its 25 bytes"):
+        assert handle.read_sync("run_1") == events
+    assert path.stat().st_size == size
+    more = make_events("run_1", 3, 1, "more")
+    assert handle.append_sync("run_1", more, 3) == 4
+    assert JsonlEventStore(tmp_path / name).read_sync("run_1") == events + more
+
+
+@pytest.mark.parametrize("name", LAYOUTS)
+def test_jsonl_garbage_middle_line_is_corrupt(tmp_path: Path, name: str) -> None:
+    """A middle line that is not JSON raises LogCorruptError naming the file and line."""
+    store = JsonlEventStore(tmp_path / name)
+    store.append_sync("run_1", make_events("run_1", 0, 4, "x"), 0)
+    path = _jsonl_file(store, "run_1")
+    _replace_line(path, 1, b"\x00\x00 not json")
+    with pytest.raises(LogCorruptError, match="malformed") as info:
+        JsonlEventStore(tmp_path / name).read_sync("run_1")
+    assert info.value.where == f"{path}:2"
+
+
+def test_jsonl_journal_files_events_under_their_run_id(tmp_path: Path) -> None:
+    """A journal refuses events whose run_id is not the stream, and writes none of the batch."""
+    store = JsonlEventStore(tmp_path / "all.jsonl")
+    mixed = make_events("run_1", 0, 1, "x") + make_events("run_2", 1, 1, "y")
+    with pytest.raises(ValueError, match="run_id"):
+        store.append_sync("run_1", mixed, 0)
+    assert store.read_sync("run_1") == []
+    assert not store.path.exists()
+
+
+def test_jsonl_directory_names_are_safe_files(tmp_path: Path) -> None:
+    """Any stream name maps to one file inside the directory and is listed back unchanged."""
+    store = JsonlEventStore(tmp_path / "runs")
+    names = ["../escape", "a/b", ".hidden", "ünï code", "streams"]
+    for name in names:
+        store.append_sync(name, make_events(name, 0, 1, "x"), 0)
+    assert JsonlEventStore(tmp_path / "runs").streams_sync() == names
+    assert sorted(p.parent for p in tmp_path.rglob("*.jsonl")) == [tmp_path / "runs"] * len(names)
+    assert store.read_sync("a/b") == make_events("a/b", 0, 1, "x")
+    with pytest.raises(ValueError, match="non-empty"):
+        store.append_sync("", [], 0)
+    assert store.read_sync("") == []
+
+
+def test_jsonl_directory_lists_copied_in_logs_last(tmp_path: Path) -> None:
+    """A log file copied into the directory is listed after the streams the store created."""
+    store = JsonlEventStore(tmp_path / "runs")
+    store.append_sync("run_b", make_events("run_b", 0, 1, "x"), 0)
+    copied = make_events("run_a", 0, 2, "y")
+    (tmp_path / "runs" / "run_a.jsonl").write_bytes(b"".join(encode_event(e) + b"\n" for e in copied))
+    assert store.streams_sync() == ["run_b", "run_a"]
+    assert store.read_sync("run_a") == copied
+
+
+@pytest.mark.parametrize("name", LAYOUTS)
+def test_jsonl_replaced_file_is_read_again(tmp_path: Path, name: str) -> None:
+    """A log file replaced behind the store's back is read again from its start."""
+    store = JsonlEventStore(tmp_path / name)
+    events = make_events("run_1", 0, 5, "x")
+    store.append_sync("run_1", events, 0)
+    path = _jsonl_file(store, "run_1")
+    shorter = path.with_suffix(".tmp")
+    shorter.write_bytes(b"".join(encode_event(e) + b"\n" for e in events[:2]))
+    os.replace(shorter, path)
+    assert store.read_sync("run_1") == events[:2]
+
+
+def test_jsonl_layout_follows_the_path(tmp_path: Path) -> None:
+    """A .jsonl path or an existing file is a journal; any other path is a directory."""
+    existing = tmp_path / "log"
+    existing.write_bytes(b"")
+    assert JsonlEventStore(tmp_path / "a.jsonl").layout == "journal"
+    assert JsonlEventStore(existing).layout == "journal"
+    assert JsonlEventStore(tmp_path / "runs").layout == "directory"
+
+
+@pytest.mark.parametrize("name", LAYOUTS)
+def test_jsonl_without_fsync_keeps_every_event(tmp_path: Path, name: str) -> None:
+    """fsync=False stores the same lines (durability is left to the OS)."""
+    store = JsonlEventStore(tmp_path / name, fsync=False)
+    events = make_events("run_1", 0, 4, "x")
+    store.append_sync("run_1", events, 0)
+    assert JsonlEventStore(tmp_path / name).read_sync("run_1") == events
+
+
+# -- SQLite -------------------------------------------------------------------------------------
+
+
+def test_sqlite_runs_in_wal_with_full_sync(tmp_path: Path) -> None:
+    """The database is in WAL mode with synchronous=FULL and a busy timeout by default."""
+    store = SqliteEventStore(tmp_path / "e.sqlite", busy_timeout=2.5)
+    assert store.streams_sync() == []
+    connection = store._connect()
+    assert connection.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+    assert connection.execute("PRAGMA synchronous").fetchone() == (2,)
+    assert connection.execute("PRAGMA busy_timeout").fetchone() == (2500,)
+    store.close()
+
+
+def test_sqlite_missing_row_is_corrupt(tmp_path: Path) -> None:
+    """A gap in a stream's seq raises LogCorruptError naming the stream and seq."""
+    store = SqliteEventStore(tmp_path / "e.sqlite")
+    store.append_sync("run_1", make_events("run_1", 0, 4, "x"), 0)
+    with sqlite3.connect(tmp_path / "e.sqlite") as connection:
+        connection.execute("DELETE FROM events WHERE seq = 2")
+    connection.close()
+    with pytest.raises(LogCorruptError, match="expected seq 2, found 3") as info:
+        store.read_sync("run_1")
+    assert info.value.where == f"{tmp_path / 'e.sqlite'}: stream 'run_1' seq 3"
+    assert len(store.read_sync("run_1", after=2)) == 1
+    store.close()
+
+
+def test_sqlite_waits_busy_timeout_then_fails(tmp_path: Path) -> None:
+    """While another connection holds the write lock, an append gives up after busy_timeout."""
+    path = tmp_path / "e.sqlite"
+    store = SqliteEventStore(path, busy_timeout=0.05)
+    assert store.streams_sync() == []
+    blocker = sqlite3.connect(path, isolation_level=None)
+    blocker.execute("BEGIN IMMEDIATE")
+    with pytest.raises(StoreError, match="no write access"):
+        store.append_sync("run_1", make_events("run_1", 0, 1, "x"), 0)
+    blocker.execute("ROLLBACK")
+    blocker.close()
+    assert store.append_sync("run_1", make_events("run_1", 0, 1, "x"), 0) == 1
+    store.close()
+
+
+def test_sqlite_refuses_another_schema_version(tmp_path: Path) -> None:
+    """A database written with another schema version is refused with StoreError."""
+    path = tmp_path / "e.sqlite"
+    with sqlite3.connect(path) as connection:
+        connection.execute("PRAGMA user_version = 99")
+    connection.close()
+    store = SqliteEventStore(path)
+    with pytest.raises(StoreError, match="schema version 99"):
+        store.streams_sync()
+    store.close()
+
+
+@pytest.mark.parametrize("name", ["runs", "runs.jsonl", "e.sqlite"])
+def test_closed_store_refuses_work(tmp_path: Path, name: str) -> None:
+    """Every call on a closed store raises StoreError."""
+    path = tmp_path / name
+    store = SqliteEventStore(path) if name.endswith(".sqlite") else JsonlEventStore(path)
+    store.close()
+    with pytest.raises(StoreError, match="closed"):
+        store.read_sync("run_1")
+
+
+def test_sqlite_stores_opening_a_new_database_together(tmp_path: Path) -> None:
+    """Stores that open one new database at the same moment all get a working WAL database."""
+    path, errors = tmp_path / "e.sqlite", []
+    barrier = threading.Barrier(6)
+
+    def open_and_list() -> None:
+        store = SqliteEventStore(path)
+        barrier.wait()
+        try:
+            store.streams_sync()
+        except StoreError as exc:
+            errors.append(exc)
+        finally:
+            store.close()
+
+    threads = [threading.Thread(target=open_and_list) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+
+
+def test_sqlite_primary_key_backs_the_version_check(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Should the version check be passed wrongly, the (stream, seq) key still refuses the batch."""
+    store = SqliteEventStore(tmp_path / "e.sqlite")
+    events = make_events("run_1", 0, 3, "x")
+    store.append_sync("run_1", events, 0)
+    with monkeypatch.context() as patch:
+        patch.setattr(sqlite_store, "_version", lambda connection, stream: 1)
+        with pytest.raises(ConflictError):
+            store.append_sync("run_1", make_events("run_1", 1, 2, "late"), 1)
+    assert store.read_sync("run_1") == events
+    store.close()
