@@ -41,6 +41,7 @@ from .errors import (
     SessionStateError,
     StoreError,
     ToolDefinitionError,
+    TornTailWarning,
     TransitionError,
 )
 from .middleware import (
@@ -101,6 +102,7 @@ __all__ = (
     "ToolDefinitionError",
     "ToolMode",
     "ToolSpec",
+    "TornTailWarning",
     "TransitionError",
     "Usage",
     "__version__",

@@ -20,6 +20,7 @@
 
     MiddlewareTermination                       raised by middleware to end the run (not an error)
     ExperimentalWarning (a FutureWarning)       an experimental API was used
+    TornTailWarning (a RuntimeWarning)          a log's torn last record was cut off on open
 
 ``ExportError`` lives with its exporter, ``agentledger.adapters.export.otlp``; the OpenAI
 clients' errors (authentication, rate limits, server errors...) live in
@@ -51,6 +52,7 @@ __all__ = (
     "SessionStateError",
     "StoreError",
     "ToolDefinitionError",
+    "TornTailWarning",
     "TransitionError",
 )
 
@@ -139,3 +141,7 @@ class MiddlewareTermination(AgentLedgerError):
 
 class ExperimentalWarning(FutureWarning):
     """An experimental API was used; it may change without a deprecation period."""
+
+
+class TornTailWarning(RuntimeWarning):
+    """A log ended in a record cut short by an interrupted write; the torn bytes were removed."""

@@ -1,17 +1,17 @@
 """Event stores: append-only streams of events with optimistic concurrency.
 
-A stream is one run's log, named by its run id. ``append`` takes the version the writer last saw
-(the number of events it knows in the stream); if another writer got there first the append fails
-with ``ConflictError`` and nothing is written. ``MemoryEventStore`` is the reference
-implementation: every other store passes the same contract tests.
+A stream is one run's log, named by its run id (every event in it carries that ``run_id``); it
+exists once it holds an event. ``append`` takes the version the writer last saw (the number of
+events it knows in the stream); if another writer got there first the append fails with
+``ConflictError`` and nothing is written. Stores that hold resources close with ``aclose()``.
+``MemoryEventStore`` is the reference implementation: every other store passes the same
+contract tests.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
-
-import anyio
 
 from .core.events import Event
 from .errors import ConflictError
@@ -44,17 +44,18 @@ class MemoryEventStore:
 
     def __init__(self) -> None:
         self._streams: dict[str, list[Event]] = {}
-        self._lock = anyio.Lock(fast_acquire=True)
 
     def append_nowait(self, stream: str, events: Sequence[Event], expected_version: int) -> int:
         """``append`` without awaiting (the store does no IO)."""
-        log = self._streams.setdefault(stream, [])
-        if len(log) != expected_version:
-            if not log:
-                del self._streams[stream]
-            raise ConflictError(stream, expected_version, len(log))
-        log.extend(events)
-        return len(log)
+        log = self._streams.get(stream)
+        current = len(log) if log is not None else 0
+        if current != expected_version:
+            raise ConflictError(stream, expected_version, current)
+        if events:
+            if log is None:
+                log = self._streams[stream] = []
+            log.extend(events)
+        return current + len(events)
 
     async def append(self, stream: str, events: Sequence[Event], expected_version: int) -> int:
         return self.append_nowait(stream, events, expected_version)
@@ -68,6 +69,9 @@ class MemoryEventStore:
 
     async def streams(self) -> list[str]:
         return list(self._streams)
+
+    async def aclose(self) -> None:
+        """Nothing to release; here so every store closes the same way."""
 
     def __len__(self) -> int:
         return len(self._streams)

@@ -18,7 +18,7 @@ EXPECTED = {
     "FunctionTool", "LiveTools", "LogCorruptError", "MemoryEventStore", "Message", "MiddlewareError",
     "MiddlewareTermination", "ModelCallError", "ModelResponseError", "ReplayDivergence", "RunContext",
     "RunError", "SessionState", "SessionStateError", "StoreError", "SubAgentDepthError",
-    "ToolDefinitionError", "ToolMode", "ToolSpec", "TransitionError", "Usage", "__version__",
+    "ToolDefinitionError", "ToolMode", "ToolSpec", "TornTailWarning", "TransitionError", "Usage", "__version__",
     "agent_middleware", "chat_middleware", "current_run_context", "default_redactor",
     "function_middleware", "normalize_messages", "redact_all", "redact_keys", "timeline", "tool",
 }  # fmt: skip

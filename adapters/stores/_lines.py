@@ -29,6 +29,8 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
+from agentledger.errors import TornTailWarning
+
 try:
     import fcntl
 except ImportError as exc:  # pragma: no cover - Windows
@@ -38,10 +40,6 @@ __all__ = ("LineFile", "OpenLineFile", "TornTailWarning", "fsync_directory", "ma
 
 _sync = getattr(os, "fdatasync", os.fsync)
 _READ_CHUNK = 1 << 30
-
-
-class TornTailWarning(RuntimeWarning):
-    """A log ended in a record cut short by an interrupted write; the torn bytes were removed."""
 
 
 def write_all(fd: int, data: bytes) -> None:

@@ -1,0 +1,522 @@
+"""PostgresEventStore: every stream in one PostgreSQL schema, for logs shared by many processes.
+
+Theory of operation. ``streams`` gives each stream a position in creation order; ``events`` holds
+one row per event with the event as ``encode_event`` JSON, keyed by ``(stream, seq)``, and a
+``position`` that orders all events of the schema. An append is one transaction: it inserts the
+rows at ``seq = expected_version, expected_version + 1, ...``, guarded by the primary key (a row
+already at that seq means another writer got there first: a unique violation, reported as
+``ConflictError``) and by the condition that the row before the batch exists (a stream shorter
+than ``expected_version`` inserts nothing, and is a conflict too). Either way the transaction rolls
+back and nothing is written.
+
+Positions are allocated under a transaction-scoped advisory lock, so they are handed out in commit
+order and a reader that has seen position ``p`` will never see a smaller one commit later: that is
+what makes a cursor on ``position`` a safe way to follow new events. ``tail()`` follows them: it
+listens on a channel that every append notifies at commit (LISTEN/NOTIFY), and reads after its
+cursor whenever a notification arrives or ``poll_interval`` passes without one, so a missed
+notification (or a server where LISTEN is unavailable: ``listen=False``) costs latency, never
+events.
+
+The schema is created on first use. ``schema_version`` records each migration applied; on first
+use a store applies the migrations it knows beyond the recorded version, in one transaction under
+an advisory lock (several processes starting at once apply them once), and refuses a schema newer
+than it knows. See ``docs/postgres.md``.
+
+The store also keeps ``call_outcomes``: the outcome of each tool call run by a distributed
+executor, under an idempotency key, so that a retried call returns what was recorded instead of
+running again (``claim_call``/``complete_call``; used by ``agentledger.adapters.temporal``).
+
+Connections come from a small pool opened lazily, in the event loop that first uses the store; a
+store belongs to that loop. Close it with ``await store.aclose()`` or ``async with``.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import hashlib
+import re
+from collections.abc import AsyncIterator, Sequence
+from types import TracebackType
+from typing import Any, NamedTuple, Self
+
+import anyio
+
+from agentledger.core.events import Event, encode_event
+from agentledger.errors import ConflictError, LogCorruptError, StoreError
+
+from ._codec import decode_records
+
+try:
+    import psycopg
+    from psycopg import errors as pg_errors
+    from psycopg import sql
+    from psycopg.pq import TransactionStatus
+except ImportError:  # pragma: no cover - exercised only without the extra
+    raise ImportError("PostgresEventStore needs psycopg 3: pip install 'agentledger[postgres]'") from None
+
+__all__ = (
+    "MIGRATIONS",
+    "SCHEMA_VERSION",
+    "CallRecord",
+    "Migration",
+    "PostgresEventStore",
+    "StoredEvent",
+    "Tail",
+)
+
+
+class Migration(NamedTuple):
+    """One step of the schema; ``statements`` name the schema as ``{schema}``."""
+
+    version: int
+    description: str
+    statements: tuple[str, ...]
+
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(
+        1,
+        "streams in creation order, events keyed by (stream, seq)",
+        (
+            """CREATE TABLE {schema}.streams (
+                position bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+                name text NOT NULL UNIQUE,
+                created_at timestamptz NOT NULL DEFAULT now()
+            )""",
+            """CREATE TABLE {schema}.events (
+                stream text NOT NULL,
+                seq integer NOT NULL,
+                position bigint GENERATED ALWAYS AS IDENTITY,
+                type text NOT NULL,
+                data json NOT NULL,
+                PRIMARY KEY (stream, seq)
+            )""",
+            "CREATE UNIQUE INDEX events_by_position ON {schema}.events (position)",
+        ),
+    ),
+    Migration(
+        2,
+        "outcomes of tool calls by idempotency key",
+        (
+            """CREATE TABLE {schema}.call_outcomes (
+                key text PRIMARY KEY,
+                attempts integer NOT NULL,
+                outcome bytea,
+                claimed_at timestamptz NOT NULL DEFAULT now(),
+                completed_at timestamptz
+            )""",
+        ),
+    ),
+)
+"""Every migration, oldest first. Add new ones at the end; never edit one that has shipped."""
+
+SCHEMA_VERSION = MIGRATIONS[-1].version
+"""The schema version this code writes and reads."""
+
+_SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,47}$")
+_VERSION_TABLE = """CREATE TABLE IF NOT EXISTS {schema}.schema_version (
+    version integer PRIMARY KEY,
+    description text NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now()
+)"""
+_INSERT = """INSERT INTO {schema}.events (stream, seq, type, data)
+SELECT %(stream)s, %(start)s + t.ord - 1, t.type, t.data::json
+FROM unnest(%(types)s::text[], %(data)s::text[]) WITH ORDINALITY AS t(type, data, ord)
+WHERE %(start)s = 0 OR EXISTS (
+    SELECT 1 FROM {schema}.events WHERE stream = %(stream)s AND seq = %(start)s - 1
+)
+ORDER BY t.ord"""
+_PAGE = 500
+
+
+class StoredEvent(NamedTuple):
+    """An event as ``tail()`` yields it: with its stream and its position in the schema."""
+
+    position: int
+    stream: str
+    event: Event
+
+
+class CallRecord(NamedTuple):
+    """A claimed idempotency key: how many attempts claimed it, and the outcome once recorded."""
+
+    attempts: int
+    outcome: bytes | None
+
+
+class Tail:
+    """New events of a schema (or of one stream) as they are appended; see ``tail()``.
+
+    An async iterator and an async context manager: entering starts listening and fixes where
+    ``after=None`` begins; leaving (or ``aclose()``) releases the connection it listens on.
+    """
+
+    def __init__(self, store: PostgresEventStore, stream: str | None, after: int | None) -> None:
+        self.store = store
+        self.stream = stream
+        self.cursor = after
+        self._listener: psycopg.AsyncConnection[Any] | None = None
+        self._started = False
+        self._buffer: collections.deque[StoredEvent] = collections.deque()
+
+    async def start(self) -> None:
+        """Listen, and take the current end as the cursor when ``after`` was None."""
+        if self._started:
+            return
+        self._started = True
+        if self.store.listen:
+            self._listener = await self.store._listener()
+        if self.cursor is None:
+            self.cursor = await self.store._head(self.stream)
+
+    def __aiter__(self) -> Tail:
+        return self
+
+    async def __anext__(self) -> StoredEvent:
+        await self.start()
+        assert self.cursor is not None
+        while not self._buffer:
+            batch = await self.store._since(self.stream, self.cursor)
+            if not batch:
+                await self.store._wait(self._listener)
+            self._buffer.extend(batch)
+        item = self._buffer.popleft()
+        self.cursor = item.event.seq if self.stream is not None else item.position
+        return item
+
+    async def aclose(self) -> None:
+        """Stop following; the listening connection is closed."""
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            with anyio.CancelScope(shield=True):
+                await listener.close()
+
+    async def __aenter__(self) -> Tail:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+
+class _Behind(Exception):
+    """The stream is shorter than the expected version: nothing was inserted."""
+
+
+def _lock_key(purpose: str, schema: str) -> int:
+    digest = hashlib.blake2b(f"agentledger:{purpose}:{schema}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+class _Pool:
+    """A few autocommit connections, opened on demand and reused while they are healthy."""
+
+    def __init__(self, conninfo: str, size: int) -> None:
+        self.conninfo = conninfo
+        self.size = size
+        self.idle: list[psycopg.AsyncConnection[Any]] = []
+        self.slots: anyio.Semaphore | None = None
+
+    async def open(self) -> psycopg.AsyncConnection[Any]:
+        try:
+            return await psycopg.AsyncConnection.connect(self.conninfo, autocommit=True)
+        except psycopg.Error as exc:
+            raise StoreError(f"cannot connect to PostgreSQL: {exc}") from exc
+
+    @contextlib.asynccontextmanager
+    async def connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        if self.slots is None:
+            self.slots = anyio.Semaphore(self.size)
+        async with self.slots:
+            connection = self.idle.pop() if self.idle else await self.open()
+            try:
+                yield connection
+            finally:
+                healthy = not connection.broken and not connection.closed
+                if healthy and connection.info.transaction_status == TransactionStatus.IDLE:
+                    self.idle.append(connection)
+                else:
+                    with anyio.CancelScope(shield=True):
+                        await connection.close()
+
+    async def close(self) -> None:
+        idle, self.idle = self.idle, []
+        with anyio.CancelScope(shield=True):
+            for connection in idle:
+                await connection.close()
+
+
+class PostgresEventStore:
+    """An ``EventStore`` in a PostgreSQL schema; see the module docstring.
+
+    ``conninfo`` is a libpq connection string or URL (``postgresql://user@host/db``). ``schema``
+    names the PostgreSQL schema holding the tables (created on first use). ``max_connections``
+    bounds the pool; ``tail()`` uses one more connection per follower while ``listen`` is on.
+    """
+
+    def __init__(
+        self,
+        conninfo: str = "",
+        *,
+        schema: str = "agentledger",
+        max_connections: int = 10,
+        listen: bool = True,
+        poll_interval: float = 1.0,
+    ) -> None:
+        if not _SCHEMA_NAME.match(schema):
+            raise ValueError(
+                f"schema must be a lowercase identifier of at most 48 characters, not {schema!r}"
+            )
+        self.conninfo = conninfo
+        self.schema = schema
+        self.listen = listen
+        self.poll_interval = poll_interval
+        self.channel = f"{schema}_appended"
+        self._pool = _Pool(conninfo, max_connections)
+        self._append_key = _lock_key("append", schema)
+        self._migrate_key = _lock_key("migrate", schema)
+        self._migrated = False
+        self._migrating: anyio.Lock | None = None
+        self._closed = False
+
+    # -- the EventStore protocol ------------------------------------------------------------------
+
+    async def append(self, stream: str, events: Sequence[Event], expected_version: int) -> int:
+        """Append ``events`` if the stream holds exactly ``expected_version`` events."""
+        if expected_version < 0:
+            raise ValueError(f"expected_version must be >= 0, not {expected_version}")
+        if not stream:
+            raise ValueError("a stream name must be non-empty")
+        params = {
+            "stream": stream,
+            "start": expected_version,
+            "types": [type(event).__name__ for event in events],
+            "data": [encode_event(event).decode() for event in events],
+        }
+        with anyio.CancelScope(shield=True):  # a cancelled caller still learns nothing half-done
+            async with self._connection() as connection:
+                await self._append(connection, params)
+        return expected_version + len(events)
+
+    async def read(self, stream: str, after: int = -1) -> list[Event]:
+        """The stream's events with ``seq > after``, in order ([] for an unknown stream)."""
+        query = self._sql(
+            "SELECT seq, data::text FROM {schema}.events WHERE stream = %s AND seq > %s ORDER BY seq"
+        )
+        async with self._connection() as connection:
+            rows: list[tuple[int, str]] = await self._fetch(connection, query, (stream, after))
+        first = max(after + 1, 0)
+        for expected, (seq, _) in enumerate(rows, first):
+            if seq != expected:
+                raise LogCorruptError(f"expected seq {expected}, found {seq}", where=self._where(stream, seq))
+        return decode_records([row[1].encode() for row in rows], lambda i: self._where(stream, rows[i][0]))
+
+    async def streams(self) -> list[str]:
+        """Every stream's name, oldest first."""
+        query = self._sql("SELECT name FROM {schema}.streams ORDER BY position")
+        async with self._connection() as connection:
+            rows: list[tuple[str]] = await self._fetch(connection, query, ())
+        return [row[0] for row in rows]
+
+    # -- beyond the protocol ----------------------------------------------------------------------
+
+    async def version(self, stream: str) -> int:
+        """How many events ``stream`` holds (0 for an unknown stream)."""
+        async with self._connection() as connection:
+            return await self._version(connection, stream)
+
+    def tail(self, stream: str | None = None, after: int | None = None) -> Tail:
+        """Follow the events appended by any process: ``async with store.tail() as events``.
+
+        With ``stream``, ``after`` is a seq of that stream; without, a position across every
+        stream. ``after=None`` follows what is appended once the tail is entered.
+        """
+        return Tail(self, stream, after)
+
+    async def claim_call(self, key: str) -> CallRecord:
+        """Count one more attempt at the call ``key``; its outcome if one is recorded."""
+        query = self._sql(
+            "INSERT INTO {schema}.call_outcomes AS c (key, attempts) VALUES (%s, 1) "
+            "ON CONFLICT (key) DO UPDATE SET attempts = c.attempts + 1 RETURNING attempts, outcome"
+        )
+        async with self._connection() as connection:
+            rows: list[tuple[int, bytes | None]] = await self._fetch(connection, query, (key,))
+        attempts, outcome = rows[0]
+        return CallRecord(attempts, bytes(outcome) if outcome is not None else None)
+
+    async def complete_call(self, key: str, outcome: bytes) -> bytes:
+        """Record the outcome of ``key`` unless one already is; returns the recorded outcome."""
+        update = self._sql(
+            "UPDATE {schema}.call_outcomes SET outcome = %s, completed_at = now() "
+            "WHERE key = %s AND outcome IS NULL"
+        )
+        select = self._sql("SELECT outcome FROM {schema}.call_outcomes WHERE key = %s")
+        async with self._connection() as connection:
+            await self._fetch(connection, update, (outcome, key), rows=False)
+            rows: list[tuple[bytes | None]] = await self._fetch(connection, select, (key,))
+        if not rows or rows[0][0] is None:
+            raise StoreError(f"call {key!r} was never claimed")
+        return bytes(rows[0][0])
+
+    async def migrate(self) -> int:
+        """Create or upgrade the schema now (first use does it anyway); returns its version."""
+        async with self._connection():
+            return SCHEMA_VERSION
+
+    async def aclose(self) -> None:
+        """Close the pool's connections; later calls raise ``StoreError``."""
+        self._closed = True
+        await self._pool.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    def __repr__(self) -> str:
+        return f"PostgresEventStore(schema={self.schema!r})"
+
+    # -- appending --------------------------------------------------------------------------------
+
+    async def _append(self, connection: psycopg.AsyncConnection[Any], params: dict[str, Any]) -> None:
+        stream, start = params["stream"], params["start"]
+        try:
+            async with connection.transaction():
+                if not params["data"]:
+                    actual = await self._version(connection, stream)
+                    if actual != start:
+                        raise ConflictError(stream, start, actual)
+                    return
+                await connection.execute("SELECT pg_advisory_xact_lock(%s)", (self._append_key,))
+                if start == 0:
+                    insert = "INSERT INTO {schema}.streams (name) VALUES (%s) ON CONFLICT (name) DO NOTHING"
+                    await connection.execute(self._sql(insert), (stream,))
+                cursor = await connection.execute(self._sql(_INSERT), params)
+                if cursor.rowcount != len(params["data"]):
+                    raise _Behind
+                await connection.execute("SELECT pg_notify(%s, %s)", (self.channel, stream))
+                await self._before_commit()
+        except (pg_errors.UniqueViolation, _Behind) as exc:
+            raise ConflictError(stream, start, await self._version(connection, stream)) from exc
+        except psycopg.Error as exc:
+            raise StoreError(f"{self}: appending to {stream!r} failed: {exc}") from exc
+
+    async def _before_commit(self) -> None:
+        """Runs inside an append's transaction just before it commits (a seam for crash tests)."""
+
+    async def _version(self, connection: psycopg.AsyncConnection[Any], stream: str) -> int:
+        query = self._sql("SELECT coalesce(max(seq) + 1, 0) FROM {schema}.events WHERE stream = %s")
+        rows: list[tuple[int]] = await self._fetch(connection, query, (stream,))
+        return int(rows[0][0])
+
+    # -- tailing ----------------------------------------------------------------------------------
+
+    async def _listener(self) -> psycopg.AsyncConnection[Any]:
+        await self.migrate()
+        connection = await self._pool.open()
+        try:
+            await connection.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await connection.close()
+            raise
+        return connection
+
+    async def _head(self, stream: str | None) -> int:
+        if stream is not None:
+            return await self.version(stream) - 1
+        query = self._sql("SELECT coalesce(max(position), 0) FROM {schema}.events")
+        async with self._connection() as connection:
+            rows: list[tuple[int]] = await self._fetch(connection, query, ())
+        return int(rows[0][0])
+
+    async def _since(self, stream: str | None, cursor: int) -> list[StoredEvent]:
+        columns = "SELECT position, stream, seq, data::text FROM {schema}.events"
+        if stream is None:
+            query, params = f"{columns} WHERE position > %s ORDER BY position LIMIT {_PAGE}", (cursor,)
+        else:
+            query = f"{columns} WHERE stream = %s AND seq > %s ORDER BY seq LIMIT {_PAGE}"
+            params = (stream, cursor)  # type: ignore[assignment]
+        async with self._connection() as connection:
+            rows: list[tuple[int, str, int, str]] = await self._fetch(connection, self._sql(query), params)
+        events = decode_records(
+            [row[3].encode() for row in rows], lambda i: self._where(rows[i][1], rows[i][2])
+        )
+        return [StoredEvent(row[0], row[1], event) for row, event in zip(rows, events, strict=True)]
+
+    async def _wait(self, listener: psycopg.AsyncConnection[Any] | None) -> None:
+        """Until a notification arrives or ``poll_interval`` passes."""
+        if listener is None:
+            await anyio.sleep(self.poll_interval)
+            return
+        try:
+            async for _ in listener.notifies(timeout=self.poll_interval, stop_after=1):
+                pass
+        except psycopg.Error as exc:
+            raise StoreError(f"{self}: lost the notification connection: {exc}") from exc
+
+    # -- connections and schema -------------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def _connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        if self._closed:
+            raise StoreError(f"{self!r} is closed")
+        async with self._pool.connection() as connection:
+            if not self._migrated:
+                await self._ensure_schema(connection)
+            yield connection
+
+    async def _ensure_schema(self, connection: psycopg.AsyncConnection[Any]) -> None:
+        if self._migrating is None:
+            self._migrating = anyio.Lock()
+        async with self._migrating:
+            if self._migrated:
+                return
+            try:
+                await self._upgrade(connection)
+            except psycopg.Error as exc:
+                raise StoreError(f"{self}: cannot create or upgrade the schema: {exc}") from exc
+            self._migrated = True
+
+    async def _upgrade(self, connection: psycopg.AsyncConnection[Any]) -> None:
+        async with connection.transaction():
+            await connection.execute("SELECT pg_advisory_xact_lock(%s)", (self._migrate_key,))
+            await connection.execute(
+                sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self.schema))
+            )
+            await connection.execute(self._sql(_VERSION_TABLE))
+            query = self._sql("SELECT coalesce(max(version), 0) FROM {schema}.schema_version")
+            rows: list[tuple[int]] = await self._fetch(connection, query, ())
+            current = int(rows[0][0])
+            if current > SCHEMA_VERSION:
+                raise StoreError(
+                    f"{self}: the schema is at version {current}, newer than this code knows "
+                    f"({SCHEMA_VERSION}); upgrade agentledger"
+                )
+            record = self._sql("INSERT INTO {schema}.schema_version (version, description) VALUES (%s, %s)")
+            for migration in MIGRATIONS:
+                if migration.version > current:
+                    for statement in migration.statements:
+                        await connection.execute(self._sql(statement))
+                    await connection.execute(record, (migration.version, migration.description))
+
+    async def _fetch(
+        self, connection: psycopg.AsyncConnection[Any], query: sql.Composed, params: Any, *, rows: bool = True
+    ) -> Any:
+        try:
+            cursor = await connection.execute(query, params)
+            return await cursor.fetchall() if rows else None
+        except psycopg.Error as exc:
+            raise StoreError(f"{self}: {exc}") from exc
+
+    def _sql(self, template: str) -> sql.Composed:
+        return sql.SQL(template).format(schema=sql.Identifier(self.schema))
+
+    def _where(self, stream: str, seq: int) -> str:
+        return f"postgresql {self.schema}.events: stream {stream!r} seq {seq}"
