@@ -82,10 +82,12 @@ class Message(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
 
     def __post_init__(self) -> None:
         contents: Sequence[Any] = self.contents
+        # Decoding always gives a tuple of Content; the check stays in C for that common case.
+        if type(contents) is tuple and _ONLY_CONTENT.issuperset(map(type, contents)):
+            return
         if isinstance(contents, str | Content):
             contents = (contents,)
-        if type(contents) is not tuple or any(type(c) is not Content for c in contents):
-            msgspec.structs.force_setattr(self, "contents", tuple(_content(c) for c in contents))
+        msgspec.structs.force_setattr(self, "contents", tuple(_content(c) for c in contents))
 
     @property
     def text(self) -> str:
@@ -110,6 +112,9 @@ class Usage(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
             output_tokens=self.output_tokens + other.output_tokens,
             total_tokens=self.total_tokens + other.total_tokens,
         )
+
+
+_ONLY_CONTENT = frozenset({Content})
 
 
 def _content(item: Any) -> Content:

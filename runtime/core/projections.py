@@ -60,6 +60,8 @@ class ToolsProjection:
         return tuple(self.specs)
 
     def apply(self, event: Event) -> None:
+        if type(event) not in _TOOL_EVENTS:
+            return
         if type(event) is RunStarted:
             self.specs = {spec.name: spec for spec in event.tools}
         elif type(event) is ToolsAdded:
@@ -75,6 +77,9 @@ class ToolsProjection:
         for event in events:
             view.apply(event)
         return view
+
+
+_TOOL_EVENTS = frozenset({RunStarted, ToolsAdded, ToolsRemoved})
 
 
 class SessionProjection:
