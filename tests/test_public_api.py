@@ -11,14 +11,15 @@ import agentledger.core
 import agentledger.testing
 
 EXPECTED = {
-    "SCHEMA_VERSION", "Agent", "AgentContext", "AgentLedgerError", "AgentMiddleware", "AgentResponse",
-    "AgentResponseUpdate", "AgentSession", "ApprovalError", "ArgumentsError", "BaseChatClient", "ChatContext", "ChatMiddleware",
-    "ChatOptions", "ChatResponse", "ChatResponseUpdate", "ConflictError", "Content", "Event",
-    "EventStore", "ExperimentalWarning", "FunctionInvocationContext", "FunctionMiddleware",
-    "FunctionTool", "LiveTools", "LogCorruptError", "MemoryEventStore", "Message", "MiddlewareError",
-    "MiddlewareTermination", "ModelCallError", "ModelResponseError", "ReplayDivergence", "RunContext",
-    "RunError", "SessionState", "SessionStateError", "StoreError", "SubAgentDepthError",
-    "ToolDefinitionError", "ToolMode", "ToolSpec", "TornTailWarning", "TransitionError", "Usage", "__version__",
+    "Agent", "AgentContext", "AgentLedgerError", "AgentMiddleware", "AgentResponse",
+    "AgentResponseUpdate", "AgentSession", "ApprovalError", "ArgumentsError", "BaseChatClient",
+    "ChatContext", "ChatMiddleware", "ChatOptions", "ChatResponse", "ChatResponseUpdate",
+    "ConflictError", "Content", "Event", "EventStore", "ExperimentalWarning",
+    "FunctionInvocationContext", "FunctionMiddleware", "FunctionTool", "LiveTools", "LogCorruptError",
+    "MemoryEventStore", "Message", "MiddlewareError", "MiddlewareTermination", "ModelCallError",
+    "ModelResponseError", "ReplayDivergence", "RunContext", "RunError", "SCHEMA_VERSION",
+    "SessionState", "SessionStateError", "StoreError", "SubAgentDepthError", "ToolDefinitionError",
+    "ToolMode", "ToolSpec", "TornTailWarning", "TransitionError", "Usage", "__version__",
     "agent_middleware", "chat_middleware", "current_run_context", "default_redactor",
     "function_middleware", "normalize_messages", "redact_all", "redact_keys", "timeline", "tool",
 }  # fmt: skip

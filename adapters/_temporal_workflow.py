@@ -1,0 +1,380 @@
+"""The agent-run workflow: the pure run machine, driven by activities, inside Temporal's sandbox.
+
+Theory of operation. The workflow holds a ``RunMachine`` and plays the driver's part: it takes the
+machine's commands one at a time and has an activity carry each out (a model call, one activity
+per tool call), then feeds the input events the activity reports back to the machine, stamped with
+the next ``seq`` and the workflow's clock. Everything the workflow does is deterministic: time is
+``workflow.time_ns()``, the run id comes from ``workflow.uuid4()`` when the caller gave none, and
+the machine reads neither clock nor randomness, so a replay of the history rebuilds the same run.
+
+The events are written to the event store by activities, with ``expected_version``: each
+model-call activity first appends the events produced since the last append, so the store holds
+the run's log up to that call; the finishing step appends the rest and ``RunCompleted`` (store
+steps are local activities, on the worker running the workflow task).
+Payloads stay small: a model call is sent a reference (the run id and version), not the
+transcript, and reads the log from the store; events waiting to be appended go out in chunks when
+they outgrow the payload budget. The history stays bounded: past ``Limits.history_events`` (or
+when the server suggests it) the workflow stores its events and continues as new at the next
+model call; the new execution reads the log back and refolds the machine from it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+from datetime import timedelta
+from typing import Any, TypeVar
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
+
+with workflow.unsafe.imports_passed_through():
+    import msgspec
+
+    from agentledger.core.events import ApprovalRequested, Event, RunFailed
+    from agentledger.core.machine import CallModel, Command, FinishRun, InvokeTools, Phase, RunMachine, refold
+    from agentledger.core.messages import Content
+    from agentledger.core.projections import SessionProjection
+
+    from ._temporal_types import (
+        APPEND_EVENTS,
+        CALL_MODEL,
+        FINISH_RUN,
+        INVOKE_TOOL,
+        LOAD_EVENTS,
+        RUN_SUBAGENT,
+        START_RUN,
+        WORKFLOW,
+        AppendRequest,
+        FinishOutcome,
+        FinishRequest,
+        LoadRequest,
+        ModelRequest,
+        Resume,
+        RunInput,
+        RunResult,
+        RunView,
+        StartOutcome,
+        StartRequest,
+        StepOutcome,
+        ToolRequest,
+    )
+
+__all__ = ("AgentRunWorkflow",)
+
+T = TypeVar("T")
+_encode = msgspec.json.Encoder().encode
+
+
+@workflow.defn(name=WORKFLOW)
+class AgentRunWorkflow:
+    """One agent run; its input names a registered agent (see ``AgentRegistry``)."""
+
+    @workflow.run
+    async def run(self, job: RunInput) -> RunResult:
+        return await _WorkflowRun(job).execute()
+
+
+def _error_type(cause: BaseException | None) -> str:
+    if isinstance(cause, ApplicationError) and cause.type:
+        return cause.type
+    return type(cause).__name__
+
+
+class _WorkflowRun:
+    """The driver's loop, with activities for IO and the workflow's clock for time."""
+
+    def __init__(self, job: RunInput) -> None:
+        self.job = job
+        self.run_id = job.run_id or f"run_{workflow.uuid4().hex}"
+        self.history = job.session.history if job.session is not None else ()
+        self.session = SessionProjection(job.session.session_id if job.session is not None else None)
+        if job.session is not None:
+            self.session.state = dict(job.session.state)
+        self.machine = RunMachine(self.history)
+        self.commands: collections.deque[Command] = collections.deque()
+        self.pending: list[Event] = []
+        self.version = 0
+        self.input_count = 0
+        self.failure: tuple[str, str] | None = None
+        self.sequential = False
+        self.subagents: frozenset[str] = frozenset()
+        self.executions = job.resume.executions if job.resume is not None else 1
+        self.model_calls = 0
+
+    async def execute(self) -> RunResult:
+        try:
+            if self.job.resume is None:
+                await self._start()
+            else:
+                await self._resume(self.job.resume)
+            finish = await self._drive()
+            return await self._finish(finish)
+        except (ActivityError, asyncio.CancelledError) as exc:
+            if is_cancelled_exception(exc):
+                await self._record_failure("Cancelled", "the run's workflow was cancelled")
+            elif isinstance(exc, ActivityError):
+                await self._record_failure(_error_type(exc.cause), str(exc.cause))
+            raise
+
+    async def _record_failure(self, error_type: str, message: str) -> None:
+        """The run cannot go on: its log ends with RunFailed, then the workflow fails."""
+        if self.machine.phase in (Phase.NEW, Phase.DONE):
+            return
+        self._feed(RunFailed(run_id=self.run_id, seq=0, at=0, error_type=error_type, message=message))
+        await self._flush()
+
+    # -- the loop -----------------------------------------------------------------------------
+
+    async def _drive(self) -> FinishRun:
+        while True:
+            command = self.commands.popleft()
+            if isinstance(command, CallModel):
+                if self._should_continue():
+                    await self._continue_as_new()
+                await self._call_model(command)
+            elif isinstance(command, InvokeTools):
+                await self._invoke_tools(command)
+            else:
+                return command
+
+    def _take(self, step: tuple[list[Event], list[Command]]) -> None:
+        events, commands = step
+        self.pending.extend(events)
+        self.commands.extend(commands)
+        for event in events:
+            self.session.apply(event)
+
+    def _feed(self, event: Event) -> None:
+        """Stamp an input event with the next seq and the workflow's time; let the machine take it."""
+        stamped = msgspec.structs.replace(event, seq=self.machine.next_seq, at=workflow.time_ns())
+        self._take(self.machine.handle(stamped))
+
+    # -- starting -----------------------------------------------------------------------------
+
+    async def _start(self) -> None:
+        session = self.job.session
+        request = StartRequest(
+            view=self._view(),
+            messages=self.job.messages,
+            pending=session.pending if session is not None else (),
+            at=workflow.time_ns(),
+        )
+        outcome = await self._store_step(START_RUN, request, StartOutcome)
+        for event in outcome.events:
+            self._take(self.machine.handle(event))
+        self.pending.clear()
+        self.version = len(outcome.events)
+        self.sequential = outcome.sequential
+        self.subagents = frozenset(outcome.subagents)
+        self.input_count = len(self.machine.transcript.messages)
+        self._take(self.machine.begin())
+
+    async def _resume(self, resume: Resume) -> None:
+        """Refold the machine from the stored log and ask the model again."""
+        events: list[Event] = []
+        while len(events) < resume.version:
+            request = LoadRequest(
+                run_id=self.run_id,
+                after=len(events) - 1,
+                upto=resume.version,
+                max_bytes=self.job.limits.payload_bytes,
+            )
+            events.extend(await self._store_step(LOAD_EVENTS, request, list[Event]))
+        self.machine = refold(events, self.history)
+        for event in events:
+            self.session.apply(event)
+        self.version = len(events)
+        self.sequential = resume.sequential
+        self.subagents = frozenset(resume.subagents)
+        first = events[0]
+        self.input_count = len(getattr(first, "messages", ()))
+        assert self.machine.phase is Phase.AWAITING_MODEL, self.machine.phase
+        call = self.machine.transcript.calls[-1]
+        messages = (*self.machine.history, *self.machine.transcript.messages)
+        self.commands.append(
+            CallModel(
+                iteration=call.iteration, messages=messages, tools=call.tools, tool_choice=call.tool_choice
+            )
+        )
+
+    def _should_continue(self) -> bool:
+        if self.model_calls == 0:
+            return False
+        info = workflow.info()
+        return (
+            info.is_continue_as_new_suggested()
+            or info.get_current_history_length() >= self.job.limits.history_events
+        )
+
+    async def _continue_as_new(self) -> None:
+        await self._flush()
+        resume = Resume(
+            version=self.version,
+            executions=self.executions + 1,
+            sequential=self.sequential,
+            subagents=tuple(sorted(self.subagents)),
+        )
+        workflow.continue_as_new(msgspec.structs.replace(self.job, run_id=self.run_id, resume=resume))
+
+    # -- model calls and tool calls ---------------------------------------------------------
+
+    async def _call_model(self, command: CallModel) -> None:
+        if sum(len(_encode(e)) for e in self.pending) > self.job.limits.payload_bytes:
+            await self._flush()
+        pending = tuple(self.pending)
+        request = ModelRequest(
+            view=self._view(), iteration=command.iteration, pending=pending, version=self.version
+        )
+        outcome = await self._activity(CALL_MODEL, request, StepOutcome, self.job.timeouts.model)
+        del self.pending[: len(pending)]
+        self.version += len(pending)
+        self.model_calls += 1
+        for event in outcome.events:
+            self._feed(event)
+        if outcome.error_type is not None:
+            self.failure = (outcome.error_type, outcome.error_message or "")
+
+    async def _invoke_tools(self, command: InvokeTools) -> None:
+        calls = list(command.calls)
+        if not command.approved:
+            specs = self.machine.tools.specs
+            gated = tuple(
+                c.call_id or "" for c in calls if specs[c.name or ""].approval_mode == "always_require"
+            )
+            if gated:
+                self._feed(ApprovalRequested(run_id=self.run_id, seq=0, at=0, call_ids=gated))
+                calls = [c for c in calls if (c.call_id or "") not in gated]
+        if self.sequential or len(calls) < 2:
+            for call in calls:
+                self._feed_all(await self._tool(command.iteration, call))
+            return
+        outcomes = await asyncio.gather(*(self._tool(command.iteration, call) for call in calls))
+        for outcome in outcomes:  # in the model's order, whatever order they finished in
+            self._feed_all(outcome)
+
+    def _feed_all(self, outcome: StepOutcome) -> None:
+        for event in outcome.events:
+            self._feed(event)
+
+    async def _tool(self, iteration: int, call: Content) -> StepOutcome:
+        subagent = call.name in self.subagents
+        name = RUN_SUBAGENT if subagent else INVOKE_TOOL
+        timeouts = self.job.timeouts
+        request = ToolRequest(
+            view=self._view(), iteration=iteration, call=call, tools=self.machine.tools.names
+        )
+        seconds = timeouts.subagent if subagent else timeouts.tool
+        return await self._activity(
+            name, request, StepOutcome, seconds, summary=f"{call.name} {call.call_id}"
+        )
+
+    # -- finishing ----------------------------------------------------------------------------
+
+    async def _finish(self, finish: FinishRun) -> RunResult:
+        usage = self.machine.usage
+        if self.failure is not None:
+            error_type, message = self.failure
+            self._feed(RunFailed(run_id=self.run_id, seq=0, at=0, error_type=error_type, message=message))
+            await self._flush()
+            return RunResult(
+                run_id=self.run_id,
+                status="failed",
+                reason=finish.reason,
+                usage=usage,
+                events=self.version,
+                error_type=error_type,
+                error_message=message,
+                executions=self.executions,
+            )
+        pending = tuple(self.pending)
+        request = FinishRequest(
+            view=self._view(),
+            pending=pending,
+            version=self.version,
+            reason=finish.reason,
+            at=workflow.time_ns(),
+        )
+        outcome = await self._store_step(FINISH_RUN, request, FinishOutcome)
+        self.pending.clear()
+        self.version = outcome.version
+        return RunResult(
+            run_id=self.run_id,
+            status="completed",
+            reason=finish.reason,
+            text=outcome.text,
+            usage=usage,
+            events=self.version,
+            user_input_requests=self._approval_requests(),
+            executions=self.executions,
+        )
+
+    def _approval_requests(self) -> tuple[Content, ...]:
+        awaiting = set(self.machine.awaiting_approval)
+        messages = self.machine.transcript.messages[self.input_count :]
+        return tuple(
+            Content("function_approval_request", call_id=c.call_id, name=c.name, arguments=c.arguments)
+            for m in messages
+            for c in m.contents
+            if c.type == "function_call" and c.call_id in awaiting
+        )
+
+    async def _flush(self) -> None:
+        """Append every pending event, in chunks that fit the payload budget."""
+        budget = self.job.limits.payload_bytes
+        while self.pending:
+            chunk: list[Event] = []
+            size = 0
+            for event in self.pending:
+                size += len(_encode(event))
+                if chunk and size > budget:
+                    break
+                chunk.append(event)
+            request = AppendRequest(run_id=self.run_id, events=tuple(chunk), version=self.version)
+            self.version = await self._store_step(APPEND_EVENTS, request, int)
+            del self.pending[: len(chunk)]
+
+    # -- helpers ------------------------------------------------------------------------------
+
+    def _view(self) -> RunView:
+        job = self.job
+        return RunView(
+            agent=job.agent,
+            run_id=self.run_id,
+            options=job.options,
+            function_invocation_kwargs=job.function_invocation_kwargs,
+            client_kwargs=job.client_kwargs,
+            session_id=job.session.session_id if job.session is not None else None,
+            session_state=dict(self.session.state),
+            history=self.history,
+            limits=job.limits,
+        )
+
+    async def _activity(
+        self, name: str, argument: Any, result_type: type[T], seconds: float, *, summary: str | None = None
+    ) -> T:
+        """A model or tool call: a regular activity, on any worker, heartbeating."""
+        timeouts = self.job.timeouts
+        result: T = await workflow.execute_activity(
+            name,
+            argument,
+            result_type=result_type,
+            start_to_close_timeout=timedelta(seconds=seconds),
+            heartbeat_timeout=timedelta(seconds=timeouts.heartbeat),
+            retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=timeouts.retry_interval)),
+            summary=summary,
+        )
+        return result
+
+    async def _store_step(self, name: str, argument: Any, result_type: type[T]) -> T:
+        """A short, idempotent store step: a local activity, on the worker running the workflow."""
+        timeouts = self.job.timeouts
+        result: T = await workflow.execute_local_activity(
+            name,
+            argument,
+            result_type=result_type,
+            start_to_close_timeout=timedelta(seconds=timeouts.store),
+            retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=timeouts.retry_interval)),
+        )
+        return result

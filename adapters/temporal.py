@@ -1,0 +1,368 @@
+"""Agent runs on Temporal: the run machine inside a workflow, model and tool calls as activities.
+
+What runs where (``docs/scale.md`` has the whole picture):
+
+* the **workflow** (``agentledger.AgentRun``) holds the pure ``RunMachine`` and nothing else: it
+  decides, stamps events with workflow time, and schedules activities;
+* **activities** do the IO, on any worker of the task queue: ``agentledger.call_model`` (chat
+  middleware and the client), ``agentledger.invoke_tool`` (one per tool call: function middleware
+  and the tool, at most once per idempotency key) and ``agentledger.run_subagent``; the short,
+  idempotent store steps ``agentledger.start_run``, ``agentledger.append_events``,
+  ``agentledger.finish_run`` and ``agentledger.load_events`` run as local activities, on the
+  worker running the workflow task;
+* the **event store** (PostgreSQL when workers are several) receives the run's log as the
+  workflow advances, in the same shape as a local run's, so ``agentledger.replay``, the CLI and
+  the exporters read it like any other.
+
+A worker process::
+
+    registry = AgentRegistry()
+    registry.register("planner", build_planner)
+    client = await connect("temporal.internal:7233")
+    async with PostgresEventStore(DSN) as store:
+        await serve(client, registry, store, task_queue="agents")
+
+or ``python -m agentledger.adapters.temporal worker --registry app.agents:registry --postgres DSN``.
+A client::
+
+    runner = TemporalRunner(client, store, task_queue="agents")
+    response = await runner.run("planner", "Plan a trip to Lisbon.")
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import signal
+import sys
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import anyio
+
+try:
+    from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
+    from temporalio.worker import Worker
+    from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
+except ImportError:  # pragma: no cover - exercised only without the extra
+    raise ImportError(
+        "agentledger on Temporal needs temporalio: pip install 'agentledger[temporal]'"
+    ) from None
+
+from agentledger.agent import AgentResponse, _check_approvals
+from agentledger.clients import normalize_messages
+from agentledger.core.events import Event, ModelFailed, RunCompleted, RunStarted, SessionUpdated
+from agentledger.core.messages import Content, Message
+from agentledger.errors import ModelCallError, ModelResponseError, RunError
+from agentledger.session import AgentSession
+from agentledger.store import EventStore
+
+from ._temporal_steps import ToolInterrupted, ToolUnavailable, UnsupportedAgent
+from ._temporal_types import (
+    ACTIVITIES,
+    DATA_CONVERTER,
+    WORKFLOW,
+    Limits,
+    RunInput,
+    RunResult,
+    SessionInput,
+    Timeouts,
+)
+from ._temporal_worker import Activities, AgentFactory, AgentRegistry, CallLedger, MemoryCallLedger
+from ._temporal_workflow import AgentRunWorkflow
+
+__all__ = (
+    "ACTIVITIES",
+    "DATA_CONVERTER",
+    "PASSTHROUGH_MODULES",
+    "TASK_QUEUE",
+    "WORKFLOW",
+    "Activities",
+    "AgentFactory",
+    "AgentRegistry",
+    "AgentRunWorkflow",
+    "CallLedger",
+    "Limits",
+    "MemoryCallLedger",
+    "RunInput",
+    "RunResult",
+    "TemporalRunner",
+    "Timeouts",
+    "ToolInterrupted",
+    "ToolUnavailable",
+    "UnsupportedAgent",
+    "connect",
+    "create_worker",
+    "main",
+    "serve",
+    "workflow_runner",
+)
+
+TASK_QUEUE = "agentledger"
+PASSTHROUGH_MODULES = ("agentledger", "msgspec")
+"""Modules the workflow sandbox shares with the worker instead of reimporting per run."""
+
+
+async def connect(address: str = "localhost:7233", *, namespace: str = "default", **options: Any) -> Client:
+    """A Temporal client with agentledger's data converter (clients and workers must share it)."""
+    return await Client.connect(address, namespace=namespace, data_converter=DATA_CONVERTER, **options)
+
+
+def workflow_runner() -> SandboxedWorkflowRunner:
+    """Temporal's sandbox, with agentledger's pure modules passed through."""
+    restrictions = SandboxRestrictions.default.with_passthrough_modules(*PASSTHROUGH_MODULES)
+    return SandboxedWorkflowRunner(restrictions=restrictions)
+
+
+def create_worker(
+    client: Client,
+    registry: AgentRegistry,
+    store: EventStore,
+    *,
+    task_queue: str = TASK_QUEUE,
+    ledger: CallLedger | None = None,
+    rerun_interrupted: bool = False,
+    **options: Any,
+) -> Worker:
+    """A worker for agentledger runs; ``options`` go to ``temporalio.worker.Worker``."""
+    activities = Activities(registry, store, ledger, rerun_interrupted=rerun_interrupted)
+    return Worker(
+        client,
+        task_queue=task_queue,
+        workflows=[AgentRunWorkflow],
+        activities=activities.functions(),
+        workflow_runner=workflow_runner(),
+        **options,
+    )
+
+
+async def serve(
+    client: Client,
+    registry: AgentRegistry,
+    store: EventStore,
+    *,
+    on_ready: Callable[[], None] | None = None,
+    **options: Any,
+) -> None:
+    """Run a worker until SIGINT or SIGTERM, then shut it down gracefully."""
+    worker = create_worker(client, registry, store, **options)
+
+    async def stop_on_signal() -> None:
+        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async for _ in signals:
+                await worker.shutdown()
+                return
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(stop_on_signal)
+        if on_ready is not None:
+            on_ready()
+        await worker.run()
+        group.cancel_scope.cancel()
+
+
+class TemporalRunner:
+    """Submits runs of registered agents to Temporal and reads their logs back from the store.
+
+    ``run`` mirrors ``Agent.run``: it returns an ``AgentResponse`` (messages, events, usage,
+    approval requests), raises ``ModelCallError`` when the model call failed, and updates the
+    ``session`` it was given, as a local run does.
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        store: EventStore,
+        *,
+        task_queue: str = TASK_QUEUE,
+        timeouts: Timeouts | None = None,
+        limits: Limits | None = None,
+        task_timeout: float | None = None,
+    ) -> None:
+        self.client = client
+        self.store = store
+        self.task_queue = task_queue
+        self.timeouts = timeouts or Timeouts()
+        self.limits = limits or Limits()
+        self.task_timeout = task_timeout
+
+    async def start(
+        self,
+        agent: str,
+        messages: str | Content | Message | Sequence[Any] | None = None,
+        *,
+        session: AgentSession | None = None,
+        options: Mapping[str, Any] | None = None,
+        function_invocation_kwargs: Mapping[str, Any] | None = None,
+        client_kwargs: Mapping[str, Any] | None = None,
+        run_id: str | None = None,
+    ) -> WorkflowHandle[Any, RunResult]:
+        """Start a run; its workflow id is its run id."""
+        inputs = normalize_messages(messages)
+        _check_approvals(session.history if session is not None else [], inputs)
+        run_id = run_id or f"run_{uuid.uuid4().hex}"
+        job = RunInput(
+            agent=agent,
+            messages=tuple(inputs),
+            run_id=run_id,
+            session=_session_input(session) if session is not None else None,
+            options=dict(options or {}),
+            function_invocation_kwargs=dict(function_invocation_kwargs or {}),
+            client_kwargs=dict(client_kwargs or {}),
+            timeouts=self.timeouts,
+            limits=self.limits,
+        )
+        handle: WorkflowHandle[Any, RunResult] = await self.client.start_workflow(
+            WORKFLOW,
+            job,
+            id=run_id,
+            task_queue=self.task_queue,
+            result_type=RunResult,
+            task_timeout=_seconds(self.task_timeout),
+        )
+        if session is not None:
+            session._pending.clear()  # now recorded by the run, as Agent.run records them
+        return handle
+
+    async def result(
+        self, handle: WorkflowHandle[Any, RunResult], *, session: AgentSession | None = None
+    ) -> AgentResponse:
+        """Wait for the run, read its log, update ``session``; see the class docstring."""
+        try:
+            result = await handle.result()
+        except WorkflowFailureError as exc:
+            cause: BaseException = exc
+            while cause.__cause__ is not None or getattr(cause, "cause", None) is not None:
+                cause = getattr(cause, "cause", None) or cause.__cause__  # type: ignore[assignment]
+            raise RunError(f"run {handle.id} failed on Temporal: {cause}", run_id=handle.id) from exc
+        events = await self.store.read(result.run_id)
+        if session is not None:
+            _apply_session(session, events)
+        if result.status == "failed":
+            raise _run_error(result, events)
+        completed = events[-1]
+        assert isinstance(completed, RunCompleted), completed
+        if session is not None and isinstance(events[0], RunStarted):
+            session.history.extend(events[0].messages)
+            session.history.extend(completed.messages)
+        return AgentResponse(
+            messages=completed.messages,
+            run_id=result.run_id,
+            events=events,
+            usage=completed.usage,
+            user_input_requests=result.user_input_requests,
+            finish_reason=result.reason,
+            session_id=session.session_id if session is not None else None,
+        )
+
+    async def run(
+        self,
+        agent: str,
+        messages: str | Content | Message | Sequence[Any] | None = None,
+        *,
+        session: AgentSession | None = None,
+        **kwargs: Any,
+    ) -> AgentResponse:
+        """Start a run and wait for it: ``Agent.run``, on Temporal."""
+        handle = await self.start(agent, messages, session=session, **kwargs)
+        return await self.result(handle, session=session)
+
+
+def _seconds(value: float | None) -> Any:
+    from datetime import timedelta
+
+    return timedelta(seconds=value) if value is not None else None
+
+
+def _session_input(session: AgentSession) -> SessionInput:
+    session.state.checkpoint()  # in-place edits since the last run become pending changes
+    return SessionInput(
+        session_id=session.session_id,
+        history=tuple(session.history),
+        state=session.state.snapshot(),
+        pending=tuple(session.pending_changes),
+    )
+
+
+def _apply_session(session: AgentSession, events: Sequence[Event]) -> None:
+    """Bring the caller's session up to the run's writes without recording them again."""
+    state = session.state
+    for event in events:
+        if type(event) is not SessionUpdated or event.session_id != session.session_id:
+            continue
+        for change in event.changes:
+            if change.op == "set":
+                dict.__setitem__(state, change.key, change.value)
+            elif change.key in state:
+                dict.__delitem__(state, change.key)
+                state._encoded.pop(change.key, None)
+                state._watched.discard(change.key)
+    state._load(dict(state))
+
+
+def _run_error(result: RunResult, events: Sequence[Event]) -> RunError:
+    failed = next((e for e in reversed(events) if type(e) is ModelFailed), None)
+    kind = {"ModelCallError": ModelCallError, "ModelResponseError": ModelResponseError}.get(
+        result.error_type or "", RunError
+    )
+    if failed is None:
+        return kind(f"run {result.run_id} failed: {result.error_message}", run_id=result.run_id)
+    message = f"model call {failed.iteration} failed: {failed.error_type}: {failed.message}"
+    return kind(message, run_id=result.run_id, seq=failed.seq)
+
+
+# -- the worker command ---------------------------------------------------------------------------
+
+
+def _registry(spec: str) -> AgentRegistry:
+    module, _, attr = spec.partition(":")
+    registry = getattr(importlib.import_module(module), attr or "registry")
+    if not isinstance(registry, AgentRegistry):
+        raise SystemExit(f"{spec} is a {type(registry).__name__}, not an AgentRegistry")
+    return registry
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m agentledger.adapters.temporal")
+    commands = parser.add_subparsers(dest="command", required=True)
+    worker = commands.add_parser("worker", help="serve agentledger runs until SIGINT/SIGTERM")
+    worker.add_argument("--registry", required=True, help="module:attribute of an AgentRegistry")
+    worker.add_argument("--postgres", required=True, help="PostgreSQL connection string of the event store")
+    worker.add_argument("--schema", default="agentledger", help="PostgreSQL schema of the event store")
+    worker.add_argument("--address", default="localhost:7233", help="Temporal frontend address")
+    worker.add_argument("--namespace", default="default")
+    worker.add_argument("--task-queue", default=TASK_QUEUE)
+    worker.add_argument("--max-concurrent-activities", type=int, default=None)
+    worker.add_argument(
+        "--rerun-interrupted", action="store_true", help="run again tool calls whose worker died"
+    )
+    return parser
+
+
+async def _serve(args: argparse.Namespace) -> None:
+    from agentledger.adapters.stores.postgres import PostgresEventStore
+
+    registry = _registry(args.registry)
+    client = await connect(args.address, namespace=args.namespace)
+    async with PostgresEventStore(args.postgres, schema=args.schema) as store:
+        await store.migrate()
+        await serve(
+            client,
+            registry,
+            store,
+            task_queue=args.task_queue,
+            rerun_interrupted=args.rerun_interrupted,
+            max_concurrent_activities=args.max_concurrent_activities,
+            on_ready=lambda: print(f"worker ready on task queue {args.task_queue!r}", flush=True),
+        )
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """``python -m agentledger.adapters.temporal worker ...``"""
+    args = _parser().parse_args(argv)
+    anyio.run(_serve, args)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,203 @@
+"""The agents the Temporal tests run, registered by name so that every worker process builds them.
+
+Their scripted models answer from the request (how many tool results the run has seen, what the
+user asked), never from a position in a script: a worker builds each agent once and serves many
+runs, and a run's model calls may land on different workers. Call ids are fixed per step, so the
+idempotency key of a call (run, iteration, call id) is the same on whichever worker makes it.
+
+Every tool execution is counted in ``EXECUTED`` and, when ``EXECUTIONS`` names a file, appended
+there as ``pid run_id call_id tool`` (the end-to-end test counts executions across processes).
+``GATE``, when a worker process sets it, holds ``lookup`` calls until it is opened; ``ARRIVED``,
+when set, is set by the first call that reaches the gate.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from agentledger import Agent, AgentContext, FunctionInvocationContext, tool
+from agentledger.adapters.chat.scripted import Call, ScriptedChatClient, ScriptedRequest
+from agentledger.adapters.temporal import AgentRegistry
+from agentledger.demo import book_hotel, build_demo_agent
+
+__all__ = ("EXECUTED", "REGISTRY", "key_of", "tool_turns")
+
+REGISTRY = AgentRegistry()
+EXECUTED: list[tuple[str, str, str]] = []
+EXECUTIONS: Path | None = None
+GATE: anyio.Event | None = None
+ARRIVED: anyio.Event | None = None
+BULKY_SIZE = 5_000
+
+
+def _executed(ctx: FunctionInvocationContext) -> None:
+    row = (ctx.run_id or "", ctx.call_id or "", ctx.function.name)
+    EXECUTED.append(row)
+    if EXECUTIONS is not None:
+        with EXECUTIONS.open("a") as file:
+            file.write(f"{os.getpid()} {' '.join(row)}\n")
+
+
+def key_of(request: ScriptedRequest) -> str:
+    """The text of the last user message (the run's own input, not its history)."""
+    users = [m.text for m in request.messages if m.role == "user"]
+    return users[-1] if users else ""
+
+
+def tool_turns(request: ScriptedRequest) -> list[Any]:
+    """The tool results since the last user message, one list per tool message."""
+    messages = list(request.messages)
+    last_user = max((i for i, m in enumerate(messages) if m.role == "user"), default=-1)
+    return [[c.result for c in m.contents] for m in messages[last_user + 1 :] if m.role == "tool"]
+
+
+@tool
+async def lookup(key: str, ctx: FunctionInvocationContext) -> str:
+    """Look a key up (held at the gate while a test holds it)."""
+    _executed(ctx)
+    if ARRIVED is not None:
+        ARRIVED.set()
+    if GATE is not None:
+        await GATE.wait()
+    return f"value of {key}"
+
+
+@tool
+def remember(key: str, value: str, ctx: FunctionInvocationContext) -> str:
+    """Keep a value in session state."""
+    _executed(ctx)
+    if ctx.session is not None:
+        ctx.session.state[key] = value
+    return "remembered"
+
+
+@tool
+def bulky(ctx: FunctionInvocationContext) -> str:
+    """A result larger than a small payload budget."""
+    _executed(ctx)
+    return "x" * BULKY_SIZE
+
+
+@tool(approval_mode="always_require")
+def pay(amount: int, ctx: FunctionInvocationContext) -> str:
+    """Pay (a person approves first)."""
+    _executed(ctx)
+    return f"paid {amount}"
+
+
+def _scripted(answer: Callable[[ScriptedRequest], Any]) -> ScriptedChatClient:
+    return ScriptedChatClient([answer], repeat=True)
+
+
+def _ledger(request: ScriptedRequest) -> Any:
+    key, turns = key_of(request), tool_turns(request)
+    if not turns:
+        return Call("lookup", {"key": key}, call_id="c1")
+    if len(turns) == 1:
+        return [
+            Call("lookup", {"key": f"{key}-b"}, call_id="c2"),
+            Call("remember", {"key": key, "value": str(turns[0][0])}, call_id="c3"),
+        ]
+    return f"{key}: " + "; ".join(str(r) for turn in turns for r in turn)
+
+
+@REGISTRY.register("ledger")
+def ledger_agent() -> Agent:
+    """A lookup, then a lookup and a session write in parallel, then an answer."""
+    return Agent(client=_scripted(_ledger), name="Ledger", tools=[lookup, remember])
+
+
+def _long(request: ScriptedRequest) -> Any:
+    turns = tool_turns(request)
+    if len(turns) < 4:
+        return Call("lookup", {"key": f"step {len(turns)}"}, call_id=f"s{len(turns)}")
+    return f"{len(turns)} steps done"
+
+
+@REGISTRY.register("long")
+def long_agent() -> Agent:
+    """Four sequential tool iterations, then an answer."""
+    return Agent(client=_scripted(_long), name="Long", tools=[lookup])
+
+
+def _memo(request: ScriptedRequest) -> Any:
+    if not tool_turns(request):
+        return Call("remember", {"key": "last", "value": key_of(request)}, call_id="m1")
+    return f"{len(request.messages)} messages seen"
+
+
+@REGISTRY.register("memo")
+def memo_agent() -> Agent:
+    """Remembers the request in session state and says how much conversation it saw."""
+    return Agent(client=_scripted(_memo), name="Memo", tools=[remember])
+
+
+def _bulky(request: ScriptedRequest) -> Any:
+    return Call("bulky", call_id="b1") if not tool_turns(request) else "done"
+
+
+@REGISTRY.register("bulky")
+def bulky_agent() -> Agent:
+    """One call whose result is large."""
+    return Agent(client=_scripted(_bulky), name="Bulky", tools=[bulky])
+
+
+def _pay(request: ScriptedRequest) -> Any:
+    return Call("pay", {"amount": 5}, call_id="p1") if not tool_turns(request) else "Paid."
+
+
+@REGISTRY.register("cashier")
+def cashier_agent() -> Agent:
+    """A payment that waits for approval."""
+    return Agent(client=_scripted(_pay), name="Cashier", tools=[pay])
+
+
+def _unreachable(request: ScriptedRequest) -> str:
+    raise ConnectionError("model unreachable")
+
+
+@REGISTRY.register("broken")
+def broken_agent() -> Agent:
+    """A model that cannot be reached."""
+    return Agent(client=_scripted(_unreachable), name="Broken")
+
+
+def _research(request: ScriptedRequest) -> Any:
+    if not tool_turns(request):
+        return Call("remember", {"key": "findings", "value": "sunny all week"}, call_id="f1")
+    return "Stored the findings."
+
+
+def _lead(request: ScriptedRequest) -> Any:
+    if not tool_turns(request):
+        return Call("research", {"task": "Lisbon weather"}, call_id="r1")
+    return f"Research says: {tool_turns(request)[0][0]}"
+
+
+@REGISTRY.register("lead")
+def lead_agent() -> Agent:
+    """A lead agent whose research sub-agent writes to the shared session."""
+    researcher = Agent(client=_scripted(_research), name="Researcher", tools=[remember])
+    research = researcher.as_tool(name="research", description="Research a task.", propagate_session=True)
+    return Agent(client=_scripted(_lead), name="Lead", tools=[research])
+
+
+async def _brief(context: AgentContext, call_next: Callable[[], Awaitable[None]]) -> None:
+    await call_next()
+
+
+@REGISTRY.register("guarded")
+def guarded_agent() -> Agent:
+    """An agent with agent middleware, which a distributed run refuses."""
+    return Agent(client=_scripted(lambda request: "hi"), name="Guarded", middleware=[_brief])
+
+
+@REGISTRY.register("demo", extra_tools=[book_hotel])
+def demo_agent() -> Agent:
+    """The demo trip planner (it adds book_hotel at run time)."""
+    return build_demo_agent(store=False)
