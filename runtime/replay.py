@@ -320,12 +320,13 @@ def _apply_session(session: AgentSession, event: SessionUpdated, caller: Any) ->
             elif change.key in session.state:
                 del session.state[change.key]
         return
+    values = dict(dict.items(session.state))
     for change in event.changes:
         if change.op == "set":
-            dict.__setitem__(session.state, change.key, change.value)
+            values[change.key] = change.value
         else:
-            dict.pop(session.state, change.key, None)
-    session.state._load(dict(session.state))
+            values.pop(change.key, None)
+    session.state._reset(values)
     if caller is not None and caller._recorder is not None:
         caller._recorder.emit(
             SessionUpdated,
@@ -433,7 +434,27 @@ def _session_for(recorded: RecordedRun) -> AgentSession | None:
     session = AgentSession.from_events(recorded.prior, recorded.session_id)
     if not recorded.started.session_history:
         session.history = []
+    _pend_caller_writes(session, recorded.events[1:])
     return session
+
+
+def _pend_caller_writes(session: AgentSession, events: Sequence[Event]) -> None:
+    """Writes made between runs open the run's log (``by="caller"``): make them pending again.
+
+    The state takes them without recording, and the rerun records them at its start, as the
+    original run did.
+    """
+    values = dict(dict.items(session.state))
+    for event in events:
+        if type(event) is not SessionUpdated or event.by != "caller":
+            break
+        for change in event.changes:
+            if change.op == "set":
+                values[change.key] = change.value
+            else:
+                values.pop(change.key, None)
+        session._pending.append((event.by, event.changes))
+    session.state._reset(values)
 
 
 async def _drive(

@@ -171,6 +171,15 @@ class SessionState(dict[str, Any]):
             if changes:
                 self._sink(writer.get(), tuple(changes))
 
+    def _reset(self, values: dict[str, Any]) -> None:
+        """Become exactly ``values`` without recording anything (rebuilds and replays)."""
+        with self._lock:
+            dict.clear(self)
+            self._encoded.clear()
+            self._watched.clear()
+            self._touched.clear()
+            self._load(values)
+
     def _load(self, values: dict[str, Any]) -> None:
         """Set values without recording them (rebuilding from a log)."""
         for key, value in values.items():

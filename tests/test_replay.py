@@ -164,3 +164,21 @@ async def test_rerun_never_reaches_live_sinks() -> None:
     agent.client = ScriptedChatClient([])
     await rerun(await load(store, response.run_id), agent)
     assert seen == []
+
+
+async def test_rerun_with_writes_made_between_runs() -> None:
+    """Session writes made before a run (recorded by "caller" at its start) rerun without divergence."""
+    store = MemoryEventStore()
+    agent = build_demo_agent(store)
+    session = agent.create_session()
+    await agent.run("Check the weather in Lisbon.", session=session)
+    session.state["budget"] = 300
+    del session.state["preferences"]
+    agent.client = ScriptedChatClient(["Noted."])
+    second = await agent.run("Anything else?", session=session)
+    assert [type(e).__name__ for e in second.events[1:3]] == ["SessionUpdated", "SessionUpdated"]
+    recorded = await load(store, second.run_id)
+    silent, _ = _silent_agent()
+    response = await rerun(recorded, silent)  # type: ignore[arg-type]
+    assert response is not None
+    assert response.text == "Noted."
