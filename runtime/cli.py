@@ -2,7 +2,8 @@
 
 Runs are read from an event store: ``--store PATH`` or ``$AGENTLEDGER_STORE``, by default the
 SQLite file ``agentledger.db`` in the current directory. A path ending in ``.jsonl`` (or an
-existing directory) is a JSONL store. Problems with the store or the log are reported in one
+existing directory) is a JSONL store; a ``postgresql://`` URL is a PostgreSQL store. Problems
+with the store or the log are reported in one
 line on stderr, never as a traceback.
 """
 
@@ -36,8 +37,14 @@ class UsageError(AgentLedgerError):
 
 
 def open_store(spec: str | None, *, create: bool = False) -> EventStore:
-    """The store a path names: ``.jsonl`` or a directory is JSONL, anything else SQLite."""
-    path = Path(spec or os.environ.get("AGENTLEDGER_STORE") or DEFAULT_STORE)
+    """The store ``spec`` names: a ``postgresql://`` URL, a ``.jsonl`` path or a directory
+    (JSONL), anything else a SQLite file."""
+    spec = spec or os.environ.get("AGENTLEDGER_STORE") or DEFAULT_STORE
+    if spec.startswith(("postgresql://", "postgres://")):
+        from agentledger.adapters.stores.postgres import PostgresEventStore
+
+        return PostgresEventStore(spec)
+    path = Path(spec)
     if not create and not path.exists():
         raise UsageError(f"no event store at {path} (run `agentledger demo` first, or pass --store)")
     if path.suffix == ".jsonl" or path.is_dir():
