@@ -2,9 +2,8 @@
 
 Runs are read from an event store: ``--store PATH`` or ``$AGENTLEDGER_STORE``, by default the
 SQLite file ``agentledger.db`` in the current directory. A path ending in ``.jsonl`` (or an
-existing directory) is a JSONL store; a ``postgresql://`` URL is a PostgreSQL store. Problems
-with the store or the log are reported in one
-line on stderr, never as a traceback.
+existing directory) is a JSONL store; a ``postgresql://`` URL is a PostgreSQL store.
+Problems with the store or the log are reported in one line on stderr, never as a traceback.
 """
 
 from __future__ import annotations
