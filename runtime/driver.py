@@ -12,7 +12,7 @@ import asyncio
 import collections
 import contextvars
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 import anyio
@@ -75,8 +75,15 @@ class Recorder:
 
     def emit(self, cls: type[EventBase], **fields: Any) -> Event:
         with self.lock:
-            event: Any = cls(run_id=self.run_id, seq=self.machine.next_seq, at=self.clock(), **fields)
-            self._take(self.machine.handle(event))
+            machine = self.machine
+            event: Any = cls(run_id=self.run_id, seq=machine.next_seq, at=self.clock(), **fields)
+            events, commands = machine.handle(event)
+            self.log.extend(events)
+            if commands:
+                self.commands.extend(commands)
+            for sink in self.sinks:
+                for each in events:
+                    sink(each)
         return event  # type: ignore[no-any-return]
 
     def begin(self) -> None:
@@ -348,11 +355,7 @@ class RunDriver:
             for call, function in calls:
                 await self._invoke_one(command.iteration, call, function)
         elif _on_asyncio():
-            # Starting a task costs several times more through an anyio task group than through
-            # asyncio.gather, and a batch of quick calls is dominated by it. gather is safe here:
-            # each call records its own failure and never raises, and cancelling this task
-            # cancels every call of the batch.
-            await asyncio.gather(*(self._invoke_one(command.iteration, c, f) for c, f in calls))
+            await _all_on_asyncio([self._invoke_one(command.iteration, c, f) for c, f in calls])
         else:
             async with anyio.create_task_group() as group:
                 for call, function in calls:
@@ -517,6 +520,41 @@ class RunDriver:
 
 
 _MISSING = object()
+
+
+async def _all_on_asyncio(calls: list[Coroutine[Any, Any, None]]) -> None:
+    """Run a batch's calls as asyncio tasks and wait for all of them.
+
+    Starting a task through an anyio task group costs several times more, and a batch of quick
+    calls is dominated by it. This is safe without a task group: each call records its own
+    failure and never raises, and cancelling the waiting task cancels every call and waits for
+    them to finish before the cancellation goes on.
+    """
+    loop = asyncio.get_running_loop()
+    finished = loop.create_future()
+    remaining = len(calls)
+
+    def one_done(_: object) -> None:
+        nonlocal remaining
+        remaining -= 1
+        if remaining == 0 and not finished.done():
+            finished.set_result(None)
+
+    tasks = [loop.create_task(call) for call in calls]
+    for task in tasks:
+        task.add_done_callback(one_done)
+    try:
+        await finished
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        with anyio.CancelScope(shield=True):
+            await asyncio.wait(tasks)
+        raise
+    for task in tasks:
+        error = None if task.cancelled() else task.exception()
+        if error is not None:  # a bug in the call's own handling, not a tool's failure
+            raise error
 
 
 def _on_asyncio() -> bool:
