@@ -6,6 +6,7 @@ how the run ended. The tool loop itself is the ``RunDriver`` around a ``RunMachi
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 import warnings
@@ -39,7 +40,7 @@ from .core.machine import FinishRun, RunMachine
 from .core.messages import Content, Message, Usage, result_text
 from .core.projections import error_text
 from .driver import Recorder, RunDriver, ToolRegistry, capture_sinks, to_json
-from .errors import ApprovalError, MiddlewareTermination, RunError
+from .errors import ApprovalError, MiddlewareTermination, RunError, StoreError
 from .middleware import Layer, run_chain, split_middleware
 from .redaction import Redactor, default_redactor
 from .session import AgentSession, writer
@@ -537,7 +538,8 @@ class _Run:
                 )
                 message = str(exc) if not isinstance(exc, RunError) else str(exc.__cause__ or exc)
                 recorder.emit(RunFailed, error_type=error_type, message=message)
-            await driver.flush()
+            with contextlib.suppress(StoreError):  # the store is what failed: the error below says so
+                await driver.flush()
 
     def _session_sink(self, recorder: Recorder, session: AgentSession) -> MirrorSink:
         """Record session changes in this run, and copy them to the caller that shares the session."""

@@ -301,3 +301,20 @@ def test_sqlite_primary_key_backs_the_version_check(
             store.append_sync("run_1", make_events("run_1", 1, 2, "late"), 1)
     assert store.read_sync("run_1") == events
     store.close()
+
+
+@pytest.mark.anyio
+async def test_a_conflicting_writer_fails_the_run_with_one_typed_error(tmp_path: Path) -> None:
+    """Another writer taking the run's stream first gives the run a plain ConflictError."""
+    from agentledger import Agent, ConflictError
+    from agentledger.adapters.chat.scripted import ScriptedChatClient
+    from agentledger.testing import SequentialIds
+
+    store = JsonlEventStore(tmp_path / "runs")
+    first = Agent(client=ScriptedChatClient(["one"]), store=store, ids=SequentialIds())
+    await first.run("hi")
+    second = Agent(client=ScriptedChatClient(["two"]), store=store, ids=SequentialIds())
+    with pytest.raises(ConflictError) as info:
+        await second.run("hi")
+    assert info.value.__context__ is None or not isinstance(info.value.__context__, ConflictError)
+    assert [e.seq for e in await store.read("run_1")] == [0, 1, 2, 3]

@@ -86,7 +86,9 @@ class RunConfig(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, g
     sequential_tools: bool = False
 
 
-class EventBase(msgspec.Struct, frozen=True, kw_only=True, tag=True, tag_field="type", gc=False):
+class EventBase(
+    msgspec.Struct, frozen=True, kw_only=True, tag=True, tag_field="type", gc=False, omit_defaults=True
+):
     """The envelope every event shares."""
 
     run_id: str

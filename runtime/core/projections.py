@@ -8,7 +8,7 @@ Each projection has ``apply(event)``, which updates it in place in O(size of the
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 
@@ -41,7 +41,9 @@ __all__ = (
     "SessionProjection",
     "ToolsProjection",
     "TranscriptProjection",
+    "Views",
     "error_text",
+    "fold_views",
 )
 
 REJECTED_BY_USER = "Error: Tool call invocation was rejected by user."
@@ -187,7 +189,7 @@ class TranscriptProjection:
 
     def _responded(self, event: ModelResponded) -> None:
         self.messages.append(event.message)
-        self.batch = tuple(c.call_id or "" for c in event.message.function_calls)
+        self.batch = tuple(c.call_id or "" for c in event.message.contents if c.type == "function_call")
         self._results = {}
 
     def _returned(self, event: ToolReturned | MiddlewareShortCircuit) -> None:
@@ -219,8 +221,9 @@ class TranscriptProjection:
         """Give ``call_id`` its result; the batch's tool message is appended when it is whole."""
         if call_id not in self.batch:
             return
-        self._results[call_id] = Content.from_function_result(call_id, result=text)
-        self._close_if_whole()
+        self._results[call_id] = Content("function_result", call_id=call_id, result=text)
+        if len(self._results) >= len(self.batch):
+            self._close_if_whole()
 
     def _close_if_whole(self) -> None:
         if len(self._results) < len(self.batch):
@@ -267,3 +270,31 @@ TRANSCRIPT_FOLDS: dict[type, Any] = {
     ModelRequestRewritten: TranscriptProjection._request_rewritten,
     CallsSkipped: TranscriptProjection._skipped,
 }
+
+
+class Views(NamedTuple):
+    """The three projections of one log."""
+
+    tools: ToolsProjection
+    session: SessionProjection
+    transcript: TranscriptProjection
+
+
+def fold_views(events: Iterable[Event], session_id: str | None = None) -> Views:
+    """Fold a log into all three projections in one pass (what a rebuild after a restart does).
+
+    The same folds as each projection's ``apply``, dispatched once per event.
+    """
+    views = Views(ToolsProjection(), SessionProjection(session_id), TranscriptProjection())
+    apply_tools, apply_session, transcript = views.tools.apply, views.session.apply, views.transcript
+    tool_events, folds = _TOOL_EVENTS, TRANSCRIPT_FOLDS
+    for event in events:
+        kind = type(event)
+        if kind in tool_events:
+            apply_tools(event)
+        elif kind is SessionUpdated:
+            apply_session(event)
+        fold = folds.get(kind)
+        if fold is not None:
+            fold(transcript, event)
+    return views
