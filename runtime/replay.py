@@ -359,7 +359,17 @@ def _specs(event: Event) -> tuple[ToolSpec, ...]:
     return ()
 
 
+_BLANK: dict[str, Any] = {"at": 0, "seq": 0, "child_run_id": "", "origin_run_id": None, "origin_seq": None}
+
+
+def _normalized(event: Event) -> Event:
+    """The event with the fields a rerun may change blanked, for comparing by value."""
+    blank = {name: _BLANK[name] for name in _IGNORED if name in event.__struct_fields__}
+    return msgspec.structs.replace(event, **blank)
+
+
 def _comparable(event: Event) -> dict[str, Any]:
+    """The event as JSON values for a readable diff (the ignored fields left out)."""
     data = msgspec.to_builtins(event)
     return {k: v for k, v in data.items() if k not in _IGNORED}
 
@@ -423,7 +433,7 @@ def compare(recorded: Sequence[Event], actual: Sequence[Event]) -> None:
     for index in range(max(len(left), len(right))):
         expected = left[index] if index < len(left) else None
         got = right[index] if index < len(right) else None
-        if expected is None or got is None or _comparable(expected) != _comparable(got):
+        if expected is None or got is None or _normalized(expected) != _normalized(got):
             seq = expected.seq if expected is not None else (got.seq if got is not None else index)
             raise ReplayDivergence(seq, expected, got, _diff(expected, got))
 
