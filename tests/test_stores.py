@@ -76,7 +76,12 @@ class TestSqlite(DurableStoreContract):
 
     def corrupt(self, stream: str, seq: int, data: bytes) -> str:
         with sqlite3.connect(self.location) as connection:
-            connection.execute("UPDATE events SET data = ? WHERE seq = ?", (data, seq))
+            first, blob = connection.execute(
+                "SELECT seq, data FROM events WHERE seq <= ? AND last >= ?", (seq, seq)
+            ).fetchone()
+            lines = blob.split(b"\n")
+            lines[seq - first] = data
+            connection.execute("UPDATE events SET data = ? WHERE seq = ?", (b"\n".join(lines), first))
         connection.close()
         return f"{self.location}: stream {stream!r} seq {seq}"
 
@@ -217,7 +222,9 @@ def test_sqlite_runs_in_wal_with_full_sync(tmp_path: Path) -> None:
 def test_sqlite_missing_row_is_corrupt(tmp_path: Path) -> None:
     """A gap in a stream's seq raises LogCorruptError naming the stream and seq."""
     store = SqliteEventStore(tmp_path / "e.sqlite")
-    store.append_sync("run_1", make_events("run_1", 0, 4, "x"), 0)
+    events = make_events("run_1", 0, 4, "x")
+    for seq, event in enumerate(events):  # a row per append: one per event here
+        store.append_sync("run_1", [event], seq)
     with sqlite3.connect(tmp_path / "e.sqlite") as connection:
         connection.execute("DELETE FROM events WHERE seq = 2")
     connection.close()
@@ -288,9 +295,7 @@ def test_sqlite_stores_opening_a_new_database_together(tmp_path: Path) -> None:
     assert errors == []
 
 
-def test_sqlite_primary_key_backs_the_version_check(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_sqlite_primary_key_backs_the_version_check(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Should the version check be passed wrongly, the (stream, seq) key still refuses the batch."""
     store = SqliteEventStore(tmp_path / "e.sqlite")
     events = make_events("run_1", 0, 3, "x")
@@ -318,3 +323,32 @@ async def test_a_conflicting_writer_fails_the_run_with_one_typed_error(tmp_path:
         await second.run("hi")
     assert info.value.__context__ is None or not isinstance(info.value.__context__, ConflictError)
     assert [e.seq for e in await store.read("run_1")] == [0, 1, 2, 3]
+
+
+def test_sqlite_migrates_a_row_per_event_database(tmp_path: Path) -> None:
+    """A schema-1 database (a row per event) is migrated on open and reads the same events."""
+    path = tmp_path / "old.sqlite"
+    events = make_events("run_1", 0, 3, "x")
+    with sqlite3.connect(path) as connection:
+        connection.executescript(
+            "CREATE TABLE streams (id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE);"
+            "CREATE TABLE events (stream INTEGER NOT NULL, seq INTEGER NOT NULL, data BLOB NOT NULL,"
+            " PRIMARY KEY (stream, seq)) WITHOUT ROWID;"
+            "INSERT INTO streams (id, name) VALUES (1, 'run_1');"
+            "PRAGMA user_version = 1;"
+        )
+        connection.executemany(
+            "INSERT INTO events (stream, seq, data) VALUES (1, ?, ?)",
+            [(event.seq, encode_event(event)) for event in events],
+        )
+    connection.close()
+    store = SqliteEventStore(path)
+    assert store.read_sync("run_1") == events
+    assert store.read_sync("run_1", after=1) == events[2:]
+    more = make_events("run_1", 3, 2, "y")
+    assert store.append_sync("run_1", more, 3) == 5
+    assert store.read_sync("run_1") == events + more
+    store.close()
+    with sqlite3.connect(path) as connection:
+        assert connection.execute("PRAGMA user_version").fetchone() == (2,)
+    connection.close()

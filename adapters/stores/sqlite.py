@@ -1,12 +1,14 @@
 """SqliteEventStore: every stream in one SQLite database (the standard library's ``sqlite3``).
 
 Two tables. ``streams`` gives each stream an integer id in creation order; ``events`` holds one row
-per event, keyed by ``(stream, seq)``, with the event as ``encode_event`` JSON. An append runs in a
-``BEGIN IMMEDIATE`` transaction (one writer at a time, others wait up to ``busy_timeout``): it
-compares the stream's length with ``expected_version``, inserts the rows with consecutive ``seq``
-and commits, so a batch is stored whole or not at all. The primary key backs the version check:
-a duplicate ``(stream, seq)`` can never be written, and if it were attempted it would surface as
-``ConflictError`` too.
+per appended batch, keyed by ``(stream, seq)`` (the batch's first seq), with ``last`` its last seq
+and ``data`` its events as ``encode_event`` JSON lines. A row per batch rather than per event makes
+a read one row per step of a run instead of one per event, and a stream decodes in one call. An
+append runs in a ``BEGIN IMMEDIATE`` transaction (one writer at a time, others wait up to
+``busy_timeout``): it compares the stream's length with ``expected_version``, inserts the batch's
+row and commits, so a batch is stored whole or not at all. The primary key backs the version
+check: two batches can never start at the same seq, and if it were attempted it would surface as
+``ConflictError`` too. Databases of schema version 1 (a row per event) are migrated on open.
 
 The database runs in WAL mode (readers never block the writer) with ``synchronous=FULL`` by
 default, so a committed append survives power loss. Reads check that the rows they return have no
@@ -19,14 +21,13 @@ threads under a lock; open one store per process (after any fork).
 
 from __future__ import annotations
 
-import itertools
 import os
 import sqlite3
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from agentledger.core.events import Event, encode_event
 from agentledger.errors import ConflictError, LogCorruptError, StoreError
@@ -36,8 +37,8 @@ from ._threaded import ThreadedStore
 
 __all__ = ("SCHEMA_VERSION", "SqliteEventStore")
 
-SCHEMA_VERSION = 1
-"""Stored in ``PRAGMA user_version``; a database with another version is refused."""
+SCHEMA_VERSION = 2
+"""Stored in ``PRAGMA user_version``; older versions are migrated, newer ones refused."""
 
 Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
 
@@ -49,20 +50,36 @@ CREATE TABLE IF NOT EXISTS streams (
 CREATE TABLE IF NOT EXISTS events (
     stream INTEGER NOT NULL REFERENCES streams (id),
     seq INTEGER NOT NULL,
+    last INTEGER NOT NULL,
     data BLOB NOT NULL,
     PRIMARY KEY (stream, seq)
 ) WITHOUT ROWID;
+-- A batch must start right after the stream's last event: no gap, no overlap, whatever the
+-- writer believed. (The version check in the append transaction is the first line of defence.)
+CREATE TRIGGER IF NOT EXISTS events_follow BEFORE INSERT ON events
+WHEN NEW.seq != coalesce(
+    (SELECT last FROM events WHERE stream = NEW.stream ORDER BY seq DESC LIMIT 1), -1) + 1
+    OR NEW.last < NEW.seq
+BEGIN
+    SELECT RAISE(ABORT, 'a batch must start right after the stream''s last event');
+END;
+"""
+# Version 1 had a row per event: each becomes a batch of one.
+_MIGRATE_1 = """
+ALTER TABLE events RENAME TO events_v1;
+CREATE TABLE events (
+    stream INTEGER NOT NULL REFERENCES streams (id),
+    seq INTEGER NOT NULL,
+    last INTEGER NOT NULL,
+    data BLOB NOT NULL,
+    PRIMARY KEY (stream, seq)
+) WITHOUT ROWID;
+INSERT INTO events (stream, seq, last, data) SELECT stream, seq, seq, data FROM events_v1;
+DROP TABLE events_v1;
 """
 _READ = (
-    "SELECT seq, data FROM events WHERE stream = (SELECT id FROM streams WHERE name = ?)"
-    " AND seq > ? ORDER BY seq"
-)
-# The same rows as one newline-joined blob, with what is needed to check there is no gap: one
-# value for SQLite to build instead of a Python tuple per row, and one decode call.
-_READ_JOINED = (
-    "SELECT count(*), min(seq), max(seq), CAST(group_concat(data, char(10)) AS BLOB) FROM"
-    " (SELECT seq, data FROM events WHERE stream = (SELECT id FROM streams WHERE name = ?)"
-    " AND seq > ? ORDER BY seq)"
+    "SELECT seq, last, data FROM events WHERE stream = (SELECT id FROM streams WHERE name = ?)"
+    " AND last > ? ORDER BY seq"
 )
 
 
@@ -108,22 +125,43 @@ class SqliteEventStore(ThreadedStore):
     def read_sync(self, stream: str, after: int = -1) -> list[Event]:
         first = max(after + 1, 0)
         with self._lock, self._errors(f"reading {stream!r}"):
-            count, low, high, joined = self._connect().execute(_READ_JOINED, (stream, after)).fetchone()
-        if not count:
+            rows: list[tuple[int, int, bytes]] = self._connect().execute(_READ, (stream, after)).fetchall()
+        if not rows:
             return []
-        if low == first and high == first + count - 1 and isinstance(joined, bytes):
-            try:
-                events = decode_block(joined + b"\n", count, _no_position)
-            except LogCorruptError:
-                pass  # read row by row below, to name the bad record's seq
-            else:
-                if len(events) == count:
-                    return events
-        with self._lock, self._errors(f"reading {stream!r}"):
-            rows: list[tuple[int, Any]] = self._connect().execute(_READ, (stream, after)).fetchall()
-        if rows and (rows[0][0] != first or rows[-1][0] != first + len(rows) - 1):
-            self._gap(stream, rows, first)
-        return decode_records([row[1] for row in rows], lambda i: self._where(stream, rows[i][0]))
+        self._check_contiguous(stream, rows, first)
+        start, end = rows[0][0], rows[-1][1]
+        count = end - start + 1
+        try:
+            events = decode_block(b"\n".join(row[2] for row in rows) + b"\n", count, _no_position)
+        except (LogCorruptError, TypeError):
+            events = self._decode_rows(stream, rows)  # names the bad record's seq
+        return events[first - start :] if first > start else events
+
+    def _decode_rows(self, stream: str, rows: list[tuple[int, int, bytes]]) -> list[Event]:
+        events: list[Event] = []
+        for seq, last, data in rows:
+            lines = data.split(b"\n") if isinstance(data, bytes) else [data]
+            if len(lines) != last - seq + 1:
+                where = self._where(stream, seq)
+                raise LogCorruptError(
+                    f"expected {last - seq + 1} events in the row, found {len(lines)}", where=where
+                )
+            events.extend(decode_records(lines, self._positions(stream, seq)))
+        return events
+
+    def _positions(self, stream: str, seq: int) -> Callable[[int], str]:
+        return lambda index: self._where(stream, seq + index)
+
+    def _check_contiguous(self, stream: str, rows: list[tuple[int, int, bytes]], first: int) -> None:
+        expected = min(first, rows[0][0])
+        if rows[0][0] > first:
+            raise LogCorruptError(
+                f"expected seq {first}, found {rows[0][0]}", where=self._where(stream, rows[0][0])
+            )
+        for seq, last, _ in rows:
+            if seq != expected or last < seq:
+                raise LogCorruptError(f"expected seq {expected}, found {seq}", where=self._where(stream, seq))
+            expected = last + 1
 
     def streams_sync(self) -> list[str]:
         with self._lock, self._errors("listing streams"):
@@ -161,9 +199,10 @@ class SqliteEventStore(ThreadedStore):
             _use_wal(connection)
             connection.execute(f"PRAGMA synchronous = {self.synchronous}")
             version = connection.execute("PRAGMA user_version").fetchone()[0]
-            if version not in (0, SCHEMA_VERSION):
+            if version not in (0, 1, SCHEMA_VERSION):
                 raise StoreError(f"{self.path}: event schema version {version}, expected {SCHEMA_VERSION}")
-            schema = f"BEGIN IMMEDIATE; {_SCHEMA} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"
+            migrate = _MIGRATE_1 if version == 1 else ""
+            schema = f"BEGIN IMMEDIATE; {migrate} {_SCHEMA} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"
             connection.executescript(schema)
         except BaseException:
             connection.close()
@@ -186,19 +225,17 @@ class SqliteEventStore(ThreadedStore):
         if not records:
             return
         stream_id = row[0] if row is not None else _new_stream(connection, stream)
-        rows = zip(itertools.repeat(stream_id), itertools.count(expected_version), records)
-        connection.executemany("INSERT INTO events (stream, seq, data) VALUES (?, ?, ?)", rows)
+        last = expected_version + len(records) - 1
+        connection.execute(
+            "INSERT INTO events (stream, seq, last, data) VALUES (?, ?, ?, ?)",
+            (stream_id, expected_version, last, b"\n".join(records)),
+        )
 
     def _commit(self, connection: sqlite3.Connection) -> None:
         connection.execute("COMMIT")
 
     def _where(self, stream: str, seq: int) -> str:
         return f"{self.path}: stream {stream!r} seq {seq}"
-
-    def _gap(self, stream: str, rows: list[tuple[int, Any]], first: int) -> None:
-        for expected, (seq, _) in enumerate(rows, first):
-            if seq != expected:
-                raise LogCorruptError(f"expected seq {expected}, found {seq}", where=self._where(stream, seq))
 
     def __repr__(self) -> str:
         return f"SqliteEventStore({str(self.path)!r})"
@@ -224,7 +261,7 @@ def _use_wal(connection: sqlite3.Connection) -> None:
 
 
 def _version(connection: sqlite3.Connection, stream: str) -> int:
-    query = "SELECT max(seq) FROM events WHERE stream = (SELECT id FROM streams WHERE name = ?)"
+    query = "SELECT max(last) FROM events WHERE stream = (SELECT id FROM streams WHERE name = ?)"
     last = connection.execute(query, (stream,)).fetchone()[0]
     return 0 if last is None else int(last) + 1
 
