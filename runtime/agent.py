@@ -124,6 +124,21 @@ class Agent:
     ``store=False`` for none) receives each run's events as the run goes, and
     ``AgentResponse.events`` holds them too. ``event_sinks`` are called with every event the
     moment it is recorded (live logging, tracing); they must not block.
+
+    Arguments:
+        client: the chat client (required); ``instructions``: the system instructions.
+        name, id, description: how the agent is known (``id`` defaults to ``name``).
+        tools: tools or plain callables; middleware: function, agent and chat middleware.
+        default_options: ``ChatOptions`` for every run (a run's ``options`` override them).
+        store: where events go (see above).
+        clock, ids: the sources of time (ns) and ids; inject fixed ones for reproducible logs.
+        redact: what of ``function_invocation_kwargs`` a log keeps (``agentledger.redaction``).
+        max_iterations: model calls with tools before one last call with ``tool_choice="none"``.
+        max_consecutive_errors: erroring batches in a row before that last call.
+        max_function_calls: an optional cap on tool calls per run.
+        include_detailed_errors: tell the model the exception of a failed tool, not just that it failed.
+        sequential_tools: run a batch's calls one after another instead of concurrently.
+        event_sinks: live consumers of every event (also of sub-agent runs).
     """
 
     def __init__(

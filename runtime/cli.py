@@ -9,6 +9,7 @@ Problems with the store or the log are reported in one line on stderr, never as 
 from __future__ import annotations
 
 import argparse
+import datetime
 import importlib
 import os
 import sys
@@ -22,7 +23,7 @@ import msgspec
 
 from . import __version__
 from .core.events import ChildRunStarted, Event, RunCompleted, RunFailed, RunStarted, encode_event
-from .errors import AgentLedgerError, ReplayDivergence
+from .errors import AgentLedgerError, ReplayDivergence, RunNotFoundError
 from .store import EventStore
 
 __all__ = ("DEFAULT_STORE", "main", "open_store")
@@ -62,7 +63,7 @@ def _run(func: Callable[[], Awaitable[T]]) -> T:
 async def _read(store: EventStore, run_id: str) -> list[Event]:
     events = await store.read(run_id)
     if not events:
-        raise UsageError(f"no run {run_id!r} in the store")
+        raise RunNotFoundError(run_id)
     return events
 
 
@@ -106,7 +107,7 @@ def _runs(args: argparse.Namespace) -> int:
     async def collect() -> list[list[Event]]:
         return [await store.read(stream) for stream in await store.streams()]
 
-    table = Table("run", "agent", "session", "events", "outcome", "answer")
+    table = Table("run", "started (UTC)", "agent", "session", "events", "outcome", "answer")
     table.columns[0].no_wrap = True
     for log in _run(collect):
         if not log or not isinstance(log[0], RunStarted):
@@ -115,13 +116,15 @@ def _runs(args: argparse.Namespace) -> int:
         outcome = _outcome(last)
         answer = last.text if isinstance(last, RunCompleted) else ""
         parent = f" ⟵ {started.parent_run_id}" if started.parent_run_id else ""
+        when = datetime.datetime.fromtimestamp(started.at / 1e9, datetime.UTC)
         table.add_row(
             started.run_id + parent,
+            when.strftime("%Y-%m-%d %H:%M:%S"),
             started.agent_name or started.agent_id,
             started.session_id or "",
             str(len(log)),
             outcome,
-            answer[:50],
+            answer if len(answer) <= 50 else answer[:49] + "…",
         )
     _console().print(table)
     return 0
@@ -323,19 +326,31 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _warn(message: Warning | str, category: type[Warning], *rest: Any, **kwargs: Any) -> None:
+    """Warnings (a torn log record cut off...) as one line, like errors."""
+    print(f"agentledger: warning: {message}", file=sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    shown = warnings.showwarning
+    warnings.showwarning = _warn
     try:
         return int(args.handler(args))
-    except UsageError as exc:
+    except (UsageError, RunNotFoundError) as exc:
         print(f"agentledger: {exc}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # the output was piped into a reader that stopped early
+        sys.stderr.close()
+        return 0
+    except OSError as exc:  # a file the command was told to write or read
+        print(f"agentledger: {exc.filename or ''}: {exc.strerror or exc}", file=sys.stderr)
         return 2
     except AgentLedgerError as exc:
         print(f"agentledger: {exc}", file=sys.stderr)
         return 1
-    except BrokenPipeError:  # the output was piped into a reader that stopped early
-        sys.stderr.close()
-        return 0
+    finally:
+        warnings.showwarning = shown
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -12,6 +12,7 @@
     │   ├── ModelCallError                      the chat client raised; ModelFailed is recorded
     │   └── ModelResponseError                  the model's output is malformed
     ├── StoreError
+    │   ├── RunNotFoundError (also LookupError) a store has no run by that id
     │   ├── ConflictError                       a stale expected_version (stream, expected, actual)
     │   └── LogCorruptError                     a stored log does not decode (where, what)
     ├── ReplayDivergence                        a rerun differs from the log (seq, expected, actual)
@@ -49,6 +50,7 @@ __all__ = (
     "ModelResponseError",
     "ReplayDivergence",
     "RunError",
+    "RunNotFoundError",
     "SessionStateError",
     "StoreError",
     "ToolDefinitionError",
@@ -100,6 +102,14 @@ class ModelResponseError(RunError):
 
 class StoreError(AgentLedgerError):
     """An event store could not do what was asked."""
+
+
+class RunNotFoundError(StoreError, LookupError):
+    """A store has no run with the id asked for."""
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(f"no run {run_id!r} in the store")
+        self.run_id = run_id
 
 
 class ConflictError(StoreError):

@@ -45,7 +45,7 @@ from .core.events import (
 from .core.machine import Phase, RunMachine, TransitionError
 from .core.messages import Content, Message
 from .core.projections import SessionProjection
-from .errors import AgentLedgerError, ReplayDivergence, RunError
+from .errors import AgentLedgerError, ReplayDivergence, RunError, RunNotFoundError
 from .session import AgentSession
 from .store import EventStore
 from .tools import FunctionTool
@@ -155,7 +155,7 @@ async def load(store: EventStore, run_id: str, *, with_session: bool = True) -> 
     """Read a run from ``store``; with its session's earlier runs when ``with_session``."""
     events = await store.read(run_id)
     if not events:
-        raise AgentLedgerError(f"no run {run_id!r} in the store")
+        raise RunNotFoundError(run_id)
     started = events[0]
     prior: list[Event] = []
     if with_session and isinstance(started, RunStarted) and started.session_id is not None:

@@ -103,7 +103,7 @@ def test_corrupt_log_is_reported_with_position(tmp_path: Path, capsys: pytest.Ca
     assert main(["demo", "--store", str(store)]) == 0
     capsys.readouterr()
     lines = store.read_bytes().splitlines(keepends=True)
-    lines[3] = b'{"type":"ModelCalled","run_id":"x","seq":"three"}\n'
+    lines[3] = lines[3].replace(b'"seq":3', b'"seq":"three"')
     store.write_bytes(b"".join(lines))
     code = main(["runs", "--store", str(store)])
     err = capsys.readouterr().err
@@ -182,3 +182,44 @@ def test_export_bad_header(recorded: str, capsys: pytest.CaptureFixture[str]) ->
     """A malformed --header is a usage error."""
     assert main(["export", recorded, "--otlp", "http://127.0.0.1:9", "--header", "nocolon"]) == 2
     assert "Name: value" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["state", "replay", "view", "show", "export"])
+def test_unknown_run_is_a_usage_error_everywhere(
+    recorded: str, command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every command that takes a run answers an unknown one with exit code 2 and one line."""
+    assert main([command, "run_nope"]) == 2
+    err = capsys.readouterr().err
+    assert err == "agentledger: no run 'run_nope' in the store\n"
+
+
+@pytest.mark.parametrize(
+    "args", [["view", "-o"], ["export", "-o"], ["export", "--otlp-file"]], ids=["view", "export", "otlp-file"]
+)
+def test_unwritable_output_is_one_line(
+    recorded: str, tmp_path: Path, args: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An output path in a missing folder is reported in one line, not a traceback."""
+    target = str(tmp_path / "missing" / "out.file")
+    assert main([args[0], recorded, *args[1:], target]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("agentledger: ")
+    assert target in err
+    assert "Traceback" not in err
+
+
+def test_torn_tail_is_a_one_line_warning(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A JSONL log with a torn last record is repaired and the warning is one line."""
+    import warnings
+
+    store = tmp_path / "runs.jsonl"
+    assert main(["demo", "--store", str(store)]) == 0
+    capsys.readouterr()
+    store.write_bytes(store.read_bytes()[:-40])
+    with warnings.catch_warnings():
+        warnings.simplefilter("default")
+        assert main(["runs", "--store", str(store)]) == 0
+    err = capsys.readouterr().err
+    assert err.startswith("agentledger: warning: ")
+    assert err.count("\n") == 1

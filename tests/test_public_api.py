@@ -17,7 +17,7 @@ EXPECTED = {
     "ConflictError", "Content", "Event", "EventStore", "ExperimentalWarning",
     "FunctionInvocationContext", "FunctionMiddleware", "FunctionTool", "LiveTools", "LogCorruptError",
     "MemoryEventStore", "Message", "MiddlewareError", "MiddlewareTermination", "ModelCallError",
-    "ModelResponseError", "ReplayDivergence", "RunContext", "RunError", "SCHEMA_VERSION",
+    "ModelResponseError", "ReplayDivergence", "RunContext", "RunError", "RunNotFoundError", "SCHEMA_VERSION",
     "SessionState", "SessionStateError", "StoreError", "SubAgentDepthError", "ToolDefinitionError",
     "ToolMode", "ToolSpec", "TornTailWarning", "TransitionError", "Usage", "__version__",
     "agent_middleware", "chat_middleware", "current_run_context", "default_redactor",

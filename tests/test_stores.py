@@ -352,3 +352,23 @@ def test_sqlite_migrates_a_row_per_event_database(tmp_path: Path) -> None:
     with sqlite3.connect(path) as connection:
         assert connection.execute("PRAGMA user_version").fetchone() == (2,)
     connection.close()
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("damage", ["delete", "duplicate", "swap"])
+def test_jsonl_lines_lost_repeated_or_moved_are_corrupt(tmp_path: Path, layout: str, damage: str) -> None:
+    """A line deleted, duplicated or moved in a JSONL log is reported with its position, never read past."""
+    store = JsonlEventStore(tmp_path / layout)
+    store.append_sync("run_1", make_events("run_1", 0, 5, "x"), 0)
+    path = _jsonl_file(store, "run_1")
+    lines = path.read_bytes().splitlines(keepends=True)
+    if damage == "delete":
+        del lines[2]
+    elif damage == "duplicate":
+        lines.insert(2, lines[2])
+    else:
+        lines[2], lines[3] = lines[3], lines[2]
+    path.write_bytes(b"".join(lines))
+    with pytest.raises(LogCorruptError, match="expected seq") as info:
+        JsonlEventStore(tmp_path / layout).read_sync("run_1")
+    assert info.value.where.startswith(f"{path}:")

@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import msgspec
 import pytest
 
@@ -606,3 +607,16 @@ async def test_thousand_events_in_chromium(browser: Browser, tmp_path: Path) -> 
     page.wait_for("window.agentledgerViewer.selected().seq === 500")
     assert page.errors() == []
     page.close()
+
+
+def test_page_data_has_every_field_of_every_event() -> None:
+    """Events on the page carry their default values too (the log leaves them out)."""
+    events = anyio.run(_demo_events)
+    page = render_html(events)
+    assert '"reason":"completed"' in page
+    assert '"scope":"call"' in page
+
+
+async def _demo_events() -> list[Event]:
+    response, _ = await run_demo(MemoryEventStore())
+    return list(response.events)

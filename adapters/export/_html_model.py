@@ -17,10 +17,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import msgspec
-
 from agentledger import __version__
-from agentledger.core.events import ChildRunStarted, Event, RunStarted
+from agentledger.core.events import ChildRunStarted, Event, RunStarted, to_plain
 from agentledger.replay import RecordedRun
 
 from ._html_states import Scrub, compact_states
@@ -139,7 +137,7 @@ def _run_payload(log: list[Event], recorded: RecordedRun | None, include_content
     first = log[0]
     started = first if type(first) is RunStarted else None
     scrub: Scrub = _keep_pooled if include_content else _hide_pooled
-    events = [msgspec.to_builtins(e) for e in log]
+    events = [to_plain(e) for e in log]
     return {
         "id": first.run_id,
         "agent": (started.agent_name or started.agent_id) if started else None,

@@ -19,7 +19,7 @@ import msgspec
 from agentledger.core.events import Event, decode_event
 from agentledger.errors import LogCorruptError
 
-__all__ = ("EXPECTED", "decode_block", "decode_records")
+__all__ = ("EXPECTED", "check_sequence", "decode_block", "decode_records")
 
 EXPECTED = 'expected one event: a JSON object tagged with its "type"'
 
@@ -65,4 +65,19 @@ def _one_by_one(records: Sequence[bytes], where: Callable[[int], str]) -> list[E
             append(decode_event(record))
     except (msgspec.DecodeError, TypeError) as exc:  # TypeError: a value that is not bytes or str
         raise LogCorruptError(f"{EXPECTED}; {exc}", where=where(len(events))) from exc
+    return events
+
+
+def check_sequence(events: list[Event], stream: str, first: int, where: Callable[[int], str]) -> list[Event]:
+    """Refuse a stream whose events are not ``first``, ``first + 1``, ... of ``stream``.
+
+    A line lost, repeated or moved in a file (an edit, a bad copy) is corruption, never a shorter
+    or reordered run.
+    """
+    for index, event in enumerate(events):
+        if event.seq != first + index or event.run_id != stream:
+            raise LogCorruptError(
+                f"expected seq {first + index} of {stream!r}, found seq {event.seq} of {event.run_id!r}",
+                where=where(index),
+            )
     return events

@@ -31,7 +31,7 @@ import msgspec
 from agentledger.core.events import Event, encode_event
 from agentledger.errors import ConflictError, LogCorruptError, StoreError
 
-from ._codec import EXPECTED, decode_block, decode_records
+from ._codec import EXPECTED, check_sequence, decode_block, decode_records
 from ._lines import LineFile, OpenLineFile, TornTailWarning, make_directory
 from ._threaded import ThreadedStore
 
@@ -142,8 +142,10 @@ class _Journal:
             return f"{self.file.path}:{selected[index] + 1}"
 
         if isinstance(data, bytes):
-            return decode_block(data, len(selected), where)
-        return decode_records(data, where)
+            events = decode_block(data, len(selected), where)
+        else:
+            events = decode_records(data, where)
+        return check_sequence(events, stream, max(after + 1, 0), where)
 
     def streams(self) -> list[str]:
         with self.file.locked(create=False) as handle:
@@ -229,7 +231,8 @@ class _Directory:
                 return []
             count = file.count - first
             data = handle.block(first, file.count)
-        return decode_block(data, count, lambda i: f"{file.path}:{first + i + 1}")
+        where = lambda i: f"{file.path}:{first + i + 1}"  # noqa: E731 - used twice
+        return check_sequence(decode_block(data, count, where), stream, first, where)
 
     def streams(self) -> list[str]:
         if not self.path.is_dir():

@@ -51,6 +51,7 @@ __all__ = (
     "decode_event",
     "decode_events",
     "encode_event",
+    "to_plain",
 )
 
 SCHEMA_VERSION = 1
@@ -339,3 +340,24 @@ def decode_event(data: bytes | str) -> Event:
 def decode_events(data: bytes | str) -> list[Event]:
     """Decode a JSON array of events."""
     return _list_decoder.decode(data)
+
+
+def to_plain(value: Any) -> Any:
+    """A value as JSON-ready builtins with *every* field of every struct, defaults included.
+
+    The log leaves defaults out; code that reads events as plain data (a page's script, a
+    report) gets them filled in here, with events tagged by ``type`` as in the log.
+    """
+    if isinstance(value, msgspec.Struct):
+        config = type(value).__struct_config__
+        out: dict[str, Any] = {}
+        if isinstance(config.tag, str) and config.tag_field is not None:
+            out[config.tag_field] = config.tag
+        for name in value.__struct_fields__:
+            out[name] = to_plain(getattr(value, name))
+        return out
+    if isinstance(value, list | tuple):
+        return [to_plain(item) for item in value]
+    if isinstance(value, dict):
+        return {str(key): to_plain(item) for key, item in value.items()}
+    return msgspec.to_builtins(value)
