@@ -221,3 +221,15 @@ async def test_concurrent_children_last_write_in_log_order(clock: FixedClock, id
     assert session.state["k"] == "first"
     assert AgentSession.from_events(response.events, session.session_id).state.snapshot() == {"k": "first"}
     assert event_types(response.events).count("ChildRunStarted") == 2
+
+
+async def test_agent_sinks_see_sub_agent_runs(clock: FixedClock, ids: SequentialIds) -> None:
+    """An agent's event sinks receive its sub-agents' events too, as they happen."""
+    parent, _ = _research(True, clock, ids)
+    seen: list[str] = []
+    parent.event_sinks = (lambda event: seen.append(event.run_id),)
+    session = parent.create_session()
+    with capture_events() as events:
+        await parent.run("Look into tides.", session=session)
+    assert len(set(seen)) == 2
+    assert seen == [e.run_id for e in events]
