@@ -445,7 +445,7 @@ class _Run:
         except MiddlewareTermination as exc:
             if not finish:
                 recorder.emit(RunTerminated, iteration=0, reason=str(exc), by="agent_middleware")
-                finish.append(recorder.commands.pop())  # type: ignore[arg-type]
+                finish.append(_finish_command(recorder))
             context.result = (
                 exc.result if exc.result is not None else self._response(recorder, driver, finish[0])
             )
@@ -463,7 +463,7 @@ class _Run:
                 result=to_json(_text_of(context.result)),
                 scope="run",
             )
-            finish.append(recorder.commands.pop())  # type: ignore[arg-type]
+            finish.append(_finish_command(recorder))
         return await self._complete(recorder, driver, context.result, finish[0] if finish else None)
 
     def _rewritten(
@@ -581,12 +581,11 @@ class _Run:
     def _stream_sink(self, event: Event) -> None:
         """Each call's result as the model will see it, the moment it is recorded."""
         assert self.on_update is not None
-        if type(event) in (ToolReturned, MiddlewareShortCircuit):
-            call_id = event.call_id  # type: ignore[union-attr]
-            text = result_text(event.result)  # type: ignore[union-attr]
-        elif type(event) in (ToolFailed, ArgumentsRejected, ToolNotFound):
-            call_id = event.call_id  # type: ignore[union-attr]
-            text = error_text(event, self.agent.config.detailed_errors)  # type: ignore[arg-type]
+        call_id: str | None
+        if isinstance(event, ToolReturned | MiddlewareShortCircuit):
+            call_id, text = event.call_id, result_text(event.result)
+        elif isinstance(event, ToolFailed | ArgumentsRejected | ToolNotFound):
+            call_id, text = event.call_id, error_text(event, self.agent.config.detailed_errors)
         else:
             return
         if call_id is None:
@@ -620,6 +619,13 @@ async def _stream(run: _Run, messages: Any) -> AsyncGenerator[AgentResponseUpdat
             group.cancel_scope.cancel()
     if failure and not closed:
         raise failure[0]
+
+
+def _finish_command(recorder: Recorder) -> FinishRun:
+    """The FinishRun the machine just issued (agent middleware ended the run before the loop)."""
+    command = recorder.commands.pop()
+    assert isinstance(command, FinishRun), command
+    return command
 
 
 def _check_approvals(history: Sequence[Message], inputs: Sequence[Message]) -> None:

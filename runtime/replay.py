@@ -30,13 +30,21 @@ from .agent import Agent, AgentResponse, _Run
 from .clients import BaseChatClient, ChatOptions, ChatResponse
 from .context import FunctionInvocationContext, current_run_context, replaying
 from .core.events import (
+    ApprovalRequested,
+    ArgumentsRejected,
     ChildRunStarted,
     Event,
+    MiddlewareShortCircuit,
+    ModelCalled,
     ModelResponded,
+    RunCompleted,
+    RunFailed,
     RunStarted,
+    RunTerminated,
     SessionUpdated,
     ToolCalled,
     ToolFailed,
+    ToolNotFound,
     ToolReturned,
     ToolsAdded,
     ToolSpec,
@@ -140,14 +148,14 @@ def _fold(machine: RunMachine, event: Event) -> None:
     if type(event) is RunStarted:
         machine.run_id = event.run_id
         machine.phase = Phase.STARTED
-    elif type(event).__name__ == "ModelCalled":
-        machine.iteration = event.iteration  # type: ignore[union-attr]
+    elif isinstance(event, ModelCalled):
+        machine.iteration = event.iteration
         machine.phase = Phase.AWAITING_MODEL
     elif type(event) is ModelResponded:
         machine.phase = Phase.RUNNING_TOOLS if event.message.function_calls else Phase.FINISHING
-    elif type(event).__name__ == "ApprovalRequested":
-        machine.awaiting_approval = (*machine.awaiting_approval, *event.call_ids)  # type: ignore[union-attr]
-    elif type(event).__name__ in ("RunCompleted", "RunFailed"):
+    elif isinstance(event, ApprovalRequested):
+        machine.awaiting_approval = (*machine.awaiting_approval, *event.call_ids)
+    elif isinstance(event, RunCompleted | RunFailed):
         machine.phase = Phase.DONE
 
 
@@ -344,10 +352,10 @@ def _call_of(event: Event, children: Mapping[str, str]) -> str | None:
         if event.origin_run_id is None:
             return event.by
         return children.get(event.by.split("/", 1)[0])  # a copy from a sub-agent: by = "<child run>/..."
-    if type(event) in (ToolsAdded, ToolsRemoved):
-        return event.by_call_id  # type: ignore[union-attr]
-    if type(event) in (ToolCalled, ToolReturned, ToolFailed, ChildRunStarted):
-        return event.call_id  # type: ignore[union-attr]
+    if isinstance(event, ToolsAdded | ToolsRemoved):
+        return event.by_call_id
+    if isinstance(event, ToolCalled | ToolReturned | ToolFailed | ChildRunStarted):
+        return event.call_id
     return None
 
 
@@ -384,12 +392,10 @@ def _diff(expected: Event | None, actual: Event | None) -> str:
 
 
 def _lane(event: Event, children: Mapping[str, str]) -> str | None:
-    if type(event).__name__ == "RunTerminated":
-        return event.by or None  # type: ignore[union-attr]
-    if type(event).__name__ in ("ArgumentsRejected", "ToolNotFound"):
-        return event.call_id  # type: ignore[union-attr]
-    if type(event).__name__ == "MiddlewareShortCircuit":
-        return event.call_id  # type: ignore[union-attr]
+    if isinstance(event, RunTerminated):
+        return event.by or None
+    if isinstance(event, ArgumentsRejected | ToolNotFound | MiddlewareShortCircuit):
+        return event.call_id
     return _call_of(event, children)
 
 
