@@ -41,7 +41,7 @@ from agentledger.core.events import Event, decode_event, encode_event
 from agentledger.core.projections import fold_views
 from agentledger.demo import run_demo
 from agentledger.errors import ExperimentalWarning
-from agentledger.store import EventStore, MemoryEventStore
+from agentledger.store import EventStore, MemoryEventStore, read_many
 
 STREAM = "run_bench"
 StoreFactory = Callable[[Path], EventStore]
@@ -68,9 +68,7 @@ def demo_events() -> list[Event]:
 
 def long_stream(events: Sequence[Event], count: int) -> list[Event]:
     """``count`` events: ``events`` repeated, renumbered as one stream."""
-    return [
-        msgspec.structs.replace(events[i % len(events)], run_id=STREAM, seq=i) for i in range(count)
-    ]
+    return [msgspec.structs.replace(events[i % len(events)], run_id=STREAM, seq=i) for i in range(count)]
 
 
 class Timing(NamedTuple):
@@ -189,12 +187,11 @@ def write_runs(factory: StoreFactory, directory: Path, sample: Sequence[Event], 
 
 
 def rebuild_runs_rate(factory: StoreFactory, directory: Path, count: int, repeat: int) -> Timing:
-    """Events per second: open a fresh store, list its streams, read and fold each one."""
+    """Events per second: open a fresh store, list its streams, read them all (``read_many``), fold each."""
 
     async def rebuild() -> None:
         store, total = factory(directory), 0
-        for stream in await store.streams():
-            events = await store.read(stream)
+        for events in (await read_many(store, await store.streams())).values():
             fold(events)
             total += len(events)
         close(store)

@@ -55,7 +55,7 @@ from .core.messages import Content, Message
 from .core.projections import SessionProjection
 from .errors import AgentLedgerError, ReplayDivergence, RunError, RunNotFoundError
 from .session import AgentSession
-from .store import EventStore
+from .store import EventStore, read_many
 from .tools import FunctionTool
 
 __all__ = (
@@ -167,10 +167,9 @@ async def load(store: EventStore, run_id: str, *, with_session: bool = True) -> 
     started = events[0]
     prior: list[Event] = []
     if with_session and isinstance(started, RunStarted) and started.session_id is not None:
-        for stream in await store.streams():
-            if stream == run_id:
-                break
-            log = await store.read(stream)
+        streams = await store.streams()
+        earlier = streams[: streams.index(run_id)] if run_id in streams else streams
+        for log in (await read_many(store, earlier)).values():
             if _touches(log, started.session_id):
                 prior.extend(log)
     return RecordedRun(events, prior=prior)

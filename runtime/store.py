@@ -16,7 +16,7 @@ from typing import Protocol, runtime_checkable
 from .core.events import Event
 from .errors import ConflictError
 
-__all__ = ("EventStore", "MemoryEventStore")
+__all__ = ("EventStore", "MemoryEventStore", "read_many")
 
 
 @runtime_checkable
@@ -70,8 +70,24 @@ class MemoryEventStore:
     async def streams(self) -> list[str]:
         return list(self._streams)
 
+    async def read_many(self, streams: Sequence[str]) -> dict[str, list[Event]]:
+        return {stream: self.read_nowait(stream) for stream in streams}
+
     async def aclose(self) -> None:
         """Nothing to release; here so every store closes the same way."""
 
     def __len__(self) -> int:
         return len(self._streams)
+
+
+async def read_many(store: EventStore, streams: Sequence[str]) -> dict[str, list[Event]]:
+    """Several whole streams: in one call where the store offers ``read_many``, else one by one.
+
+    Durable stores do their IO in a worker thread; reading many short runs one call each spends
+    more time getting to that thread than reading.
+    """
+    bulk = getattr(store, "read_many", None)
+    if bulk is not None:
+        result: dict[str, list[Event]] = await bulk(streams)
+        return result
+    return {stream: await store.read(stream) for stream in streams}

@@ -37,7 +37,7 @@ from agentledger.adapters.stores._lines import TornTailWarning
 from agentledger.adapters.stores._threaded import ThreadedStore
 from agentledger.core.events import Event
 from agentledger.errors import ConflictError, LogCorruptError, ModelCallError
-from agentledger.store import EventStore
+from agentledger.store import EventStore, read_many
 from agentledger.testing import FixedClock, SequentialIds, capture_events
 
 from .store_crash_child import BATCH, POINTS, batch, make_events
@@ -290,6 +290,16 @@ class StoreContract:
         for name, events in streams.items():
             for after in (-5, -1, 0, 1, 3, 5, 6, 40):
                 assert await reader.read(name, after=after) == events[max(after + 1, 0) :]
+
+    @pytest.mark.anyio
+    async def test_read_many_equals_reading_one_by_one(self, store: EventStore) -> None:
+        """read_many gives every asked stream whole (empty for an unknown one), like read does."""
+        streams = {name: make_events(name, 0, 4, name) for name in ("run_a", "run_b", "run_c")}
+        for name, events in streams.items():
+            await store.append(name, events[:1], 0)
+            await store.append(name, events[1:], 1)
+        many = await read_many(self.another(), ["run_c", "run_a", "run_nope"])
+        assert many == {"run_c": streams["run_c"], "run_a": streams["run_a"], "run_nope": []}
 
     @pytest.mark.anyio
     async def test_reads_during_appends_see_whole_batches(self, store: EventStore) -> None:

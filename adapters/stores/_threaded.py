@@ -52,6 +52,14 @@ class ThreadedStore(abc.ABC):
         """Every stream's name, oldest first."""
         return await anyio.to_thread.run_sync(self.streams_sync)
 
+    def read_many_sync(self, streams: Sequence[str]) -> dict[str, list[Event]]:
+        """``read_many``, blocking the calling thread."""
+        return {stream: self.read_sync(stream) for stream in streams}
+
+    async def read_many(self, streams: Sequence[str]) -> dict[str, list[Event]]:
+        """Several whole streams in one trip to a worker thread (for rebuilding many runs)."""
+        return await anyio.to_thread.run_sync(self.read_many_sync, list(streams))
+
     def close(self) -> None:
         """Release what the store holds; later calls raise ``StoreError``."""
         self._closed = True
