@@ -6,7 +6,7 @@ transcript are projections of the log, so any run can be inspected, rebuilt and 
 
 __version__ = "0.1.0"
 
-from .agent import Agent, AgentResponse, AgentResponseUpdate
+from .agent import Agent, AgentResponse, AgentResponseUpdate, RunStream
 from .clients import (
     BaseChatClient,
     ChatOptions,
@@ -97,6 +97,7 @@ __all__ = (
     "RunContext",
     "RunError",
     "RunNotFoundError",
+    "RunStream",
     "SessionState",
     "SessionStateError",
     "StoreError",

@@ -6,6 +6,7 @@ how the run ended. The tool loop itself is the ``RunDriver`` around a ``RunMachi
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import math
 import time
@@ -14,6 +15,7 @@ from collections.abc import AsyncGenerator, Callable, Coroutine, Mapping, Sequen
 from typing import Any, Literal, overload
 
 import anyio
+import anyio.abc
 import msgspec
 
 from . import __version__
@@ -47,7 +49,7 @@ from .session import AgentSession, writer
 from .store import EventStore, MemoryEventStore
 from .tools import FunctionTool, normalize_tools
 
-__all__ = ("Agent", "AgentResponse", "AgentResponseUpdate")
+__all__ = ("Agent", "AgentResponse", "AgentResponseUpdate", "RunStream")
 
 _RUN_OPTION_KEYS = ("tools", "instructions")
 MirrorSink = Callable[..., None]
@@ -220,7 +222,7 @@ class Agent:
         middleware: Sequence[Any] | None = None,
         tools: Any = None,
         **kwargs: Any,
-    ) -> AsyncGenerator[AgentResponseUpdate, None]: ...
+    ) -> RunStream: ...
     def run(
         self,
         messages: str | Content | Message | Sequence[Any] | None = None,
@@ -233,7 +235,7 @@ class Agent:
         middleware: Sequence[Any] | None = None,
         tools: Any = None,
         **kwargs: Any,
-    ) -> Coroutine[Any, Any, AgentResponse] | AsyncGenerator[AgentResponseUpdate, None]:
+    ) -> Coroutine[Any, Any, AgentResponse] | RunStream:
         """Run the agent once: model, tools, model... until it answers, and record every step.
 
         ``await agent.run(...)`` gives the ``AgentResponse``; ``agent.run(..., stream=True)`` is
@@ -242,7 +244,7 @@ class Agent:
         fik = self._legacy_kwargs(function_invocation_kwargs, kwargs)
         run = _Run(self, session, options, fik, client_kwargs, middleware, tools)
         if stream:
-            return _stream(run, messages)
+            return RunStream(run, messages)
         return run.execute(messages)
 
     def run_stream(
@@ -256,14 +258,14 @@ class Agent:
         middleware: Sequence[Any] | None = None,
         tools: Any = None,
         **kwargs: Any,
-    ) -> AsyncGenerator[AgentResponseUpdate, None]:
+    ) -> RunStream:
         """Run the agent, yielding model text deltas, calls and results as they happen.
 
-        To stop early, iterate inside ``contextlib.aclosing(...)``: leaving it cancels the run,
-        which is recorded as ``RunFailed`` with ``error_type="Cancelled"``.
+        Returns a ``RunStream``: leaving early (``break``, or better ``aclose()``/``async with``)
+        cancels the run, which is recorded as ``RunFailed`` with ``error_type="Cancelled"``.
         """
         fik = self._legacy_kwargs(function_invocation_kwargs, kwargs)
-        return _stream(_Run(self, session, options, fik, client_kwargs, middleware, tools), messages)
+        return RunStream(_Run(self, session, options, fik, client_kwargs, middleware, tools), messages)
 
     def _legacy_kwargs(self, fik: Mapping[str, Any] | None, kwargs: dict[str, Any]) -> dict[str, Any]:
         if not kwargs:
@@ -594,17 +596,98 @@ class _Run:
         self.on_update(AgentResponseUpdate(contents=(content,), role="tool", run_id=event.run_id))
 
 
-async def _stream(run: _Run, messages: Any) -> AsyncGenerator[AgentResponseUpdate, None]:
-    """Drive ``run`` in a task and yield its updates; closing the generator cancels the run."""
-    send, receive = anyio.create_memory_object_stream[AgentResponseUpdate](math.inf)
-    run.on_update = send.send_nowait
+class RunStream:
+    """The updates of one streamed run, as an async iterator (``agent.run_stream(...)``).
+
+    The run is driven by a task of its own, started at the first ``__anext__``, so the code
+    iterating it keeps its own cancel scopes. Leaving early is safe: ``aclose()`` (or ``async
+    with``, or ``contextlib.aclosing``) cancels the run at once and waits for it; a stream that
+    is simply dropped after a ``break`` cancels its run when it is collected. Either way the run
+    is recorded as ``RunFailed`` with ``error_type="Cancelled"``. A failed run raises its error
+    (``ModelCallError``...) to the iterating code.
+    """
+
+    def __init__(self, run: _Run, messages: Any) -> None:
+        self._run = run
+        self._messages = messages
+        self._send, self._receive = anyio.create_memory_object_stream[AgentResponseUpdate](math.inf)
+        run.on_update = self._send.send_nowait
+        self._failure: list[Exception] = []
+        self._task: asyncio.Task[None] | None = None
+        self._fallback: AsyncGenerator[AgentResponseUpdate, None] | None = None
+
+    def __aiter__(self) -> RunStream:
+        return self
+
+    async def __anext__(self) -> AgentResponseUpdate:
+        if self._task is None and self._fallback is None:
+            self._start()
+        if self._fallback is not None:
+            return await self._fallback.__anext__()
+        try:
+            return await self._receive.receive()
+        except anyio.EndOfStream:
+            self._receive.close()
+            if self._failure:
+                raise self._failure[0] from None
+            raise StopAsyncIteration from None
+
+    def _start(self) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # another event loop (trio): a structured fallback
+            self._fallback = _stream_in_group(self._run, self._messages, self._send, self._receive)
+            return
+        self._task = loop.create_task(self._produce())
+
+    async def _produce(self) -> None:
+        async with self._send:
+            try:
+                await self._run.execute(self._messages, stream=True)
+            except Exception as exc:  # handed to the consumer at the end of the stream
+                self._failure.append(exc)
+
+    async def aclose(self) -> None:
+        """Stop the run (if it is still going) and wait until it has recorded how it ended."""
+        if self._fallback is not None:
+            await self._fallback.aclose()
+            return
+        task = self._task
+        if task is not None and not task.done():
+            task.cancel()
+            with anyio.CancelScope(shield=True), contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._receive.close()
+
+    async def __aenter__(self) -> RunStream:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    def __del__(self) -> None:
+        task = self._task
+        if task is not None and not task.done():
+            task.cancel()  # dropped after a break: the run stops instead of going on unseen
+        self._receive.close()
+        if task is None:
+            self._send.close()  # never iterated: nothing will send
+
+
+async def _stream_in_group(
+    run: _Run,
+    messages: Any,
+    send: anyio.abc.ObjectSendStream[AgentResponseUpdate],
+    receive: anyio.abc.ObjectReceiveStream[AgentResponseUpdate],
+) -> AsyncGenerator[AgentResponseUpdate, None]:
+    """Streaming on event loops other than asyncio's: iterate it inside ``aclosing``."""
     failure: list[Exception] = []
 
     async def produce() -> None:
         async with send:
             try:
                 await run.execute(messages, stream=True)
-            except Exception as exc:  # handed to the consumer below, outside the task group
+            except Exception as exc:
                 failure.append(exc)
 
     closed = False

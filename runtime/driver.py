@@ -38,7 +38,7 @@ from .core.events import (
     ToolsRemoved,
 )
 from .core.machine import CallModel, Command, FinishRun, InvokeTools, RunMachine
-from .core.messages import Content, Message
+from .core.messages import Content, Message, Usage
 from .errors import MiddlewareTermination, ModelCallError, ModelResponseError, RunError, ToolDefinitionError
 from .middleware import Layer, run_chain
 from .session import AgentSession, writer
@@ -54,11 +54,15 @@ capture_sinks: contextvars.ContextVar[tuple[Sink, ...]] = contextvars.ContextVar
 
 
 def to_json(value: Any) -> Any:
-    """A value as JSON-ready builtins (msgspec's rules), or its ``str`` when it has none."""
+    """A value as JSON-ready builtins (msgspec's rules, mapping keys as strings), or its ``str``
+    when it has none (too deep, or of a type msgspec does not know)."""
     try:
-        return msgspec.to_builtins(value)
-    except TypeError:
-        return str(value)
+        return msgspec.to_builtins(value, str_keys=True)
+    except (TypeError, ValueError, RecursionError):
+        try:
+            return str(value)
+        except RecursionError:
+            return f"<{type(value).__name__}>"
 
 
 class Recorder:
@@ -319,7 +323,18 @@ class RunDriver:
             error = TypeError(f"the chat client returned {type(response).__name__}, not a ChatResponse")
             self._model_failed(iteration, error, ModelResponseError)
             return
-        contents = tuple(c for m in response.messages for c in m.contents)
+        try:
+            contents = tuple(_content(c) for m in response.messages for c in m.contents)
+            usage = (
+                None
+                if response.usage is None
+                else msgspec.convert(response.usage, Usage, from_attributes=True)
+            )
+        except (msgspec.ValidationError, TypeError, ValueError) as exc:
+            self._model_failed(
+                iteration, ValueError(f"the response cannot be recorded: {exc}"), ModelResponseError
+            )
+            return
         problem = _malformed(contents)
         if problem is not None:
             self._model_failed(iteration, ValueError(problem), ModelResponseError)
@@ -328,10 +343,10 @@ class RunDriver:
             ModelResponded,
             iteration=iteration,
             message=Message("assistant", contents),
-            usage=response.usage,
-            finish_reason=response.finish_reason,
-            model=response.model,
-            response_id=response.response_id,
+            usage=usage,
+            finish_reason=_text_or_none(response.finish_reason),
+            model=_text_or_none(response.model),
+            response_id=_text_or_none(response.response_id),
         )
 
     def _model_failed(self, iteration: int, exc: Exception, kind: type[RunError]) -> None:
@@ -520,6 +535,30 @@ class RunDriver:
 
 
 _MISSING = object()
+
+
+def _text_or_none(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def _content(content: Any) -> Content:
+    """A response content as the log can hold it: raw argument text, JSON results, known fields.
+
+    Clients ported from elsewhere hand over arguments as mappings or results as objects; they
+    are turned into what the model actually sent (JSON text) rather than stored as they are.
+    """
+    if not isinstance(content, Content):
+        content = msgspec.convert(content, Content, from_attributes=True)
+    fields: dict[str, Any] = {}
+    if content.arguments is not None and not isinstance(content.arguments, str):
+        fields["arguments"] = msgspec.json.encode(to_json(content.arguments)).decode()
+    if content.result is not None:
+        fields["result"] = to_json(content.result)
+    for name in ("text", "call_id", "name", "exception"):
+        value = getattr(content, name)
+        if value is not None and not isinstance(value, str):
+            fields[name] = str(value)
+    return msgspec.structs.replace(content, **fields) if fields else content  # type: ignore[no-any-return]
 
 
 async def _all_on_asyncio(calls: list[Coroutine[Any, Any, None]]) -> None:

@@ -36,6 +36,7 @@ from .core.events import (
     Event,
     MiddlewareShortCircuit,
     ModelCalled,
+    ModelFailed,
     ModelResponded,
     RunCompleted,
     RunFailed,
@@ -139,6 +140,23 @@ class RecordedRun:
     def model_responses(self) -> list[ModelResponded]:
         return [e for e in self.events if type(e) is ModelResponded]
 
+    def model_outcomes(self) -> list[ModelResponded | ModelFailed]:
+        """What the chat client itself answered, call by call: responses and failures.
+
+        A response that chat middleware gave instead of the client is left out: a rerun's
+        middleware gives it again.
+        """
+        outcomes: list[ModelResponded | ModelFailed] = []
+        answered_by_middleware = False
+        for event in self.events:
+            if isinstance(event, MiddlewareShortCircuit) and event.scope == "model":
+                answered_by_middleware = True
+            elif isinstance(event, ModelResponded | ModelFailed):
+                if not answered_by_middleware:
+                    outcomes.append(event)
+                answered_by_middleware = False
+        return outcomes
+
 
 def _fold(machine: RunMachine, event: Event) -> None:
     """Apply one recorded event to the machine's projections and phase, deriving nothing."""
@@ -193,7 +211,7 @@ class ReplayClient(BaseChatClient):
 
     def __init__(
         self,
-        responses: Sequence[ModelResponded],
+        responses: Sequence[ModelResponded | ModelFailed],
         live: BaseChatClient | None = None,
         *,
         provider_name: str = "",
@@ -216,6 +234,8 @@ class ReplayClient(BaseChatClient):
         index, self.calls = self.calls, self.calls + 1
         if index < len(self.responses):
             recorded = self.responses[index]
+            if isinstance(recorded, ModelFailed):  # the client failed here: fail the same way
+                raise type(recorded.error_type, (_RecordedOutcome,), {})(recorded.message)
             return ChatResponse(
                 recorded.message,
                 model=recorded.model,
@@ -237,7 +257,10 @@ class _RecordedOutcome(Exception):
 class _RecordedTools:
     """Stand-ins that replay each call's recorded effects and outcome instead of running the tool."""
 
-    def __init__(self, recorded: RecordedRun, upto: int | None, live: Sequence[FunctionTool]) -> None:
+    def __init__(
+        self, recorded: RecordedRun, upto: int | None, live: Sequence[FunctionTool], *, run_live: bool
+    ) -> None:
+        self.run_live = run_live
         self.effects: dict[str, list[Event]] = {}
         self.outcome: dict[str, Event] = {}
         self.live = {t.name: t for t in live}
@@ -261,7 +284,7 @@ class _RecordedTools:
             call_id = ctx.call_id or ""
             outcome = self.outcome.get(call_id)
             if outcome is None or (self.upto is not None and outcome.seq > self.upto):
-                if live is None:
+                if live is None or not self.run_live:
                     raise ReplayExhausted(f"no recorded outcome for call {call_id} and no live tool {name!r}")
                 value = live.bind_call(arguments, ctx)()
                 return await value if hasattr(value, "__await__") else value
@@ -487,7 +510,9 @@ async def _drive(
     clone.store = None
     clone.event_sinks = ()  # a rerun is not a new run: live exporters must not see it
     if tools == "recorded" or upto is not None:
-        helper = _RecordedTools(recorded, upto, agent.tools if tools == "live" or upto is not None else ())
+        # The live tools always lend their argument types (defaults, coercion, rejection); their
+        # bodies run only where the log has no outcome and the caller asked for live tools.
+        helper = _RecordedTools(recorded, upto, agent.tools, run_live=tools == "live" or upto is not None)
         clone.tools = [helper.stand_in(t.name) for t in agent.tools]
     options = dict(started.options)
     if started.instructions is not None:
@@ -497,7 +522,8 @@ async def _drive(
         if function_invocation_kwargs is not None
         else started.function_invocation_kwargs
     )
-    run = _Run(clone, _session_for(recorded), options, fik, None, None, None, run_id=run_id)
+    client_kwargs = dict.fromkeys(started.client_kwargs_keys)  # the values were never recorded
+    run = _Run(clone, _session_for(recorded), options, fik, client_kwargs, None, None, run_id=run_id)
     from .testing import capture_events
 
     token = replaying.set(True)
@@ -525,7 +551,7 @@ async def rerun(
     repeats its recorded effects (session writes, tool list changes). With ``tools="live"`` the
     tools run for real; pass ``function_invocation_kwargs`` when the recorded ones were redacted.
     """
-    client = ReplayClient(recorded.model_responses(), provider_name=recorded.started.provider_name)
+    client = ReplayClient(recorded.model_outcomes(), provider_name=recorded.started.provider_name)
     response, events = await _drive(
         recorded, agent, client, tools, None, recorded.run_id, function_invocation_kwargs
     )
@@ -548,7 +574,7 @@ async def fork(
     """
     if not 0 <= at < len(recorded.events):
         raise IndexError(f"run {recorded.run_id} has events 0..{len(recorded.events) - 1}, not {at}")
-    responses = [e for e in recorded.model_responses() if e.seq <= at]
+    responses = [e for e in recorded.model_outcomes() if e.seq <= at]
     replay = ReplayClient(responses, live=client)
     response, _ = await _drive(recorded, agent, replay, "live", at, None, function_invocation_kwargs)
     if response is None:

@@ -57,7 +57,8 @@ async def test_recorded_tools_do_not_run() -> None:
     agent, _ = _silent_agent()
 
     @tool(name="get_weather")
-    def spy(city: str) -> str:
+    def spy(city: Annotated[str, "City name."]) -> str:
+        """Today's weather for a city."""
         ran.append(city)
         return "??"
 

@@ -90,3 +90,33 @@ async def test_failure_reaches_the_consumer_unwrapped(clock: FixedClock, ids: Se
     with pytest.raises(ModelCallError):
         async for _update in _agent(client, clock, ids).run_stream("go"):
             pass
+
+
+async def test_a_plain_break_leaves_the_caller_alone(clock: FixedClock, ids: SequentialIds) -> None:
+    """Breaking out of a stream without closing it never cancels the caller; the run still ends in the log."""
+    import gc
+
+    import anyio
+
+    store = MemoryEventStore()
+    client = ScriptedChatClient([Call("ok", {"x": 1}), "one two three"])
+    agent = _agent(client, clock, ids, store=store)
+    async for _update in agent.run_stream("go"):
+        break
+    gc.collect()
+    await anyio.wait_all_tasks_blocked()
+    await anyio.lowlevel.checkpoint()  # the caller goes on: it was not cancelled
+    events = await store.read("run_1")
+    assert type(events[-1]).__name__ in ("RunFailed", "RunCompleted")
+
+
+async def test_stream_as_a_context_manager(clock: FixedClock, ids: SequentialIds) -> None:
+    """`async with agent.run_stream(...)` closes the run when the block is left."""
+    store = MemoryEventStore()
+    client = ScriptedChatClient([Call("ok", {"x": 1}), "one two three"])
+    async with _agent(client, clock, ids, store=store).run_stream("go") as stream:
+        async for _update in stream:
+            break
+    events = await store.read("run_1")
+    assert isinstance(events[-1], RunFailed)
+    assert events[-1].error_type == "Cancelled"

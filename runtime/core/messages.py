@@ -25,7 +25,9 @@ ContentType = Literal[
 class Content(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
     """One item of a message: text, a function call, a function result, or an approval."""
 
-    type: ContentType
+    type: str
+    """One of ``ContentType``'s values for what agentledger acts on; other kinds (a model's
+    reasoning, say) are kept as the client reported them."""
     text: str | None = None
     call_id: str | None = None
     name: str | None = None
