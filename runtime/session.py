@@ -23,6 +23,7 @@ from typing import Any
 
 import msgspec
 
+from .core.errors import TransitionError
 from .core.events import Event, RunCompleted, RunInputRewritten, RunStarted, StateChange
 from .core.messages import Message
 from .core.projections import SessionProjection
@@ -68,6 +69,12 @@ class SessionState(dict[str, Any]):
         if not isinstance(key, str):
             raise SessionStateError(f"session state keys must be str, not {type(key).__name__}")
         encoded = _encode(key, value)
+        recorded = msgspec.json.decode(encoded)
+        if recorded != value and not (isinstance(value, float) and value != value):  # NaN aside
+            raise SessionStateError(
+                f"session state value for {key!r} ({type(value).__name__}) would read back from the "
+                f"log as {recorded!r}: store JSON values (str, int, float, bool, None, list, dict)"
+            )
         with self._lock:
             super().__setitem__(key, value)
             self._encoded[key] = encoded
@@ -77,7 +84,7 @@ class SessionState(dict[str, Any]):
             else:
                 self._watched.add(key)
                 self._touched.setdefault(who, set()).add(key)
-            self._sink(who, (StateChange(key, "set", msgspec.json.decode(encoded)),))
+            self._sink(who, (StateChange(key, "set", recorded),))
 
     # -- reads that hand out containers -------------------------------------------------------
 
@@ -159,9 +166,9 @@ class SessionState(dict[str, Any]):
         with self._lock:
             who = writer.get()
             touched = self._touched.pop(who, set())
-            if every:
-                touched = set(self._watched)
-                self._touched.clear()
+            if every:  # every container nobody else is in the middle of changing
+                others = set().union(*(keys for name, keys in self._touched.items() if name != who))
+                touched |= self._watched - others
             changes = []
             for key in sorted(touched & self._watched):
                 encoded = _encode(key, dict.__getitem__(self, key))
@@ -201,15 +208,21 @@ class AgentSession:
         self.history: list[Message] = []
         self.state = SessionState(self._record)
         self._pending: list[tuple[str, tuple[StateChange, ...]]] = []
+        self._active: list[Sink] = []  # the sinks of the runs bound to this session now
         self._lock = threading.Lock()
 
     def _record(self, by: str, changes: tuple[StateChange, ...]) -> None:
         sink = _sinks.get().get(id(self))
-        if sink is None:
-            with self._lock:
-                self._pending.append((by, changes))
-            return
-        sink(by, changes)
+        if sink is None and len(self._active) == 1:
+            sink = self._active[0]  # a thread that did not inherit the run's context
+        if sink is not None:
+            try:
+                sink(by, changes)
+                return
+            except TransitionError:  # that run has ended: the change belongs to the next one
+                pass
+        with self._lock:
+            self._pending.append((by, changes))
 
     def bind(self, sink: Sink) -> Callable[[], None]:
         """Record this session's changes in a run (the driver's use); returns the unbinder.
@@ -222,10 +235,17 @@ class AgentSession:
         token = _sinks.set(mapping)
         with self._lock:
             pending, self._pending = self._pending, []
+            self._active.append(sink)
         for by, changes in pending:
             sink(by, changes)
         self.state.checkpoint(every=True)
-        return lambda: _sinks.reset(token)
+
+        def unbind() -> None:
+            _sinks.reset(token)
+            with self._lock:
+                self._active.remove(sink)
+
+        return unbind
 
     @property
     def pending_changes(self) -> list[tuple[str, tuple[StateChange, ...]]]:

@@ -23,7 +23,7 @@ from .tools import FunctionTool
 if TYPE_CHECKING:
     from .agent import Agent
 
-__all__ = ("MAX_DEPTH", "SubAgentDepthError", "agent_tool")
+__all__ = ("MAX_DEPTH", "SubAgentApprovalError", "SubAgentDepthError", "agent_tool")
 
 MAX_DEPTH = 8
 _depth: contextvars.ContextVar[int] = contextvars.ContextVar("agentledger_depth", default=0)
@@ -31,6 +31,10 @@ _depth: contextvars.ContextVar[int] = contextvars.ContextVar("agentledger_depth"
 
 class SubAgentDepthError(AgentLedgerError):
     """Sub-agents called each other deeper than ``MAX_DEPTH`` (usually unbounded recursion)."""
+
+
+class SubAgentApprovalError(AgentLedgerError):
+    """A sub-agent's run paused for a human's approval, which its caller cannot pass on."""
 
 
 class AgentTool(FunctionTool):
@@ -109,6 +113,13 @@ class AgentTool(FunctionTool):
             response = await run.execute(str(arguments.get(self.arg_name, "")))
         finally:
             _depth.reset(token)
+        if response.user_input_requests:
+            names = sorted({c.name or "" for c in response.user_input_requests})
+            raise SubAgentApprovalError(
+                f"sub-agent {self.name!r} paused for approval of {names} (run {response.run_id}); "
+                "approvals inside sub-agents cannot be answered through the caller: give the tool "
+                "to the calling agent, or approve it there with approval_mode on as_tool()"
+            )
         return response.text
 
 

@@ -233,3 +233,21 @@ async def test_agent_sinks_see_sub_agent_runs(clock: FixedClock, ids: Sequential
         await parent.run("Look into tides.", session=session)
     assert len(set(seen)) == 2
     assert seen == [e.run_id for e in events]
+
+
+async def test_child_waiting_for_approval_fails_the_call(clock: FixedClock, ids: SequentialIds) -> None:
+    """A sub-agent that pauses for approval gives its caller an error result, never a silent success."""
+
+    @tool(approval_mode="always_require")
+    def wire_money(amount: int) -> str:
+        return f"sent {amount}"
+
+    child = ScriptedChatClient([Call("wire_money", {"amount": 100}), "sent"]).as_agent(
+        name="payer", tools=[wire_money], ids=ids, clock=clock
+    )
+    parent_client = ScriptedChatClient([Call("payer", {"task": "pay"}), "could not pay"])
+    parent = parent_client.as_agent(tools=[child.as_tool()], clock=clock, ids=ids)
+    response = await parent.run("pay bob", session=parent.create_session())
+    [failed] = [e for e in response.events if isinstance(e, ToolFailed)]
+    assert failed.error_type == "SubAgentApprovalError"
+    assert "wire_money" in failed.message

@@ -132,6 +132,7 @@ class RunMachine:
         self.calls_made = 0
         self.error_streak = 0
         self.final_call = False
+        self.model_calls = 0
         self.limit_reason = ""
         self.terminated = False
         self.awaiting_approval: tuple[str, ...] = ()
@@ -209,6 +210,7 @@ class RunMachine:
 
     def _call_model(self, tool_choice: ToolChoice | None = None, *, final: bool = False) -> None:
         self.iteration += 1
+        self.model_calls += 1
         self.final_call = final
         choice = "none" if final else (tool_choice if tool_choice is not None else self.tool_choice)
         count = len(self.history) + len(self.transcript.messages)
@@ -270,7 +272,7 @@ class RunMachine:
         if not calls:
             self._finish("completed")
             return
-        if self.iteration == 1 and _is_required(self.tool_choice):
+        if self.model_calls == 1 and _is_required(self.tool_choice):
             previous = self.tool_choice
             self.tool_choice = None
             self._derive(ToolChoiceReset, iteration=self.iteration, previous=previous)
@@ -354,9 +356,14 @@ class RunMachine:
         self._batch_failed = False
         responses = {c.call_id: bool(c.approved) for c in approvals}
         pending = _pending_calls((*self.history, *self.transcript.messages), responses)
-        approved = tuple(c for c in pending if responses[c.call_id])
         for call in pending:
             self._derive(ApprovalResolved, call_id=call.call_id or "", approved=responses[call.call_id])
+        approved = tuple(c for c in pending if responses[c.call_id] and c.name in self.tools.specs)
+        for call in pending:  # approved, but its tool is not offered in this run (added at run time)
+            if responses[call.call_id] and call.name not in self.tools.specs:
+                self._batch_failed = True
+                reason = "not in the tools offered to this run"
+                self._derive(ToolNotFound, call_id=call.call_id or "", name=call.name or "", reason=reason)
         if approved:
             self.calls_made += len(approved)
             self._commands.append(InvokeTools(iteration=self.iteration, calls=approved, approved=True))

@@ -1,0 +1,73 @@
+"""Session state at the edges: values that would not read back, writes from outside the run."""
+
+from __future__ import annotations
+
+import contextvars
+import datetime
+import threading
+
+import pytest
+
+from agentledger import Agent, AgentSession, FunctionInvocationContext, SessionStateError, tool
+from agentledger.adapters.chat.scripted import Call, ScriptedChatClient
+from agentledger.testing import FixedClock, SequentialIds
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.mark.parametrize("value", [datetime.date(2024, 1, 2), {"a", "b"}, (1, 2)])
+def test_values_that_would_read_back_differently_are_refused(value: object) -> None:
+    """A value whose JSON form reads back as something else is refused, so live == rebuilt."""
+    session = AgentSession("s")
+    with pytest.raises(SessionStateError, match="would read back"):
+        session.state["k"] = value
+    assert "k" not in session.state
+
+
+async def test_a_write_from_a_plain_thread_lands_in_the_run(clock: FixedClock, ids: SequentialIds) -> None:
+    """A thread that did not inherit the run's context still records into the run it belongs to."""
+
+    @tool
+    def fetch(ctx: FunctionInvocationContext) -> str:
+        assert ctx.session is not None
+        session = ctx.session
+        worker = threading.Thread(target=lambda: session.state.__setitem__("profile", "ann"))
+        worker.start()
+        worker.join()
+        return "fetched"
+
+    agent = Agent(client=ScriptedChatClient([Call("fetch"), "ok"]), tools=[fetch], clock=clock, ids=ids)
+    session = agent.create_session()
+    response = await agent.run("go", session=session)
+    rebuilt = AgentSession.from_events(response.events, session.session_id)
+    assert rebuilt.state.snapshot() == session.state.snapshot() == {"profile": "ann"}
+
+
+async def test_a_late_write_is_kept_for_the_next_run(clock: FixedClock, ids: SequentialIds) -> None:
+    """A write made in the run's context after the run ended is neither lost nor an error."""
+    release = threading.Event()
+    workers: list[threading.Thread] = []
+
+    @tool
+    def start_worker(ctx: FunctionInvocationContext) -> str:
+        session, context = ctx.session, contextvars.copy_context()
+        assert session is not None
+
+        def late_write() -> None:
+            release.wait()
+            context.run(session.state.__setitem__, "late", 1)
+
+        workers.append(threading.Thread(target=late_write))
+        workers[0].start()
+        return "started"
+
+    client = ScriptedChatClient([Call("start_worker"), "one", "two"])
+    agent = Agent(client=client, tools=[start_worker], clock=clock, ids=ids)
+    session = agent.create_session()
+    first = await agent.run("go", session=session)
+    release.set()
+    workers[0].join()
+    assert session.pending_changes[0][1][0].key == "late"
+    second = await agent.run("again", session=session)
+    rebuilt = AgentSession.from_events([*first.events, *second.events], session.session_id)
+    assert rebuilt.state.snapshot() == session.state.snapshot() == {"late": 1}
