@@ -42,7 +42,7 @@ from .core.machine import FinishRun, RunMachine
 from .core.messages import Content, Message, Usage, result_text
 from .core.projections import error_text
 from .driver import Recorder, RunDriver, ToolRegistry, capture_sinks, to_json
-from .errors import ApprovalError, MiddlewareTermination, RunError, StoreError
+from .errors import ApprovalError, MiddlewareError, MiddlewareTermination, RunError, StoreError
 from .middleware import Layer, run_chain, split_middleware
 from .redaction import Redactor, default_redactor
 from .session import AgentSession, writer
@@ -242,6 +242,7 @@ class Agent:
         ``agent.run_stream(...)``: iterate it for updates as they happen.
         """
         fik = self._legacy_kwargs(function_invocation_kwargs, kwargs)
+        _check_session(session)
         run = _Run(self, session, options, fik, client_kwargs, middleware, tools)
         if stream:
             return RunStream(run, messages)
@@ -265,6 +266,7 @@ class Agent:
         cancels the run, which is recorded as ``RunFailed`` with ``error_type="Cancelled"``.
         """
         fik = self._legacy_kwargs(function_invocation_kwargs, kwargs)
+        _check_session(session)
         return RunStream(_Run(self, session, options, fik, client_kwargs, middleware, tools), messages)
 
     def _legacy_kwargs(self, fik: Mapping[str, Any] | None, kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -431,6 +433,8 @@ class _Run:
         finish: list[FinishRun] = []
 
         async def inner() -> None:
+            if finish:
+                raise MiddlewareError("agent middleware called call_next() twice: a run runs once")
             self._rewritten(recorder, driver, context, inputs)
             self.input_count = len(recorder.machine.transcript.messages)
             recorder.begin()
@@ -702,6 +706,13 @@ async def _stream_in_group(
             group.cancel_scope.cancel()
     if failure and not closed:
         raise failure[0]
+
+
+def _check_session(session: Any) -> None:
+    if session is not None and not isinstance(session, AgentSession):
+        raise TypeError(
+            f"session= takes an AgentSession (agent.create_session()), not {type(session).__name__}"
+        )
 
 
 def _finish_command(recorder: Recorder) -> FinishRun:

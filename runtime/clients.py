@@ -193,7 +193,18 @@ def normalize_messages(messages: str | Content | Message | Sequence[Any] | None)
         return [Message("user", (messages,))]
     if isinstance(messages, Message):
         return [messages]
+    if isinstance(messages, Mapping):  # {"role": "user", "content": "..."}, as many APIs write it
+        return [_message_from_mapping(messages)]
     out: list[Message] = []
     for item in messages:
         out.extend(normalize_messages(item))
     return out
+
+
+def _message_from_mapping(data: Mapping[str, Any]) -> Message:
+    if "role" not in data:
+        raise TypeError(f"a message given as a mapping needs a 'role', got keys {sorted(data)}")
+    contents = data.get("contents", data.get("content", ()))
+    if contents is None:
+        contents = ()
+    return Message(str(data["role"]), contents if not isinstance(contents, str) else (contents,))

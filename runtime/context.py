@@ -165,8 +165,12 @@ class FunctionInvocationContext:
 
     @tools.setter
     def tools(self, value: LiveTools | None) -> None:
+        if self._live is not None or self._tools is not None:
+            raise TypeError(
+                "ctx.tools cannot be replaced during a run; use ctx.add_tools/ctx.remove_tools "
+                "(or append/remove on ctx.tools), so that the change is recorded"
+            )
         self._tools = value
-        self._live = None
 
     def add_tools(self, tools: Any) -> None:
         """Offer more tools from the next model call on (experimental)."""

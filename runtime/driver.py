@@ -558,6 +558,8 @@ def _content(content: Any) -> Content:
         value = getattr(content, name)
         if value is not None and not isinstance(value, str):
             fields[name] = str(value)
+    if content.type == "function_call" and content.name is None:
+        fields["name"] = ""  # answered as an unknown tool, like any name not offered
     return msgspec.structs.replace(content, **fields) if fields else content  # type: ignore[no-any-return]
 
 
@@ -610,8 +612,8 @@ def _malformed(contents: Sequence[Content]) -> str | None:
     for content in contents:
         if content.type != "function_call":
             continue
-        if not content.call_id or not content.name:
-            return "a function call has no call id or no name"
+        if not content.call_id:
+            return "a function call has no call id"
         if content.call_id in seen:
             return f"call id {content.call_id!r} appears twice in one response"
         seen.add(content.call_id)

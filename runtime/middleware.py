@@ -133,6 +133,8 @@ def classify_middleware(item: Any) -> Layer:
     name = getattr(item, "__name__", type(item).__name__)
     for base, base_kind in _BASES:
         if isinstance(item, base):
+            if not inspect.iscoroutinefunction(item.process):  # type: ignore[attr-defined]
+                raise MiddlewareError(f"middleware {name!r}: process() must be an async method")
             return Layer(base_kind, name, item.process)  # type: ignore[attr-defined]
     marked = getattr(item, _ATTR, None)
     if marked is None and not callable(item):

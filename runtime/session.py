@@ -206,7 +206,7 @@ class AgentSession:
     def __init__(self, session_id: str) -> None:
         self.session_id = session_id
         self.history: list[Message] = []
-        self.state = SessionState(self._record)
+        self._state = SessionState(self._record)
         self._pending: list[tuple[str, tuple[StateChange, ...]]] = []
         self._active: list[Sink] = []  # the sinks of the runs bound to this session now
         self._lock = threading.Lock()
@@ -246,6 +246,21 @@ class AgentSession:
                 self._active.remove(sink)
 
         return unbind
+
+    @property
+    def state(self) -> SessionState:
+        """The session's state: a dict whose changes are recorded."""
+        return self._state
+
+    @state.setter
+    def state(self, values: dict[str, Any]) -> None:
+        """``session.state = {...}`` replaces the contents, recorded like any other change."""
+        if values is self._state:
+            return
+        new = dict(values)
+        for key in [k for k in self._state if k not in new]:
+            del self._state[key]
+        self._state.update(new)
 
     @property
     def pending_changes(self) -> list[tuple[str, tuple[StateChange, ...]]]:
