@@ -905,3 +905,19 @@ async def test_tools_see_their_context_through_the_openai_client() -> None:
     await agent.run("Email finance", function_invocation_kwargs={"user_id": "user-123"})
     assert list(server.bodies[0]["tools"][0]["function"]["parameters"]["properties"]) == ["address"]
     assert server.bodies[1]["messages"][-1]["content"] == "Queued email for finance@example.com from user-123"
+
+
+def test_results_follow_their_calls_even_when_answered_later() -> None:
+    """A result recorded after later user text is sent right after the call it answers."""
+    from agentledger.adapters.chat._openai_chat import chat_messages
+
+    call = Content.from_function_call("call_1", "wire", arguments="{}")
+    messages = [
+        Message("user", ["go"]),
+        Message("assistant", [call]),
+        Message("user", ["and be quick"]),
+        Message("tool", [Content.from_function_result("call_1", result="sent")]),
+    ]
+    wire = chat_messages(messages)
+    assert [m["role"] for m in wire] == ["user", "assistant", "tool", "user"]
+    assert wire[2]["tool_call_id"] == "call_1"

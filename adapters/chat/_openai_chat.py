@@ -71,7 +71,33 @@ def chat_messages(messages: Sequence[Message], instructions: str | None = None) 
     wire: list[dict[str, Any]] = [{"role": "system", "content": instructions}] if instructions else []
     for message in messages:
         wire.extend(_message(message))
-    return wire
+    return _results_after_their_calls(wire)
+
+
+def _results_after_their_calls(wire: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Put each tool result right after the assistant message that made the call.
+
+    Chat Completions refuses a conversation where something else comes between an assistant's
+    ``tool_calls`` and their results; a call answered in a later run (an approval given together
+    with new user text) would otherwise be answered after that text.
+    """
+    results = {m["tool_call_id"]: m for m in wire if m.get("role") == "tool"}
+    if not results:
+        return wire
+    placed: set[str] = set()
+    ordered: list[dict[str, Any]] = []
+    for item in wire:
+        if item.get("role") == "tool":
+            if item["tool_call_id"] not in placed:
+                ordered.append(item)  # a result with no call before it: left where it was
+            continue
+        ordered.append(item)
+        for call in item.get("tool_calls", ()):
+            result = results.get(call["id"])
+            if result is not None and call["id"] not in placed:
+                ordered.append(result)
+                placed.add(call["id"])
+    return ordered
 
 
 def chat_tool_choice(value: Any) -> Any:
