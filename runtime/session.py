@@ -269,18 +269,28 @@ class AgentSession:
 
     @classmethod
     def from_events(cls, events: Iterable[Event], session_id: str) -> AgentSession:
-        """Rebuild a session (state and history) from the logs of its runs, in order."""
+        """Rebuild a session (state and history) from the logs of its runs, in order.
+
+        State is folded in log order. History is the runs' input and output messages in the
+        order the runs completed (by ``RunCompleted.at``), as the live session extends it: runs
+        on one session may overlap, and their logs are usually read one run after another.
+        """
         session = cls(session_id)
         view = SessionProjection(session_id)
         runs: dict[str, list[Message]] = {}
+        completed: list[tuple[int, int, list[Message]]] = []
         for event in events:
             view.apply(event)
-            starts = type(event) is RunStarted and event.session_id == session_id and event.session_history
-            if starts or (type(event) is RunInputRewritten and event.run_id in runs):
-                runs[event.run_id] = list(event.messages)  # type: ignore[union-attr]
-            elif type(event) is RunCompleted and event.run_id in runs:
-                session.history.extend(runs.pop(event.run_id))
-                session.history.extend(event.messages)
+            if isinstance(event, RunStarted):
+                if event.session_id == session_id and event.session_history:
+                    runs[event.run_id] = list(event.messages)
+            elif isinstance(event, RunInputRewritten) and event.run_id in runs:
+                runs[event.run_id] = list(event.messages)
+            elif isinstance(event, RunCompleted) and event.run_id in runs:
+                messages = runs.pop(event.run_id) + list(event.messages)
+                completed.append((event.at, len(completed), messages))
+        for _, _, messages in sorted(completed, key=lambda item: (item[0], item[1])):
+            session.history.extend(messages)
         session.state._load(view.state)
         return session
 

@@ -71,3 +71,42 @@ async def test_a_late_write_is_kept_for_the_next_run(clock: FixedClock, ids: Seq
     second = await agent.run("again", session=session)
     rebuilt = AgentSession.from_events([*first.events, *second.events], session.session_id)
     assert rebuilt.state.snapshot() == session.state.snapshot() == {"late": 1}
+
+
+async def test_history_of_overlapping_runs_follows_completion(clock: FixedClock, ids: SequentialIds) -> None:
+    """Two runs on one session that overlap: the rebuilt history is in completion order, like the live one."""
+    import anyio
+
+    release = anyio.Event()
+
+    @tool
+    async def wait_for_release() -> str:
+        await release.wait()
+        return "released"
+
+    def answer(request: object) -> object:
+        text = request.messages[-1].text  # type: ignore[attr-defined]
+        if text == "slow":
+            return Call("wait_for_release")
+        return f"answer to {text or 'tool'}"
+
+    agent = Agent(
+        client=ScriptedChatClient([answer], repeat=True), tools=[wait_for_release], clock=clock, ids=ids
+    )
+    session = agent.create_session()
+    logs: list[list[object]] = []
+
+    async def run(text: str) -> None:
+        response = await agent.run(text, session=session)
+        logs.append(list(response.events))
+        if text == "fast":
+            release.set()
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(run, "slow")
+        await anyio.wait_all_tasks_blocked()
+        group.start_soon(run, "fast")
+    by_start = sorted(logs, key=lambda log: log[0].at)  # type: ignore[attr-defined]
+    rebuilt = AgentSession.from_events([e for log in by_start for e in log], session.session_id)  # type: ignore[misc]
+    assert [m.text for m in rebuilt.history] == [m.text for m in session.history]
+    assert session.history[0].text == "fast"
