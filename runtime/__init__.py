@@ -56,7 +56,7 @@ from .middleware import (
 from .redaction import default_redactor, redact_all, redact_keys
 from .session import AgentSession, SessionState
 from .store import EventStore, MemoryEventStore
-from .subagents import SubAgentDepthError
+from .subagents import SubAgentApprovalError, SubAgentDepthError
 from .timeline import timeline
 from .tools import FunctionTool, tool
 
@@ -101,6 +101,7 @@ __all__ = (
     "SessionState",
     "SessionStateError",
     "StoreError",
+    "SubAgentApprovalError",
     "SubAgentDepthError",
     "ToolDefinitionError",
     "ToolMode",

@@ -16,6 +16,7 @@
     │   ├── ConflictError                       a stale expected_version (stream, expected, actual)
     │   └── LogCorruptError                     a stored log does not decode (where, what)
     ├── ReplayDivergence                        a rerun differs from the log (seq, expected, actual)
+    ├── SubAgentDepthError, SubAgentApprovalError   (in agentledger.subagents)
     ├── ExportError                             an OTLP receiver refused an export (status_code)
     └── TransitionError                         an input the run machine does not accept
 
