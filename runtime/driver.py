@@ -541,6 +541,9 @@ def _text_or_none(value: Any) -> str | None:
     return None if value is None else str(value)
 
 
+_TEXT_OR_NONE = frozenset({str, type(None)})
+
+
 def _content(content: Any) -> Content:
     """A response content as the log can hold it: raw argument text, JSON results, known fields.
 
@@ -549,6 +552,15 @@ def _content(content: Any) -> Content:
     """
     if not isinstance(content, Content):
         content = msgspec.convert(content, Content, from_attributes=True)
+    elif (
+        content.result is None
+        and type(content.arguments) in _TEXT_OR_NONE
+        and type(content.name) is str
+        and type(content.call_id) in _TEXT_OR_NONE
+        and type(content.text) in _TEXT_OR_NONE
+        and content.exception is None
+    ):
+        return content  # what every well-behaved client sends: nothing to change
     fields: dict[str, Any] = {}
     if content.arguments is not None and not isinstance(content.arguments, str):
         fields["arguments"] = msgspec.json.encode(to_json(content.arguments)).decode()

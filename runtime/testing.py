@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from typing import TypeVar
 
-from .core.events import Event
+from .core.events import Event, EventBase
 from .driver import capture_sinks
 
-__all__ = ("FixedClock", "SequentialIds", "capture_events", "event_types")
+__all__ = ("FixedClock", "SequentialIds", "capture_events", "event_types", "events_of")
 
 
 @contextlib.contextmanager
@@ -60,3 +61,11 @@ class SequentialIds:
 def event_types(events: list[Event]) -> list[str]:
     """The class names of ``events``, for compact assertions."""
     return [type(event).__name__ for event in events]
+
+
+E = TypeVar("E", bound=EventBase)
+
+
+def events_of(events: Sequence[Event], cls: type[E]) -> list[E]:
+    """The events of one type, in log order: ``events_of(response.events, ToolCalled)``."""
+    return [event for event in events if isinstance(event, cls)]

@@ -8,7 +8,7 @@ task is blocked, a watchdog looks at what has started.
 
 import threading
 from collections.abc import Sequence
-from typing import Any, TypeVar
+from typing import Any
 
 import anyio
 import pytest
@@ -28,8 +28,6 @@ from agentledger.adapters.chat.scripted import Call, ScriptedChatClient, Scripte
 from agentledger.core.events import (
     ArgumentsRejected,
     CallsSkipped,
-    Event,
-    EventBase,
     IterationLimitReached,
     ModelCalled,
     ModelFailed,
@@ -40,14 +38,9 @@ from agentledger.core.events import (
     ToolNotFound,
     ToolReturned,
 )
-from agentledger.testing import FixedClock, SequentialIds, capture_events, event_types
+from agentledger.testing import FixedClock, SequentialIds, capture_events, event_types, events_of
 
-E = TypeVar("E", bound=EventBase)
-
-
-def only(events: Sequence[Event], cls: type[E]) -> list[E]:
-    """The events of one type, in log order."""
-    return [event for event in events if isinstance(event, cls)]
+only = events_of
 
 
 def results_sent(request: ScriptedRequest) -> list[Any]:

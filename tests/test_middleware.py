@@ -5,7 +5,7 @@ result replacement (both recorded), termination, and the error for middleware of
 """
 
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
@@ -29,8 +29,6 @@ from agentledger import (
 )
 from agentledger.adapters.chat.scripted import Call, ScriptedChatClient, ScriptedRequest
 from agentledger.core.events import (
-    Event,
-    EventBase,
     MiddlewareShortCircuit,
     ModelCalled,
     RunCompleted,
@@ -38,15 +36,12 @@ from agentledger.core.events import (
     ToolCalled,
     ToolReturned,
 )
-from agentledger.testing import FixedClock, SequentialIds, event_types
+from agentledger.testing import FixedClock, SequentialIds, event_types, events_of
 
-E = TypeVar("E", bound=EventBase)
 CallNext = Callable[[], Awaitable[None]]
 
 
-def only(events: Sequence[Event], cls: type[E]) -> list[E]:
-    """The events of one type, in log order."""
-    return [event for event in events if isinstance(event, cls)]
+only = events_of
 
 
 def results_sent(request: ScriptedRequest) -> list[Any]:

@@ -10,7 +10,7 @@ import threading
 import types
 import warnings
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Annotated, Any, Optional, TypeVar
+from typing import Annotated, Any, Optional
 
 import anyio
 import msgspec
@@ -30,8 +30,6 @@ from agentledger import (
 )
 from agentledger.adapters.chat.scripted import Call, ScriptedChatClient, ScriptedRequest
 from agentledger.core.events import (
-    Event,
-    EventBase,
     ModelCalled,
     RunStarted,
     SessionUpdated,
@@ -40,15 +38,12 @@ from agentledger.core.events import (
     ToolReturned,
     encode_event,
 )
-from agentledger.testing import FixedClock, SequentialIds, capture_events, event_types
+from agentledger.testing import FixedClock, SequentialIds, capture_events, event_types, events_of
 
-E = TypeVar("E", bound=EventBase)
 CallNext = Callable[[], Awaitable[None]]
 
 
-def only(events: Sequence[Event], cls: type[E]) -> list[E]:
-    """The events of one type, in log order."""
-    return [event for event in events if isinstance(event, cls)]
+only = events_of
 
 
 def agent_for(

@@ -7,7 +7,7 @@ scripted model was sent.
 """
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any
 
 import pytest
 
@@ -25,7 +25,6 @@ from agentledger.adapters.chat.scripted import Call, ScriptedChatClient, Scripte
 from agentledger.core.events import (
     ChildRunStarted,
     Event,
-    EventBase,
     ModelCalled,
     RunCompleted,
     RunStarted,
@@ -34,14 +33,9 @@ from agentledger.core.events import (
     ToolCalled,
     ToolReturned,
 )
-from agentledger.testing import FixedClock, SequentialIds, capture_events, event_types
+from agentledger.testing import FixedClock, SequentialIds, capture_events, event_types, events_of
 
-E = TypeVar("E", bound=EventBase)
-
-
-def only(events: Sequence[Event], cls: type[E]) -> list[E]:
-    """The events of one type, in log order."""
-    return [event for event in events if isinstance(event, cls)]
+only = events_of
 
 
 def echo_last_result(request: ScriptedRequest) -> str:
