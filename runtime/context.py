@@ -8,6 +8,7 @@ the model is offered is always the projection of the log.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import threading
 import warnings
@@ -18,6 +19,7 @@ from .errors import ExperimentalWarning
 
 if TYPE_CHECKING:
     from .clients import BaseChatClient, ChatOptions, ChatResponse
+    from .core.events import Event, EventBase, StateChange
     from .core.messages import Message
     from .session import AgentSession
     from .tools import FunctionTool
@@ -27,8 +29,11 @@ __all__ = (
     "ChatContext",
     "FunctionInvocationContext",
     "LiveTools",
+    "Recorder",
     "RunContext",
+    "SessionSink",
     "current_run_context",
+    "running",
 )
 
 
@@ -156,6 +161,10 @@ class FunctionInvocationContext:
         self.result: Any = None
         self.metadata: dict[str, Any] = {}
 
+    def bind_registry(self, registry: _Registry, call_id: str | None) -> None:
+        """Give the call its run's live tool list: changes are recorded as made by ``call_id``."""
+        self._live = (registry, call_id)
+
     @property
     def tools(self) -> LiveTools | None:
         """The run's live tool list (None outside a run loop)."""
@@ -238,10 +247,37 @@ class ChatContext:
         self.metadata: dict[str, Any] = {}
 
 
-class RunContext:
-    """The ambient view of the current run (``current_run_context()``)."""
+class Recorder(Protocol):
+    """Where the events of one run go: ``record`` stamps an input event and keeps it (see
+    ``agentledger.run.recorder`` for the recorders a driver uses)."""
 
-    __slots__ = ("_recorder", "_session_sink", "agent", "kwargs", "options", "run_id", "session")
+    run_id: str
+    lock: threading.RLock
+
+    def record(self, cls: type[EventBase], **fields: Any) -> Event:
+        """Record one input event of ``cls`` with ``fields``; returns the recorded event."""
+        ...
+
+
+class SessionSink(Protocol):
+    """Records session changes into a run: ``(by, changes, origin=None)``; ``origin`` names the
+    write a copy repeats (a sub-agent's write copied into its caller's log)."""
+
+    def __call__(
+        self, by: str, changes: tuple[StateChange, ...], origin: tuple[str, int] | None = None
+    ) -> None: ...
+
+
+class RunContext:
+    """The ambient view of the current run (``current_run_context()``).
+
+    ``record(EventType, **fields)`` records an input event into the run's log: the way tools,
+    middleware and sub-agents add what the run itself cannot see (``ChildRunStarted``...).
+    ``session_sink`` records session changes into this run (a sub-agent sharing the session
+    mirrors its writes through it).
+    """
+
+    __slots__ = ("agent", "kwargs", "options", "recorder", "run_id", "session", "session_sink")
 
     def __init__(
         self,
@@ -251,14 +287,22 @@ class RunContext:
         session: AgentSession | None,
         options: dict[str, Any],
         kwargs: dict[str, Any],
+        recorder: Recorder | None = None,
+        session_sink: SessionSink | None = None,
     ) -> None:
         self.agent = agent
         self.run_id = run_id
         self.session = session
         self.options = options
         self.kwargs = kwargs
-        self._recorder: Any = None
-        self._session_sink: Any = None
+        self.recorder = recorder
+        self.session_sink = session_sink
+
+    def record(self, cls: type[EventBase], **fields: Any) -> Event:
+        """Record an input event of ``cls`` into this run's log; returns the recorded event."""
+        if self.recorder is None:
+            raise RuntimeError(f"run {self.run_id} records nothing here")
+        return self.recorder.record(cls, **fields)
 
 
 _current: contextvars.ContextVar[RunContext | None] = contextvars.ContextVar("agentledger_run", default=None)
@@ -271,3 +315,13 @@ replaying: contextvars.ContextVar[bool] = contextvars.ContextVar("agentledger_re
 def current_run_context() -> RunContext | None:
     """The run the calling code is part of (tools, middleware, sub-agents), or None."""
     return _current.get()
+
+
+@contextlib.contextmanager
+def running(context: RunContext) -> Iterator[RunContext]:
+    """Make ``context`` the current run inside the block (what a driver does around a run)."""
+    token = _current.set(context)
+    try:
+        yield context
+    finally:
+        _current.reset(token)

@@ -149,9 +149,9 @@ def classify_middleware(item: Any) -> Layer:
     return Layer(kind, name, item)
 
 
-def split_middleware(items: Sequence[Any] | None) -> dict[Kind, list[Layer]]:
+def split_middleware(items: Sequence[Any] | None) -> dict[str, list[Layer]]:
     """Classify a mixed list, keeping each kind's order."""
-    out: dict[Kind, list[Layer]] = {"function": [], "agent": [], "chat": []}
+    out: dict[str, list[Layer]] = {"function": [], "agent": [], "chat": []}
     for item in items or ():
         layer = classify_middleware(item)
         out[layer.kind].append(layer)
@@ -172,9 +172,10 @@ async def run_chain(
     layers: Sequence[Layer],
     context: Any,
     final: CallNext,
-    between: Callable[[str], None] | None = None,
+    after_layer: Callable[[], None] | None = None,
 ) -> ChainOutcome:
-    """Run ``layers`` outermost first around ``final``; ``between(name)`` runs after each layer."""
+    """Run ``layers`` outermost first around ``final``; ``after_layer()`` runs after each layer
+    (a session checkpoint: what the layer changed in place is recorded as its own write)."""
     outcome = ChainOutcome()
 
     async def call(index: int) -> None:
@@ -192,8 +193,8 @@ async def run_chain(
             inner_result = context.result
 
         await layer.call(context, call_next)
-        if between is not None:
-            between(layer.name)
+        if after_layer is not None:
+            after_layer()
         if not reached:
             outcome.short_circuited_by = layer.name
         elif context.result is not inner_result:

@@ -19,27 +19,23 @@ each call's own events in order, calls in the model's order. Everything else mus
 
 from __future__ import annotations
 
-import copy
 import difflib
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 import msgspec
 
-from .agent import Agent, AgentResponse, _Run
+from .agent import Agent
 from .clients import BaseChatClient, ChatOptions, ChatResponse
-from .context import FunctionInvocationContext, current_run_context, replaying
+from .context import FunctionInvocationContext, RunContext, current_run_context, replaying
+from .core.errors import TransitionError
 from .core.events import (
-    ApprovalRequested,
     ArgumentsRejected,
     ChildRunStarted,
     Event,
     MiddlewareShortCircuit,
-    ModelCalled,
     ModelFailed,
     ModelResponded,
-    RunCompleted,
-    RunFailed,
     RunStarted,
     RunTerminated,
     SessionUpdated,
@@ -51,12 +47,15 @@ from .core.events import (
     ToolSpec,
     ToolsRemoved,
 )
-from .core.machine import Phase, RunMachine, TransitionError
+from .core.machine import RunMachine
 from .core.messages import Content, Message
 from .core.projections import SessionProjection
 from .errors import AgentLedgerError, ReplayDivergence, RunError, RunNotFoundError
+from .response import AgentResponse
+from .run.lifecycle import AgentRun
 from .session import AgentSession
 from .store import EventStore, read_many
+from .testing import capture_events
 from .tools import FunctionTool
 
 __all__ = (
@@ -122,7 +121,7 @@ class RecordedRun:
         for event in self.prior:
             session.apply(event)
         for event in self.events[: seq + 1]:
-            _fold(machine, event)
+            machine.observe(event)
             session.apply(event)
         transcript = machine.transcript
         pending = {*transcript.pending, *machine.awaiting_approval}
@@ -156,25 +155,6 @@ class RecordedRun:
                     outcomes.append(event)
                 answered_by_middleware = False
         return outcomes
-
-
-def _fold(machine: RunMachine, event: Event) -> None:
-    """Apply one recorded event to the machine's projections and phase, deriving nothing."""
-    machine.tools.apply(event)
-    machine.transcript.apply(event)
-    machine.next_seq = event.seq + 1
-    if type(event) is RunStarted:
-        machine.run_id = event.run_id
-        machine.phase = Phase.STARTED
-    elif isinstance(event, ModelCalled):
-        machine.iteration = event.iteration
-        machine.phase = Phase.AWAITING_MODEL
-    elif type(event) is ModelResponded:
-        machine.phase = Phase.RUNNING_TOOLS if event.message.function_calls else Phase.FINISHING
-    elif isinstance(event, ApprovalRequested):
-        machine.awaiting_approval = (*machine.awaiting_approval, *event.call_ids)
-    elif isinstance(event, RunCompleted | RunFailed):
-        machine.phase = Phase.DONE
 
 
 async def load(store: EventStore, run_id: str, *, with_session: bool = True) -> RecordedRun:
@@ -320,11 +300,11 @@ class _RecordedTools:
                 ctx.add_tools([self.stand_in(spec.name) for spec in event.tools])
             elif type(event) is ToolsRemoved:
                 ctx.remove_tools(list(event.names))
-            elif type(event) is ChildRunStarted and caller is not None and caller._recorder is not None:
+            elif type(event) is ChildRunStarted and caller is not None and caller.recorder is not None:
                 fields = msgspec.structs.asdict(event)
                 for key in ("run_id", "seq", "at"):
                     fields.pop(key)
-                caller._recorder.emit(ChildRunStarted, **fields)
+                caller.record(ChildRunStarted, **fields)
 
 
 class _StandIn(FunctionTool):
@@ -341,8 +321,8 @@ class _StandIn(FunctionTool):
         return lambda: self._replayed(context, arguments)
 
 
-def _apply_session(session: AgentSession, event: SessionUpdated, caller: Any) -> None:
-    """Re-make a recorded session write: its own writes by value, sub-agent copies by sink."""
+def _apply_session(session: AgentSession, event: SessionUpdated, caller: RunContext | None) -> None:
+    """Re-make a recorded session write: its own writes by value, sub-agent copies by record."""
     if event.origin_run_id is None:
         for change in event.changes:
             if change.op == "set":
@@ -350,15 +330,9 @@ def _apply_session(session: AgentSession, event: SessionUpdated, caller: Any) ->
             elif change.key in session.state:
                 del session.state[change.key]
         return
-    values = dict(dict.items(session.state))
-    for change in event.changes:
-        if change.op == "set":
-            values[change.key] = change.value
-        else:
-            values.pop(change.key, None)
-    session.state._reset(values)
-    if caller is not None and caller._recorder is not None:
-        caller._recorder.emit(
+    session.apply(event)
+    if caller is not None and caller.recorder is not None:
+        caller.record(
             SessionUpdated,
             session_id=event.session_id,
             by=event.by,
@@ -482,17 +456,11 @@ def _pend_caller_writes(session: AgentSession, events: Sequence[Event]) -> None:
     The state takes them without recording, and the rerun records them at its start, as the
     original run did.
     """
-    values = dict(dict.items(session.state))
     for event in events:
         if type(event) is not SessionUpdated or event.by != "caller":
             break
-        for change in event.changes:
-            if change.op == "set":
-                values[change.key] = change.value
-            else:
-                values.pop(change.key, None)
-        session._pending.append((event.by, event.changes))
-    session.state._reset(values)
+        session.apply(event)
+        session.add_pending(event.by, event.changes)
 
 
 async def _drive(
@@ -505,27 +473,23 @@ async def _drive(
     function_invocation_kwargs: Mapping[str, Any] | None,
 ) -> tuple[AgentResponse | None, list[Event]]:
     started = recorded.started
-    clone = copy.copy(agent)
-    clone.client = client
-    clone.store = None
-    clone.event_sinks = ()  # a rerun is not a new run: live exporters must not see it
+    spec = agent.run_spec(
+        function_invocation_kwargs=started.function_invocation_kwargs
+        if function_invocation_kwargs is None
+        else function_invocation_kwargs,
+        client_kwargs=dict.fromkeys(started.client_kwargs_keys),  # the values were never recorded
+    )
+    options = dict(started.options)
+    if started.instructions is not None:
+        options["instructions"] = started.instructions
+    # A rerun is not a new run: no store, and live exporters must not see it.
+    spec = spec.replace(client=client, options=options, store=None, sinks=())
     if tools == "recorded" or upto is not None:
         # The live tools always lend their argument types (defaults, coercion, rejection); their
         # bodies run only where the log has no outcome and the caller asked for live tools.
         helper = _RecordedTools(recorded, upto, agent.tools, run_live=tools == "live" or upto is not None)
-        clone.tools = [helper.stand_in(t.name) for t in agent.tools]
-    options = dict(started.options)
-    if started.instructions is not None:
-        options["instructions"] = started.instructions
-    fik = dict(
-        function_invocation_kwargs
-        if function_invocation_kwargs is not None
-        else started.function_invocation_kwargs
-    )
-    client_kwargs = dict.fromkeys(started.client_kwargs_keys)  # the values were never recorded
-    run = _Run(clone, _session_for(recorded), options, fik, client_kwargs, None, None, run_id=run_id)
-    from .testing import capture_events
-
+        spec = spec.replace(tools=tuple(helper.stand_in(t.name) for t in agent.tools))
+    run = AgentRun(spec, _session_for(recorded), run_id=run_id or agent.ids("run"))
     token = replaying.set(True)
     with capture_events() as events:
         try:
@@ -534,8 +498,8 @@ async def _drive(
             response = None
         finally:
             replaying.reset(token)
-    own = [e for e in events if e.run_id == (run_id or (response.run_id if response else ""))]
-    return response, own or [e for e in events if not getattr(e, "parent_run_id", None)]
+    own = [e for e in events if e.run_id == run.run_id]
+    return response, own
 
 
 async def rerun(

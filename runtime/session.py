@@ -24,9 +24,9 @@ from typing import Any
 import msgspec
 
 from .core.errors import TransitionError
-from .core.events import Event, RunCompleted, RunInputRewritten, RunStarted, StateChange
+from .core.events import Event, RunCompleted, RunInputRewritten, RunStarted, SessionUpdated, StateChange
 from .core.messages import Message
-from .core.projections import SessionProjection
+from .core.projections import SessionProjection, apply_changes
 from .errors import SessionStateError
 
 __all__ = ("AgentSession", "SessionState")
@@ -178,22 +178,23 @@ class SessionState(dict[str, Any]):
             if changes:
                 self._sink(writer.get(), tuple(changes))
 
-    def _reset(self, values: dict[str, Any]) -> None:
+    def reset(self, values: dict[str, Any]) -> None:
         """Become exactly ``values`` without recording anything (rebuilds and replays)."""
         with self._lock:
             dict.clear(self)
             self._encoded.clear()
             self._watched.clear()
             self._touched.clear()
-            self._load(values)
+            self.load(values)
 
-    def _load(self, values: dict[str, Any]) -> None:
+    def load(self, values: dict[str, Any]) -> None:
         """Set values without recording them (rebuilding from a log)."""
-        for key, value in values.items():
-            dict.__setitem__(self, key, value)
-            self._encoded[key] = _encode(key, value)
-            if not isinstance(value, _SCALARS):
-                self._watched.add(key)
+        with self._lock:
+            for key, value in values.items():
+                dict.__setitem__(self, key, value)
+                self._encoded[key] = _encode(key, value)
+                if not isinstance(value, _SCALARS):
+                    self._watched.add(key)
 
     def snapshot(self) -> dict[str, Any]:
         """The state as plain JSON values (encoded afresh, so in-place changes show)."""
@@ -267,6 +268,25 @@ class AgentSession:
         """Changes made outside a run, recorded at the start of the next one."""
         return list(self._pending)
 
+    def take_pending(self) -> list[tuple[str, tuple[StateChange, ...]]]:
+        """Hand over the pending changes (a driver recording them elsewhere): none stay pending."""
+        with self._lock:
+            pending, self._pending = self._pending, []
+        return pending
+
+    def add_pending(self, by: str, changes: tuple[StateChange, ...]) -> None:
+        """Make ``changes`` pending again, to be recorded at the start of the next run."""
+        with self._lock:
+            self._pending.append((by, changes))
+
+    def apply(self, event: Event) -> None:
+        """Bring the state up to a recorded ``SessionUpdated`` of this session, recording nothing."""
+        if type(event) is not SessionUpdated or event.session_id != self.session_id:
+            return
+        values = dict(dict.items(self._state))
+        apply_changes(values, event.changes)
+        self._state.reset(values)
+
     @classmethod
     def from_events(cls, events: Iterable[Event], session_id: str) -> AgentSession:
         """Rebuild a session (state and history) from the logs of its runs, in order.
@@ -291,7 +311,7 @@ class AgentSession:
                 completed.append((event.at, len(completed), messages))
         for _, _, messages in sorted(completed, key=lambda item: (item[0], item[1])):
             session.history.extend(messages)
-        session.state._load(view.state)
+        session.state.load(view.state)
         return session
 
     def __iter__(self) -> Iterator[str]:  # pragma: no cover - sessions are not containers

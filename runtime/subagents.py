@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from .context import FunctionInvocationContext, current_run_context
 from .core.events import ChildRunStarted
 from .errors import AgentLedgerError
+from .run.lifecycle import AgentRun
 from .tools import FunctionTool
 
 if TYPE_CHECKING:
@@ -73,20 +74,17 @@ class AgentTool(FunctionTool):
         return lambda: self._run_child(context, arguments)
 
     async def _run_child(self, ctx: FunctionInvocationContext, arguments: Mapping[str, Any]) -> str:
-        from .agent import _Run
-
         depth = _depth.get() + 1
         if depth > MAX_DEPTH:
             raise SubAgentDepthError(
                 f"sub-agent {self.name!r} would nest {depth} levels deep (limit {MAX_DEPTH})"
             )
         session = ctx.session if self.propagate_session else self.agent.create_session()
-        parent = (ctx.run_id, ctx.call_id) if ctx.run_id and ctx.call_id else None
         caller = current_run_context()
         run_id = self.agent.ids("run")
         parent_sink = None
-        if caller is not None and caller._recorder is not None and ctx.call_id:
-            caller._recorder.emit(
+        if caller is not None and caller.recorder is not None and ctx.call_id:
+            caller.record(
                 ChildRunStarted,
                 call_id=ctx.call_id,
                 child_run_id=run_id,
@@ -94,20 +92,13 @@ class AgentTool(FunctionTool):
                 propagate_session=self.propagate_session,
             )
             if self.propagate_session and caller.session is session:
-                parent_sink = caller._session_sink
-        run = _Run(
-            self.agent,
-            session,
-            None,
-            dict(ctx.kwargs),
-            None,
-            None,
-            None,
-            parent=parent,
+                parent_sink = caller.session_sink
+        spec = self.agent.run_spec(
+            function_invocation_kwargs=dict(ctx.kwargs),
+            parent=(ctx.run_id, ctx.call_id) if ctx.run_id and ctx.call_id else None,
             share_history=not self.propagate_session,
-            run_id=run_id,
-            parent_sink=parent_sink,
         )
+        run = AgentRun(spec, session, run_id=run_id, parent_sink=parent_sink)
         token = _depth.set(depth)
         try:
             response = await run.execute(str(arguments.get(self.arg_name, "")))

@@ -15,7 +15,7 @@ from collections.abc import Iterator, Sequence
 from typing import TypeVar
 
 from .core.events import Event, EventBase
-from .driver import capture_sinks
+from .run.recorder import watching
 
 __all__ = ("FixedClock", "SequentialIds", "capture_events", "event_types", "events_of")
 
@@ -24,11 +24,8 @@ __all__ = ("FixedClock", "SequentialIds", "capture_events", "event_types", "even
 def capture_events() -> Iterator[list[Event]]:
     """Collect every event of every run started inside the block, sub-agents included."""
     events: list[Event] = []
-    token = capture_sinks.set((*capture_sinks.get(), events.append))
-    try:
+    with watching(events.append):
         yield events
-    finally:
-        capture_sinks.reset(token)
 
 
 class FixedClock:

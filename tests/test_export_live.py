@@ -25,7 +25,7 @@ from agentledger.adapters.export.otlp import (
 from agentledger.adapters.export.structlog import StructlogSink, event_fields
 from agentledger.core.events import Event, ToolReturned, encode_event
 from agentledger.demo import build_demo_agent, run_demo
-from agentledger.driver import capture_sinks
+from agentledger.run import watching
 from agentledger.replay import fork, load, rerun
 from agentledger.testing import FixedClock, SequentialIds, capture_events, event_types
 
@@ -115,12 +115,9 @@ def nested_agent(clock: FixedClock, ids: SequentialIds) -> Agent:
 async def test_structlog_sink_logs_each_event_with_run_and_seq_bound() -> None:
     """One line per event: the type is the event name, run_id and seq are bound, no content."""
     sink = StructlogSink()
-    token = capture_sinks.set((*capture_sinks.get(), sink))
-    try:
+    with watching(sink):
         with capture_logs() as lines, capture_events() as events:
             await run_demo(MemoryEventStore())
-    finally:
-        capture_sinks.reset(token)
     assert [line["event"] for line in lines] == event_types(events)
     assert [(line["run_id"], line["seq"]) for line in lines] == [(e.run_id, e.seq) for e in events]
     assert {line["log_level"] for line in lines} == {"info"}

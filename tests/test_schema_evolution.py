@@ -37,7 +37,8 @@ def test_there_are_golden_logs_for_the_current_version() -> None:
 
 @pytest.mark.parametrize("path", GOLDEN, ids=lambda p: f"{p.parent.name}/{p.stem}")
 def test_golden_log_decodes_and_folds(path: Path) -> None:
-    """Every golden log decodes into current events, and every run's state folds to its end."""
+    """Every golden log decodes into current events, and every run refolds to its end (with the
+    runs before it in the file as its session's history)."""
     lines = path.read_bytes().splitlines()
     raw: list[dict[str, Any]] = [msgspec.json.decode(line) for line in lines]
     version = schema_version_of(raw[0])
@@ -46,11 +47,13 @@ def test_golden_log_decodes_and_folds(path: Path) -> None:
     assert len(events) == len(lines)
     if version == SCHEMA_VERSION:
         assert [decode_event(line) for line in lines] == events
+    prior: list[Event] = []
     for log in _runs(events).values():
         assert [e.seq for e in log] == list(range(len(log)))
         if isinstance(log[0], RunStarted):
-            state = RecordedRun(log).state_at(len(log) - 1)
+            state = RecordedRun(log, prior=prior).state_at(len(log) - 1)
             assert state.phase == "done"
+        prior.extend(log)
     for started in (e for e in events if isinstance(e, RunStarted) and e.session_id):
         AgentSession.from_events(events, started.session_id or "")
 

@@ -24,7 +24,7 @@ import msgspec
 from agentledger.core.events import Event, SessionUpdated
 from agentledger.core.machine import RunMachine
 from agentledger.core.projections import SessionProjection
-from agentledger.replay import RecordedRun, _fold
+from agentledger.replay import RecordedRun
 
 __all__ = ("compact_states", "expand")
 
@@ -75,7 +75,7 @@ class _Folder:
         self.state: dict[str, Any] = {}
 
     def step(self, event: Event, first: bool) -> dict[str, Any]:
-        _fold(self.machine, event)
+        self.machine.observe(event)
         self.session.apply(event)
         step: dict[str, Any] = {}
         for key, value in (("p", self.machine.phase.value), ("i", self.machine.iteration)):

@@ -1,4 +1,4 @@
-"""What live sinks share: telling live runs from replays, and attaching a sink to runs.
+"""What live sinks share: telling live runs from replays.
 
 A replay (``agentledger.replay.rerun`` or ``fork``) runs the agent's code again; its events reach
 every sink attached to the ambient context, like a live run's. Exporting them would send a run
@@ -8,14 +8,10 @@ twice, so live sinks pass events through ``LiveRuns``, which drops whatever is e
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator
-
 from agentledger.core.events import Event
-from agentledger.driver import capture_sinks
 from agentledger.replay import is_replaying
 
-__all__ = ("LiveRuns", "attached")
+__all__ = ("LiveRuns",)
 
 
 class LiveRuns:
@@ -23,13 +19,3 @@ class LiveRuns:
 
     def __call__(self, event: Event) -> list[Event]:
         return [] if is_replaying() else [event]
-
-
-@contextlib.contextmanager
-def attached(sink: Callable[[Event], None]) -> Iterator[None]:
-    """Give ``sink`` every event of every run started inside the block, sub-agents included."""
-    token = capture_sinks.set((*capture_sinks.get(), sink))
-    try:
-        yield
-    finally:
-        capture_sinks.reset(token)

@@ -25,7 +25,9 @@ import threading
 from agentledger import __version__
 from agentledger.core.events import Event
 
-from ._otel_live import LiveRuns, attached
+from agentledger.run.recorder import watching
+
+from ._otel_live import LiveRuns
 from ._otlp_fold import SpanFold
 from ._otlp_model import SPAN_KIND_CLIENT, STATUS_ERROR, Closed, Noted, Op, Opened, SpanKey
 
@@ -63,7 +65,7 @@ class OtelBridge:
 
     def attached(self) -> contextlib.AbstractContextManager[None]:
         """Bridge every run started inside the block, sub-agents included."""
-        return attached(self)
+        return watching(self)
 
     def _apply(self, op: Op) -> None:
         if type(op) is Opened:

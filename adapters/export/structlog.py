@@ -37,7 +37,9 @@ from agentledger.core.events import (
     ToolNotFound,
 )
 
-from ._otel_live import LiveRuns, attached
+from agentledger.run.recorder import watching
+
+from ._otel_live import LiveRuns
 
 __all__ = ("StructlogSink", "event_fields")
 
@@ -96,4 +98,4 @@ class StructlogSink:
 
     def attached(self) -> contextlib.AbstractContextManager[None]:
         """Log every run started inside the block, sub-agents included."""
-        return attached(self)
+        return watching(self)

@@ -4,6 +4,10 @@ Only the standard library and msgspec are imported here: no clock, no randomness
 imports this package in a fresh interpreter and checks ``sys.modules``.
 """
 
+from .approvals import *  # noqa: F403
+from .approvals import __all__ as _approvals_all
+from .commands import *  # noqa: F403
+from .commands import __all__ as _commands_all
 from .errors import *  # noqa: F403
 from .errors import __all__ as _errors_all
 from .events import *  # noqa: F403
@@ -15,4 +19,12 @@ from .messages import __all__ as _messages_all
 from .projections import *  # noqa: F403
 from .projections import __all__ as _projections_all
 
-__all__ = (*_errors_all, *_events_all, *_machine_all, *_messages_all, *_projections_all)
+__all__ = (
+    *_approvals_all,
+    *_commands_all,
+    *_errors_all,
+    *_events_all,
+    *_machine_all,
+    *_messages_all,
+    *_projections_all,
+)

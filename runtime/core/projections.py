@@ -26,6 +26,7 @@ from .events import (
     RunInputRewritten,
     RunStarted,
     SessionUpdated,
+    StateChange,
     ToolFailed,
     ToolNotFound,
     ToolReturned,
@@ -42,11 +43,21 @@ __all__ = (
     "ToolsProjection",
     "TranscriptProjection",
     "Views",
+    "apply_changes",
     "error_text",
     "fold_views",
 )
 
 REJECTED_BY_USER = "Error: Tool call invocation was rejected by user."
+
+
+def apply_changes(state: dict[str, Any], changes: Iterable[StateChange]) -> None:
+    """Apply the key-level changes of one ``SessionUpdated`` to ``state``, in order."""
+    for change in changes:
+        if change.op == "set":
+            state[change.key] = change.value
+        else:
+            state.pop(change.key, None)
 
 
 class ToolsProjection:
@@ -112,11 +123,7 @@ class SessionProjection:
         if key in self._applied:
             return
         self._applied.add(key)
-        for change in event.changes:
-            if change.op == "set":
-                self.state[change.key] = change.value
-            else:
-                self.state.pop(change.key, None)
+        apply_changes(self.state, event.changes)
 
     @classmethod
     def rebuild(cls, events: Iterable[Event], session_id: str | None = None) -> SessionProjection:

@@ -1,0 +1,58 @@
+"""What the run machine asks a driver to do: the commands, and the phases they are issued in."""
+
+from __future__ import annotations
+
+import enum
+
+import msgspec
+
+from .events import ToolChoice
+from .messages import Content, Message
+
+__all__ = ("CallModel", "Command", "FinishRun", "InvokeTools", "Phase")
+
+
+class Phase(enum.Enum):
+    """Where a run is: each phase accepts its own inputs (``TRANSITIONS``)."""
+
+    __hash__ = object.__hash__  # members are singletons; Enum's own hash runs Python code per lookup
+
+    NEW = "new"
+    STARTED = "started"
+    AWAITING_MODEL = "awaiting_model"
+    RUNNING_TOOLS = "running_tools"
+    FINISHING = "finishing"
+    DONE = "done"
+
+
+class CallModel(msgspec.Struct, frozen=True, kw_only=True):
+    """Ask the model once, offering ``tools`` with ``tool_choice``."""
+
+    iteration: int
+    messages: tuple[Message, ...]
+    tools: tuple[str, ...]
+    tool_choice: ToolChoice | None
+
+
+class InvokeTools(msgspec.Struct, frozen=True, kw_only=True):
+    """Run this batch of calls (concurrently unless the run is sequential).
+
+    ``gated`` names the calls whose tool requires approval: the driver checks their arguments
+    and reports the valid ones with ``ApprovalRequested`` instead of running them (a call whose
+    arguments cannot run is rejected at once, so nobody is asked to approve it).
+    """
+
+    iteration: int
+    calls: tuple[Content, ...]
+    gated: tuple[str, ...] = ()
+
+
+class FinishRun(msgspec.Struct, frozen=True, kw_only=True):
+    """The loop is over: ``reason`` is completed, terminated, awaiting_approval, limit_reached,
+    short_circuit or failed. ``RunMachine.finish`` records how the run ended."""
+
+    reason: str
+    text: str = ""
+
+
+Command = CallModel | InvokeTools | FinishRun

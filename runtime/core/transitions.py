@@ -1,0 +1,311 @@
+"""The run's transitions: one handler per (phase, input event type), and the table of them.
+
+``RunMachine`` (``machine.py``) is the interface drivers use; the rules it applies live here, in
+one table: which inputs each phase accepts, and what each input makes the run do next.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .approvals import answered_calls
+from .commands import CallModel, Command, FinishRun, InvokeTools, Phase
+from .events import (
+    ApprovalRequested,
+    ApprovalResolved,
+    ArgumentsRejected,
+    CallsSkipped,
+    ChildRunStarted,
+    Event,
+    EventBase,
+    IterationLimitReached,
+    MiddlewareShortCircuit,
+    ModelCalled,
+    ModelFailed,
+    ModelRequestRewritten,
+    ModelResponded,
+    RunConfig,
+    RunInputRewritten,
+    RunStarted,
+    RunTerminated,
+    SessionUpdated,
+    ToolCalled,
+    ToolChoice,
+    ToolChoiceReset,
+    ToolFailed,
+    ToolNotFound,
+    ToolReturned,
+    ToolsAdded,
+    ToolsRemoved,
+)
+from .messages import Content, Message, Usage
+from .projections import ToolsProjection, TranscriptProjection
+
+__all__ = ("BY_PHASE", "TRANSITIONS", "Transitions")
+
+
+def _is_required(choice: ToolChoice | None) -> bool:
+    if isinstance(choice, dict):
+        return choice.get("mode") == "required"
+    return choice == "required"
+
+
+def _last_text(messages: list[Message] | tuple[Message, ...]) -> str:
+    for message in reversed(messages):
+        if message.role == "assistant":
+            return message.text
+    return ""
+
+
+class Transitions:
+    """The handlers of ``TRANSITIONS``; ``RunMachine`` holds the state they work on."""
+
+    run_id: str
+    next_seq: int
+    iteration: int
+    history: tuple[Message, ...]
+    tools: ToolsProjection
+    transcript: TranscriptProjection
+    config: RunConfig
+    tool_choice: ToolChoice | None
+    usage: Usage
+    calls_made: int
+    error_streak: int
+    final_call: bool
+    model_calls: int
+    limit_reason: str
+    terminated: bool
+    finish_reason: str
+    input_count: int
+    awaiting_approval: tuple[str, ...]
+    failure: ModelFailed | None
+    _phase: Phase
+    _batch: InvokeTools | None
+    _batch_failed: bool
+    _commands: list[Command]
+
+    def _phase_to(self, phase: Phase) -> None:
+        raise NotImplementedError
+
+    def _derive(self, cls: type[EventBase], **fields: Any) -> None:
+        raise NotImplementedError
+
+    def last_text(self) -> str:
+        return _last_text(self.transcript.messages)
+
+    # -- decisions ----------------------------------------------------------------------------
+
+    def _call_model(self, *, final: bool = False) -> None:
+        self.iteration += 1
+        self.model_calls += 1
+        self.final_call = final
+        choice = "none" if final else self.tool_choice
+        count = len(self.history) + len(self.transcript.messages)
+        names = self.tools.names
+        self._derive(
+            ModelCalled, iteration=self.iteration, tools=names, tool_choice=choice, message_count=count
+        )
+        messages = (*self.history, *self.transcript.messages)
+        self._commands.append(
+            CallModel(iteration=self.iteration, messages=messages, tools=names, tool_choice=choice)
+        )
+        self._phase_to(Phase.AWAITING_MODEL)
+
+    def _invoke(self, calls: tuple[Content, ...], *, approved: bool) -> None:
+        """Issue the batch; calls of tools that require approval are gated unless approved."""
+        specs = self.tools.specs
+        gated = (
+            ()
+            if approved
+            else tuple(
+                c.call_id or "" for c in calls if specs[c.name or ""].approval_mode == "always_require"
+            )
+        )
+        self.calls_made += len(calls)
+        self._batch = InvokeTools(iteration=self.iteration, calls=calls, gated=gated)
+        self._commands.append(self._batch)
+
+    def _finish(self, reason: str) -> None:
+        self.finish_reason = reason
+        self._commands.append(FinishRun(reason=reason, text=self.last_text()))
+        self._phase_to(Phase.FINISHING)
+
+    # -- transitions --------------------------------------------------------------------------
+
+    def _on_started(self, event: RunStarted) -> None:
+        """Take the run id, limits and tool_choice; wait for agent middleware to hand over."""
+        self.run_id = event.run_id
+        self.config = event.config
+        self.tool_choice = event.options.get("tool_choice")
+        self.input_count = len(event.messages)
+        self._phase_to(Phase.STARTED)
+
+    def _on_rewritten(self, event: RunInputRewritten) -> None:
+        """Agent middleware replaced the input; a new tool_choice takes effect."""
+        self.input_count = len(event.messages)
+        if "tool_choice" in event.options:
+            self.tool_choice = event.options["tool_choice"]
+
+    def _on_noop(self, event: Event) -> None:
+        """Recorded facts (session writes, tool list changes, calls starting) the loop needn't act on."""
+
+    def _on_agent_short_circuit(self, event: MiddlewareShortCircuit) -> None:
+        """Agent middleware answered for the run (call_id None): finish; else just recorded."""
+        if event.call_id is None:
+            self._finish("short_circuit")
+
+    def _on_model_responded(self, event: ModelResponded) -> None:
+        """No calls: finish. Calls: reset a required tool_choice, refuse unknown tools, run the rest.
+
+        Calls of tools that require approval are gated: the driver asks for approval of those
+        whose arguments are valid instead of running them."""
+        if event.usage is not None:
+            self.usage = self.usage + event.usage
+        calls = event.message.function_calls
+        if self.final_call:
+            if calls:
+                skipped = tuple(c.call_id or "" for c in calls)
+                self._derive(
+                    CallsSkipped, iteration=self.iteration, call_ids=skipped, reason=self.limit_reason
+                )
+            self._finish("limit_reached")
+            return
+        if not calls:
+            self._finish("completed")
+            return
+        if self.model_calls == 1 and _is_required(self.tool_choice):
+            previous = self.tool_choice
+            self.tool_choice = None
+            self._derive(ToolChoiceReset, iteration=self.iteration, previous=previous)
+        self._batch_failed = False
+        self._batch = None
+        self._phase_to(Phase.RUNNING_TOOLS)
+        known = self.tools.specs
+        runnable = []
+        for call in calls:
+            if call.name in known:
+                runnable.append(call)
+            else:
+                self._batch_failed = True
+                reason = "not in the tools offered" if known else "no tools are offered"
+                self._derive(ToolNotFound, call_id=call.call_id, name=call.name, reason=reason)
+        if runnable:
+            self._invoke(tuple(runnable), approved=False)
+        self._after_result()
+
+    def _on_model_failed(self, event: ModelFailed) -> None:
+        """Finish as failed: ``finish`` then records RunFailed."""
+        self.failure = event
+        self._finish("failed")
+
+    def _on_call_failed(self, event: ToolFailed | ArgumentsRejected) -> None:
+        """Mark the batch as erroring; when it is whole, count it and go on or stop."""
+        self._batch_failed = True
+        self._after_result()
+
+    def _on_call_done(self, event: ToolReturned | MiddlewareShortCircuit) -> None:
+        """When the batch is whole: call the model again, or make the final call at a limit."""
+        self._after_result()
+
+    def _on_terminated(self, event: RunTerminated) -> None:
+        """Finish after the current batch (at once outside a batch)."""
+        self.terminated = True
+        if self._phase is not Phase.RUNNING_TOOLS:
+            self._finish("terminated")
+        else:
+            self._after_result()
+
+    def _on_approval_requested(self, event: ApprovalRequested) -> None:
+        """Hold these gated calls; when the rest of the batch is done, pause the run for approval."""
+        self.awaiting_approval = (*self.awaiting_approval, *event.call_ids)
+        self._after_result()
+
+    def _after_result(self) -> None:
+        """When every call of the batch is answered, decide what the loop does next."""
+        if self._phase is not Phase.RUNNING_TOOLS or self.transcript.batch:
+            return  # the batch is open until every call not held for approval has its result
+        self._batch = None
+        if self.awaiting_approval:
+            self._finish("awaiting_approval")
+            return
+        self.error_streak = self.error_streak + 1 if self._batch_failed else 0
+        if self.terminated:
+            self._finish("terminated")
+        elif self._limit_reached():
+            self._call_model(final=True)
+        else:
+            self._call_model()
+
+    def _limit_reached(self) -> bool:
+        config = self.config
+        checks = (
+            ("max_iterations", self.iteration, config.max_iterations),
+            ("max_consecutive_errors", self.error_streak, config.max_consecutive_errors),
+            ("max_function_calls", self.calls_made, config.max_function_calls),
+        )
+        for reason, value, limit in checks:
+            if limit is not None and value >= limit:
+                self.limit_reason = reason
+                self._derive(IterationLimitReached, iteration=self.iteration, reason=reason, limit=limit)
+                return True
+        return False
+
+    def _resume_approvals(self, approvals: list[Content]) -> None:
+        """A run that carries approval responses first settles the calls it answers."""
+        self.iteration = 1
+        self._phase_to(Phase.RUNNING_TOOLS)
+        self._batch_failed = False
+        responses = {c.call_id: bool(c.approved) for c in approvals}
+        pending = answered_calls((*self.history, *self.transcript.messages), responses)
+        for call in pending:
+            self._derive(ApprovalResolved, call_id=call.call_id or "", approved=responses[call.call_id])
+        approved = tuple(c for c in pending if responses[c.call_id] and c.name in self.tools.specs)
+        for call in pending:  # approved, but its tool is not offered in this run (added at run time)
+            if responses[call.call_id] and call.name not in self.tools.specs:
+                self._batch_failed = True
+                reason = "not in the tools offered to this run"
+                self._derive(ToolNotFound, call_id=call.call_id or "", name=call.name or "", reason=reason)
+        if approved:
+            self._invoke(approved, approved=True)
+        self._after_result()
+
+    def _on_session_updated(self, event: SessionUpdated) -> None:
+        """Session writes between the end of the loop and the end of the run: recorded."""
+
+
+def _table() -> dict[tuple[Phase, type], Any]:
+    m = Transitions
+    table: dict[tuple[Phase, type], Any] = {
+        (Phase.NEW, RunStarted): m._on_started,
+        (Phase.STARTED, RunInputRewritten): m._on_rewritten,
+        (Phase.STARTED, SessionUpdated): m._on_noop,
+        (Phase.STARTED, MiddlewareShortCircuit): m._on_agent_short_circuit,
+        (Phase.STARTED, RunTerminated): m._on_terminated,
+        (Phase.AWAITING_MODEL, ModelResponded): m._on_model_responded,
+        (Phase.AWAITING_MODEL, ModelFailed): m._on_model_failed,
+        (Phase.AWAITING_MODEL, SessionUpdated): m._on_noop,
+        (Phase.AWAITING_MODEL, RunTerminated): m._on_terminated,
+        (Phase.AWAITING_MODEL, MiddlewareShortCircuit): m._on_noop,
+        (Phase.AWAITING_MODEL, ModelRequestRewritten): m._on_noop,
+        (Phase.RUNNING_TOOLS, ToolCalled): m._on_noop,
+        (Phase.RUNNING_TOOLS, ToolReturned): m._on_call_done,
+        (Phase.RUNNING_TOOLS, MiddlewareShortCircuit): m._on_call_done,
+        (Phase.RUNNING_TOOLS, ToolFailed): m._on_call_failed,
+        (Phase.RUNNING_TOOLS, ArgumentsRejected): m._on_call_failed,
+        (Phase.RUNNING_TOOLS, ToolsAdded): m._on_noop,
+        (Phase.RUNNING_TOOLS, ToolsRemoved): m._on_noop,
+        (Phase.RUNNING_TOOLS, SessionUpdated): m._on_noop,
+        (Phase.RUNNING_TOOLS, ChildRunStarted): m._on_noop,
+        (Phase.RUNNING_TOOLS, RunTerminated): m._on_terminated,
+        (Phase.RUNNING_TOOLS, ApprovalRequested): m._on_approval_requested,
+        (Phase.FINISHING, SessionUpdated): m._on_session_updated,
+    }
+    return table
+
+
+TRANSITIONS = _table()
+"""(phase, input event type) -> handler. Anything not listed raises ``TransitionError``."""
+
+BY_PHASE: dict[Phase, dict[type, Any]] = {
+    phase: {kind: handler for (p, kind), handler in TRANSITIONS.items() if p is phase} for phase in Phase
+}

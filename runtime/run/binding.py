@@ -1,0 +1,99 @@
+"""RunBinding: what the steps of one run work with, wherever they execute.
+
+A binding joins a ``RunSpec`` to a ``Recorder``: the run's live tools (``ToolRegistry``), its
+session, the options and kwargs in force (agent middleware may replace them before the loop
+starts), and the ambient ``RunContext`` tools and sub-agents see. ``bound()`` makes the session
+record into this run and the context current for the code inside the block: the local driver
+holds it for the whole run, a Temporal step for one model or tool call.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from ..context import RunContext, SessionSink, running
+from ..core.events import SessionUpdated, StateChange
+from ..errors import RunError
+from ..session import AgentSession
+from .recorder import Recorder
+from .registry import ToolRegistry
+from .spec import RunSpec
+
+__all__ = ("RunBinding",)
+
+
+class RunBinding:
+    """One run's spec and recorder, with the live state its steps share."""
+
+    def __init__(
+        self,
+        spec: RunSpec,
+        recorder: Recorder,
+        session: AgentSession | None,
+        *,
+        parent_sink: SessionSink | None = None,
+        on_update: Callable[[Any], None] | None = None,
+    ) -> None:
+        self.spec = spec
+        self.recorder = recorder
+        self.run_id = recorder.run_id
+        self.registry = ToolRegistry(spec.tools, recorder)
+        self.session = session
+        self.options: dict[str, Any] = dict(spec.options)
+        self.kwargs: dict[str, Any] = dict(spec.function_invocation_kwargs)
+        self.client_kwargs: dict[str, Any] = dict(spec.client_kwargs)
+        self.on_update = on_update
+        self.error: RunError | None = None
+        """The model failure that ended the run, raised to the caller once the run is recorded."""
+        self.parent_sink = parent_sink
+        self.session_sink = self._session_sink(session) if session is not None else None
+        self.context = RunContext(
+            agent=spec.agent,
+            run_id=self.run_id,
+            session=session,
+            options=self.options,
+            kwargs=self.kwargs,
+            recorder=recorder,
+            session_sink=self.session_sink,
+        )
+
+    def use_input(
+        self, options: dict[str, Any], kwargs: dict[str, Any], client_kwargs: dict[str, Any]
+    ) -> None:
+        """Agent middleware replaced the run's options or kwargs: the loop uses these."""
+        self.options, self.kwargs, self.client_kwargs = options, kwargs, client_kwargs
+        self.context.options, self.context.kwargs = options, kwargs
+
+    def checkpoint(self) -> None:
+        """Record in-place changes the current writer made to session values."""
+        if self.session is not None:
+            self.session.state.checkpoint()
+
+    @contextlib.contextmanager
+    def bound(self) -> Iterator[RunContext]:
+        """The session records into this run, and the run is the current one, inside the block."""
+        session, sink = self.session, self.session_sink
+        unbind = session.bind(sink) if session is not None and sink is not None else None
+        try:
+            with running(self.context):
+                yield self.context
+        finally:
+            if unbind is not None:
+                unbind()
+
+    def _session_sink(self, session: AgentSession) -> SessionSink:
+        """Record session changes in this run, and copy them to a caller sharing the session."""
+        session_id, recorder, parent = session.session_id, self.recorder, self.parent_sink
+
+        def sink(by: str, changes: tuple[StateChange, ...], origin: tuple[str, int] | None = None) -> None:
+            with recorder.lock:
+                fields = {"origin_run_id": origin[0], "origin_seq": origin[1]} if origin else {}
+                event = recorder.record(
+                    SessionUpdated, session_id=session_id, by=by, changes=changes, **fields
+                )
+                if parent is not None:
+                    parent(f"{event.run_id}/{by}", changes, origin or (event.run_id, event.seq))
+
+        return sink

@@ -1,0 +1,238 @@
+"""AgentRun: one run from ``RunStarted`` to how it ended, with agent middleware around the loop.
+
+``execute`` records ``RunStarted`` (built by the spec), binds the session and the run context,
+runs agent middleware around the local driver's loop, and has the machine record the end:
+``RunCompleted`` with the run's response (or what agent middleware answered instead), or
+``RunFailed``. Then the session's history grows by the run's input and output.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+
+from ..clients import ChatResponseUpdate, normalize_messages
+from ..context import AgentContext, SessionSink
+from ..core.events import (
+    ArgumentsRejected,
+    Event,
+    MiddlewareShortCircuit,
+    RunInputRewritten,
+    RunStarted,
+    RunTerminated,
+    ToolFailed,
+    ToolNotFound,
+    ToolReturned,
+)
+from ..core.commands import FinishRun
+from ..core.machine import RunMachine
+from ..core.messages import Content, Message, result_text
+from ..core.projections import error_text
+from ..errors import MiddlewareError, MiddlewareTermination, RunError, StoreError
+from ..middleware import run_chain
+from ..response import AgentResponse, AgentResponseUpdate
+from ..session import AgentSession, writer
+from .binding import RunBinding
+from .driver import LocalDriver
+from .recorder import LiveRecorder, capture_sinks
+from .spec import RunSpec, check_approvals, options_record
+from .values import to_json
+
+__all__ = ("AgentRun",)
+
+
+class AgentRun:
+    """One call of ``Agent.run`` (or of a sub-agent tool, or a rerun) in this process."""
+
+    def __init__(
+        self,
+        spec: RunSpec,
+        session: AgentSession | None,
+        *,
+        run_id: str,
+        parent_sink: SessionSink | None = None,
+    ) -> None:
+        self.spec = spec
+        self.session = session
+        self.run_id = run_id
+        self.parent_sink = parent_sink
+        self.on_update: Callable[[AgentResponseUpdate], None] | None = None
+
+    async def execute(self, messages: Any, *, stream: bool = False) -> AgentResponse:
+        spec, session = self.spec, self.session
+        history = session.history if session is not None and spec.share_history else []
+        # The agent's sinks see this run and, through the context, its sub-agents' runs too.
+        token = capture_sinks.set((*capture_sinks.get(), *spec.sinks)) if spec.sinks else None
+        try:
+            recorder = LiveRecorder(
+                RunMachine(history), self.run_id, spec.clock, [self._stream_sink] if self.on_update else []
+            )
+            inputs = normalize_messages(messages)
+            check_approvals(history, inputs)
+            session_id = session.session_id if session is not None else None
+            fields = spec.started_fields(messages=inputs, session_id=session_id, history_length=len(history))
+            recorder.record(RunStarted, **fields)
+            on_update = self._model_update if self.on_update is not None else None
+            binding = RunBinding(spec, recorder, session, parent_sink=self.parent_sink, on_update=on_update)
+            driver = LocalDriver(binding, recorder, spec.store)
+            with binding.bound():
+                return await self._run_agent_layers(binding, driver, inputs, stream)
+        finally:
+            if token is not None:
+                capture_sinks.reset(token)
+
+    async def _run_agent_layers(
+        self, binding: RunBinding, driver: LocalDriver, inputs: list[Message], stream: bool
+    ) -> AgentResponse:
+        recorder = driver.recorder
+        context = AgentContext(
+            agent=self.spec.agent,
+            messages=list(inputs),
+            session=self.session,
+            options=dict(binding.options),
+            kwargs=dict(binding.kwargs),
+            client_kwargs=dict(binding.client_kwargs),
+            run_id=self.run_id,
+            stream=stream,
+        )
+        finish: list[FinishRun] = []
+        own: list[AgentResponse] = []
+
+        async def inner() -> None:
+            if finish:
+                raise MiddlewareError("agent middleware called call_next() twice: a run runs once")
+            self._record_input_changes(binding, context, inputs)
+            recorder.begin()
+            finish.append(await driver.drive())
+            own.append(self._response(recorder, finish[0]))
+            context.result = own[0]
+
+        layers = self.spec.layers["agent"]
+        token = writer.set("agent_middleware")
+        try:
+            outcome = await run_chain(layers, context, inner, binding.checkpoint) if layers else None
+            if outcome is None:
+                await inner()
+        except MiddlewareTermination as exc:
+            if not finish:
+                recorder.record(RunTerminated, iteration=0, reason=str(exc), by="agent_middleware")
+                finish.append(recorder.take_finish())
+            context.result = exc.result if exc.result is not None else self._response(recorder, finish[0])
+            outcome = None
+        except BaseException as exc:
+            await self._failed(driver, exc)
+            raise
+        finally:
+            writer.reset(token)
+        if outcome is not None and outcome.short_circuited_by is not None and not finish:
+            text = to_json(_text_of(context.result))
+            middleware = outcome.short_circuited_by
+            recorder.record(
+                MiddlewareShortCircuit, call_id=None, middleware=middleware, result=text, scope="run"
+            )
+            finish.append(recorder.take_finish())
+        return await self._complete(binding, driver, context.result, own[0] if own else None)
+
+    def _record_input_changes(
+        self, binding: RunBinding, context: AgentContext, inputs: list[Message]
+    ) -> None:
+        """Record what agent middleware changed before handing over, and use it from here on."""
+        before = binding.options
+        changed = {k: v for k, v in context.options.items() if before.get(k) != v}
+        changed.update({k: None for k in before if k not in context.options})
+        kwargs_changed = context.kwargs != binding.kwargs
+        client_changed = list(context.client_kwargs) != list(binding.client_kwargs)
+        kwargs = dict(context.kwargs) if kwargs_changed else binding.kwargs
+        client_kwargs = dict(context.client_kwargs)
+        if context.messages == inputs and not changed and not kwargs_changed and not client_changed:
+            binding.use_input(before, kwargs, client_kwargs)
+            return
+        binding.use_input(dict(context.options), kwargs, client_kwargs)
+        binding.recorder.record(
+            RunInputRewritten,
+            by="agent_middleware",
+            messages=tuple(normalize_messages(context.messages)),
+            options=options_record(changed),
+            function_invocation_kwargs=self.spec.redact(kwargs) if kwargs_changed else None,
+            client_kwargs_keys=tuple(client_kwargs) if client_changed else None,
+        )
+
+    def _response(self, recorder: LiveRecorder, finish: FinishRun) -> AgentResponse:
+        machine = recorder.machine
+        return AgentResponse(
+            messages=machine.response_messages(),
+            run_id=self.run_id,
+            events=recorder.log,
+            usage=machine.usage,
+            user_input_requests=machine.approval_requests(),
+            finish_reason=finish.reason,
+            session_id=self.session.session_id if self.session is not None else None,
+        )
+
+    async def _complete(
+        self, binding: RunBinding, driver: LocalDriver, result: Any, own: AgentResponse | None
+    ) -> AgentResponse:
+        recorder = driver.recorder
+        if self.session is not None:
+            self.session.state.checkpoint(every=True)
+        if binding.error is not None:
+            recorder.finish()  # the machine records the model failure as RunFailed
+            with anyio.CancelScope(shield=True), contextlib.suppress(StoreError):
+                await driver.flush()
+            raise binding.error
+        response = result if isinstance(result, AgentResponse) else self._coerce(recorder, result)
+        if response is own:
+            recorder.finish()
+        else:  # agent middleware answered in the run's place
+            recorder.finish(messages=response.messages, text=response.text, usage=response.usage)
+        await driver.flush()
+        if self.session is not None and self.spec.share_history:
+            machine = recorder.machine
+            self.session.history.extend(machine.transcript.messages[: machine.input_count])
+            self.session.history.extend(response.messages)
+        return response
+
+    def _coerce(self, recorder: LiveRecorder, result: Any) -> AgentResponse:
+        text = _text_of(result)
+        messages = [Message("assistant", (Content.from_text(text),))] if text else []
+        reason = recorder.machine.finish_reason or "short_circuit"
+        return AgentResponse(messages=messages, run_id=self.run_id, events=recorder.log, finish_reason=reason)
+
+    async def _failed(self, driver: LocalDriver, exc: BaseException) -> None:
+        with anyio.CancelScope(shield=True):
+            cancelled = isinstance(exc, anyio.get_cancelled_exc_class())
+            error_type = "Cancelled" if cancelled else type(exc).__name__
+            message = str(exc) if not isinstance(exc, RunError) else str(exc.__cause__ or exc)
+            driver.recorder.fail(error_type, message)
+            with contextlib.suppress(StoreError):  # the store is what failed: the error says so
+                await driver.flush()
+
+    def _model_update(self, update: ChatResponseUpdate) -> None:
+        assert self.on_update is not None
+        self.on_update(AgentResponseUpdate(contents=update.contents, role=update.role, run_id=self.run_id))
+
+    def _stream_sink(self, event: Event) -> None:
+        """Each call's result as the model will see it, the moment it is recorded."""
+        assert self.on_update is not None
+        call_id: str | None
+        if isinstance(event, ToolReturned | MiddlewareShortCircuit):
+            call_id, text = event.call_id, result_text(event.result)
+        elif isinstance(event, ToolFailed | ArgumentsRejected | ToolNotFound):
+            call_id, text = event.call_id, error_text(event, self.spec.config.detailed_errors)
+        else:
+            return
+        if call_id is None:
+            return
+        content = Content.from_function_result(call_id, result=text)
+        self.on_update(AgentResponseUpdate(contents=(content,), role="tool", run_id=event.run_id))
+
+
+def _text_of(result: Any) -> str:
+    if result is None:
+        return ""
+    if isinstance(result, AgentResponse):
+        return result.text
+    return result if isinstance(result, str) else result_text(to_json(result))

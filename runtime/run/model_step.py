@@ -1,0 +1,210 @@
+"""One model call: chat middleware around the client, its answer recorded as an input event.
+
+``call_model(binding, command)`` carries out a ``CallModel``: it builds the request the machine
+asked for, runs chat middleware and the client (streaming when the run streams), and records what
+came back: ``ModelResponded``, or ``ModelFailed`` for a failed call or an answer the log cannot
+hold. What chat middleware changed or answered is recorded too. Foreign errors stop here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import msgspec
+
+from ..clients import ChatResponse, merge_updates
+from ..context import ChatContext
+from ..core.commands import CallModel
+from ..core.events import (
+    MiddlewareShortCircuit,
+    ModelFailed,
+    ModelRequestRewritten,
+    ModelResponded,
+    RunTerminated,
+)
+from ..core.messages import Content, Message, Usage
+from ..errors import MiddlewareTermination, ModelCallError, ModelResponseError, RunError
+from ..middleware import run_chain
+from ..session import writer
+from .binding import RunBinding
+from .values import to_json
+
+__all__ = ("call_model",)
+
+_MISSING = object()
+_TEXT_OR_NONE = frozenset({str, type(None)})
+
+
+async def call_model(binding: RunBinding, command: CallModel) -> None:
+    """Carry out ``command``; a failure is recorded and kept in ``binding.error``."""
+    options: dict[str, Any] = dict(binding.options)
+    options["tools"] = [binding.registry.by_name[name].spec for name in command.tools]
+    options["tool_choice"] = command.tool_choice
+    context = ChatContext(
+        client=binding.spec.client,
+        messages=list(command.messages),
+        options=options,  # type: ignore[arg-type]
+        client_kwargs=dict(binding.client_kwargs),
+        run_id=binding.run_id,
+        iteration=command.iteration,
+    )
+    layers = binding.spec.layers["chat"]
+    sent = dict(options) if layers else options
+
+    async def final() -> None:
+        if layers:
+            _record_request_changes(binding, command, context, sent)
+        context.result = await _get_response(binding, context)
+
+    token = writer.set("chat_middleware")
+    try:
+        if layers:
+            outcome = await run_chain(layers, context, final, binding.checkpoint)
+            if outcome.short_circuited_by is not None:
+                text = context.result.text if isinstance(context.result, ChatResponse) else None
+                binding.recorder.record(
+                    MiddlewareShortCircuit,
+                    call_id=None,
+                    middleware=outcome.short_circuited_by,
+                    result=text,
+                    scope="model",
+                )
+        else:
+            await final()
+    except MiddlewareTermination as exc:
+        binding.recorder.record(
+            RunTerminated, iteration=command.iteration, reason=str(exc), by="chat_middleware"
+        )
+        return
+    except Exception as exc:
+        _model_failed(binding, command.iteration, exc, ModelCallError)
+        return
+    finally:
+        writer.reset(token)
+    _responded(binding, command.iteration, context.result)
+
+
+def _record_request_changes(
+    binding: RunBinding, command: CallModel, context: ChatContext, sent: dict[str, Any]
+) -> None:
+    """Record what chat middleware changed in the request before it goes out."""
+    now: dict[str, Any] = dict(context.options)
+    tools = tuple(getattr(t, "name", str(t)) for t in now.pop("tools", None) or ())
+    before = {k: v for k, v in sent.items() if k != "tools"}
+    changed = {k: v for k, v in now.items() if before.get(k, _MISSING) != v}
+    changed.update({k: None for k in before if k not in now})
+    messages = tuple(context.messages)
+    if messages == command.messages and tools == command.tools and not changed:
+        return
+    binding.recorder.record(
+        ModelRequestRewritten,
+        iteration=command.iteration,
+        by="chat_middleware",
+        messages=messages,
+        tools=tools,
+        options={k: to_json(v) for k, v in changed.items()},
+    )
+
+
+async def _get_response(binding: RunBinding, context: ChatContext) -> ChatResponse:
+    client, on_update = binding.spec.client, binding.on_update
+    if on_update is None:
+        return await client.get_response(
+            context.messages, options=context.options, client_kwargs=context.client_kwargs
+        )
+    updates = []
+    async for update in client.get_streaming_response(
+        context.messages, options=context.options, client_kwargs=context.client_kwargs
+    ):
+        updates.append(update)
+        on_update(update)
+    return merge_updates(updates)
+
+
+def _responded(binding: RunBinding, iteration: int, response: Any) -> None:
+    if not isinstance(response, ChatResponse):
+        wrong = TypeError(f"the chat client returned {type(response).__name__}, not a ChatResponse")
+        _model_failed(binding, iteration, wrong, ModelResponseError)
+        return
+    try:
+        contents = tuple(_content(c) for m in response.messages for c in m.contents)
+        usage = (
+            None if response.usage is None else msgspec.convert(response.usage, Usage, from_attributes=True)
+        )
+    except (msgspec.ValidationError, TypeError, ValueError) as exc:
+        error = ValueError(f"the response cannot be recorded: {exc}")
+        _model_failed(binding, iteration, error, ModelResponseError)
+        return
+    problem = _malformed(contents)
+    if problem is not None:
+        _model_failed(binding, iteration, ValueError(problem), ModelResponseError)
+        return
+    binding.recorder.record(
+        ModelResponded,
+        iteration=iteration,
+        message=Message("assistant", contents),
+        usage=usage,
+        finish_reason=_text_or_none(response.finish_reason),
+        model=_text_or_none(response.model),
+        response_id=_text_or_none(response.response_id),
+    )
+
+
+def _model_failed(binding: RunBinding, iteration: int, exc: Exception, kind: type[RunError]) -> None:
+    name = kind.__name__ if kind is ModelResponseError else type(exc).__name__
+    event = binding.recorder.record(ModelFailed, iteration=iteration, error_type=name, message=str(exc))
+    error = kind(
+        f"model call {iteration} failed: {type(exc).__name__}: {exc}", run_id=binding.run_id, seq=event.seq
+    )
+    error.__cause__ = exc
+    binding.error = error
+
+
+def _text_or_none(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def _content(content: Any) -> Content:
+    """A response content as the log can hold it: raw argument text, JSON results, known fields.
+
+    Clients ported from elsewhere hand over arguments as mappings or results as objects; they
+    are turned into what the model actually sent (JSON text) rather than stored as they are.
+    """
+    if not isinstance(content, Content):
+        content = msgspec.convert(content, Content, from_attributes=True)
+    elif (
+        content.result is None
+        and type(content.arguments) in _TEXT_OR_NONE
+        and type(content.name) is str
+        and type(content.call_id) in _TEXT_OR_NONE
+        and type(content.text) in _TEXT_OR_NONE
+        and content.exception is None
+    ):
+        return content  # what every well-behaved client sends: nothing to change
+    fields: dict[str, Any] = {}
+    if content.arguments is not None and not isinstance(content.arguments, str):
+        fields["arguments"] = msgspec.json.encode(to_json(content.arguments)).decode()
+    if content.result is not None:
+        fields["result"] = to_json(content.result)
+    for name in ("text", "call_id", "name", "exception"):
+        value = getattr(content, name)
+        if value is not None and not isinstance(value, str):
+            fields[name] = str(value)
+    if content.type == "function_call" and content.name is None:
+        fields["name"] = ""  # answered as an unknown tool, like any name not offered
+    return msgspec.structs.replace(content, **fields) if fields else content  # type: ignore[no-any-return]
+
+
+def _malformed(contents: Sequence[Content]) -> str | None:
+    """Why a response's function calls cannot be run, or None."""
+    seen: set[str] = set()
+    for content in contents:
+        if content.type != "function_call":
+            continue
+        if not content.call_id:
+            return "a function call has no call id"
+        if content.call_id in seen:
+            return f"call id {content.call_id!r} appears twice in one response"
+        seen.add(content.call_id)
+    return None

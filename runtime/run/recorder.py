@@ -1,0 +1,112 @@
+"""Recorders: how everything that happens in a run becomes an event of its log.
+
+Tools, middleware, sub-agents and the steps of a driver all record through a ``Recorder``:
+``record(EventType, **fields)`` gives the event its run id, ``seq`` and ``at`` and keeps it. The
+``LiveRecorder`` of a run in this process feeds each event to the run's ``RunMachine`` at once
+(so the machine's decisions follow immediately) and hands every event, input or derived, to the
+run's sinks. A ``StepRecorder`` keeps the events of one step for a driver whose machine lives
+elsewhere (a Temporal workflow): that driver stamps and feeds them when the step reports back.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import contextvars
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from ..context import Recorder
+from ..core.commands import Command, FinishRun
+from ..core.events import Event, EventBase
+from ..core.machine import RunMachine, Step
+
+__all__ = ("LiveRecorder", "Recorder", "Sink", "StepRecorder", "capture_sinks", "watching")
+
+Sink = Callable[[Event], None]
+
+capture_sinks: contextvars.ContextVar[tuple[Sink, ...]] = contextvars.ContextVar(
+    "agentledger_capture", default=()
+)
+"""Sinks that see every event of every run started in this context (sub-agents included)."""
+
+
+@contextlib.contextmanager
+def watching(sink: Sink) -> Iterator[None]:
+    """Hand every event of every run started inside the block to ``sink``."""
+    token = capture_sinks.set((*capture_sinks.get(), sink))
+    try:
+        yield
+    finally:
+        capture_sinks.reset(token)
+
+
+class LiveRecorder:
+    """Stamps input events, feeds them to the machine and keeps the run's log (thread-safe)."""
+
+    def __init__(self, machine: RunMachine, run_id: str, clock: Callable[[], int], sinks: Sequence[Sink]):
+        self.machine = machine
+        self.run_id = run_id
+        self.clock = clock
+        self.sinks = tuple(sinks) + capture_sinks.get()
+        self.log: list[Event] = []
+        self.commands: collections.deque[Command] = collections.deque()
+        self.lock = threading.RLock()
+
+    def record(self, cls: type[EventBase], **fields: Any) -> Event:
+        with self.lock:
+            event: Any = cls(run_id=self.run_id, seq=self.machine.next_seq, at=self.clock(), **fields)
+            self._take(self.machine.handle(event))
+        return event  # type: ignore[no-any-return]
+
+    def begin(self) -> None:
+        """Hand over to the loop (after agent middleware): the machine's first command."""
+        with self.lock:
+            self._take(self.machine.begin())
+
+    def finish(self, **result: Any) -> None:
+        """Record how the loop ended (``RunMachine.finish``)."""
+        with self.lock:
+            self._take(self.machine.finish(self.clock(), **result))
+
+    def fail(self, error_type: str, message: str) -> bool:
+        """Record ``RunFailed`` unless the run already ended; whether it was recorded."""
+        with self.lock:
+            if not self.machine.is_open:
+                return False
+            self._take(self.machine.fail(self.clock(), error_type, message))
+            return True
+
+    def next_command(self) -> Command:
+        return self.commands.popleft()
+
+    def take_finish(self) -> FinishRun:
+        """The ``FinishRun`` the machine just issued outside the loop (agent middleware ended it)."""
+        command = self.commands.pop()
+        assert isinstance(command, FinishRun), command
+        return command
+
+    def _take(self, step: Step) -> None:
+        events, commands = step
+        self.log.extend(events)
+        if commands:
+            self.commands.extend(commands)
+        for sink in self.sinks:
+            for event in events:
+                sink(event)
+
+
+class StepRecorder:
+    """Keeps what one step records, numbered from 0; its driver stamps ``seq`` and ``at``."""
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        self.events: list[Event] = []
+        self.lock = threading.RLock()
+
+    def record(self, cls: type[EventBase], **fields: Any) -> Event:
+        with self.lock:
+            event: Any = cls(run_id=self.run_id, seq=len(self.events), at=0, **fields)
+            self.events.append(event)
+        return event  # type: ignore[no-any-return]

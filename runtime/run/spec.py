@@ -1,0 +1,125 @@
+"""RunSpec: what one run is, fixed before it starts.
+
+Built once from an agent and the arguments of one ``run()`` (``Agent.run_spec``), a spec holds
+the merged options, the tools, the middleware layers, the kwargs and where events go. Every driver
+starts from one: the local driver, a rerun or fork (the same spec with a replay client, recorded
+tools and no store, through ``replace``) and a Temporal step. ``run_started`` builds the run's
+first event from it, so ``RunStarted`` is made in one place.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from .. import __version__
+from ..clients import BaseChatClient
+from ..core.approvals import unmatched_approvals
+from ..core.events import RunConfig, RunStarted
+from ..core.messages import Message
+from ..errors import ApprovalError
+from ..middleware import Layer
+from ..store import EventStore
+from ..tools import FunctionTool
+from .recorder import Sink
+from .values import to_json
+
+__all__ = ("Layers", "RunSpec", "check_approvals", "merge_options", "options_record")
+
+Layers = Mapping[str, Sequence[Layer]]
+"""Middleware by kind: ``"function"``, ``"agent"`` and ``"chat"``, outermost first."""
+_RUN_OPTION_KEYS = ("tools", "instructions")
+
+
+def merge_options(
+    defaults: Mapping[str, Any], instructions: str | None, options: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    """A run's options: the agent's defaults, the run's own on top, the agent's instructions
+    unless the run gives its own."""
+    merged = {**defaults, **(options or {})}
+    if instructions and "instructions" not in merged:
+        merged["instructions"] = instructions
+    return merged
+
+
+def options_record(options: Mapping[str, Any]) -> dict[str, Any]:
+    """The options as ``RunStarted`` records them (tools and instructions have fields of their own)."""
+    return {k: to_json(v) for k, v in options.items() if k not in _RUN_OPTION_KEYS and v is not None}
+
+
+def check_approvals(history: Sequence[Message], inputs: Sequence[Message]) -> None:
+    """Refuse approval responses that answer no call awaiting approval in this conversation."""
+    unmatched = unmatched_approvals(history, inputs)
+    if unmatched:
+        raise ApprovalError(
+            f"approval responses for {unmatched} match no call awaiting approval; "
+            "resume on the session of the run that asked for them"
+        )
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RunSpec:
+    """One run, before it starts (see the module docstring)."""
+
+    agent: Any
+    """The agent object itself, as ``AgentContext.agent`` and ``current_run_context().agent``."""
+    agent_id: str
+    agent_name: str | None
+    client: BaseChatClient
+    tools: tuple[FunctionTool, ...]
+    layers: Layers
+    options: Mapping[str, Any]
+    function_invocation_kwargs: Mapping[str, Any]
+    client_kwargs: Mapping[str, Any]
+    config: RunConfig
+    redact: Callable[[Mapping[str, Any]], dict[str, Any]]
+    clock: Callable[[], int]
+    store: EventStore | None = None
+    sinks: tuple[Sink, ...] = ()
+    parent: tuple[str, str] | None = None
+    """(run id, call id) of the tool call this run answers, for a sub-agent."""
+    share_history: bool = True
+    """Whether the run reads and extends its session's history (a sub-agent sharing its
+    caller's session keeps its own conversation)."""
+
+    def replace(self, **changes: Any) -> RunSpec:
+        """The same run with some fields changed (a rerun: another client, no store...)."""
+        return dataclasses.replace(self, **changes)
+
+    def started_fields(
+        self, *, messages: Sequence[Message], session_id: str | None, history_length: int
+    ) -> dict[str, Any]:
+        """The fields of the run's ``RunStarted`` (its envelope aside)."""
+        parent = self.parent
+        return {
+            "agent_id": self.agent_id,
+            "agent_name": self.agent_name,
+            "instructions": self.options.get("instructions"),
+            "messages": tuple(messages),
+            "tools": tuple(t.spec for t in self.tools),
+            "options": options_record(self.options),
+            "function_invocation_kwargs": self.redact(self.function_invocation_kwargs),
+            "client_kwargs_keys": tuple(self.client_kwargs),
+            "session_id": session_id,
+            "history_length": history_length,
+            "config": self.config,
+            "parent_run_id": parent[0] if parent else None,
+            "parent_call_id": parent[1] if parent else None,
+            "session_history": self.share_history,
+            "provider_name": self.client.provider_name,
+            "library_version": __version__,
+        }
+
+    def run_started(
+        self,
+        *,
+        run_id: str,
+        at: int,
+        messages: Sequence[Message],
+        session_id: str | None,
+        history_length: int,
+    ) -> RunStarted:
+        """The run's first event."""
+        fields = self.started_fields(messages=messages, session_id=session_id, history_length=history_length)
+        return RunStarted(run_id=run_id, seq=0, at=at, **fields)

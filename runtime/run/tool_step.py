@@ -1,0 +1,254 @@
+"""Tool calls: function middleware around each tool, each outcome recorded as an input event.
+
+``invoke_tools(binding, command)`` carries out an ``InvokeTools``: the gated calls whose
+arguments are valid are held for approval (``ApprovalRequested``), the others run, concurrently
+unless the run is sequential. ``invoke_call`` runs one call (a Temporal activity runs just that):
+arguments checked, function middleware, the tool (sync tools in a worker thread), and then one
+mapping from how the call ended to the events that record it (``record_outcome``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine
+from typing import Any
+
+import anyio
+
+from ..context import FunctionInvocationContext
+from ..core.commands import InvokeTools
+from ..core.events import (
+    ApprovalRequested,
+    ArgumentsRejected,
+    MiddlewareShortCircuit,
+    RunTerminated,
+    ToolCalled,
+    ToolFailed,
+    ToolReturned,
+)
+from ..core.messages import Content
+from ..errors import MiddlewareTermination
+from ..middleware import ChainOutcome, run_chain
+from ..session import writer
+from ..tools import ArgumentsError, FunctionTool
+from .binding import RunBinding
+from .values import to_json
+
+__all__ = ("CallOutcome", "hold_for_approval", "invoke_call", "invoke_tools", "record_outcome")
+
+
+class CallOutcome:
+    """How one call ended: what the tool returned, what middleware did, or what was raised."""
+
+    __slots__ = ("chain", "context", "error", "returned", "tool_raised", "value")
+
+    def __init__(self, context: FunctionInvocationContext | None) -> None:
+        self.context = context
+        self.returned = False
+        self.tool_raised = False  # the error came from the tool itself, not from middleware
+        self.value: Any = None
+        self.chain: ChainOutcome | None = None
+        self.error: BaseException | None = None
+
+    @property
+    def result(self) -> Any:
+        """What the model is answered with: middleware's final word, else the tool's value."""
+        return self.context.result if self.chain is not None and self.context is not None else self.value
+
+
+async def invoke_tools(binding: RunBinding, command: InvokeTools) -> None:
+    """Carry out a batch: hold the gated calls, run the others."""
+    iteration, by_name = command.iteration, binding.registry.by_name
+    # Resolved now: a tool removed by an earlier call of this batch still runs in it.
+    calls = [(call, by_name[call.name or ""]) for call in hold_for_approval(binding, command)]
+    if binding.spec.config.sequential_tools or len(calls) < 2:
+        for call, function in calls:
+            await invoke_call(binding, iteration, call, function)
+    elif _on_asyncio():
+        await _all_on_asyncio([invoke_call(binding, iteration, call, function) for call, function in calls])
+    else:
+        async with anyio.create_task_group() as group:
+            for call, function in calls:
+                group.start_soon(invoke_call, binding, iteration, call, function)
+
+
+def hold_for_approval(binding: RunBinding, command: InvokeTools) -> list[Content]:
+    """Record ``ApprovalRequested`` for the gated calls whose arguments are valid; return the
+    calls to run now. A call that cannot run is rejected at once, never shown to a human."""
+    if not command.gated:
+        return list(command.calls)
+    gated, held, runnable = set(command.gated), [], []
+    for call in command.calls:
+        if call.call_id in gated and _valid(binding.registry.by_name[call.name or ""], call):
+            held.append(call.call_id or "")
+        else:
+            runnable.append(call)
+    if held:
+        binding.recorder.record(ApprovalRequested, call_ids=tuple(held))
+    return runnable
+
+
+def _valid(function: FunctionTool, call: Content) -> bool:
+    try:
+        function.arguments_from(call.arguments)
+    except ArgumentsError:
+        return False
+    return True
+
+
+async def invoke_call(
+    binding: RunBinding, iteration: int, call: Content, function: FunctionTool | None = None
+) -> None:
+    """Run one call through function middleware and its tool (``function``, else the run's tool
+    of that name), and record how it ended."""
+    call_id = call.call_id or ""
+    function = function or binding.registry.by_name[call.name or ""]
+    try:
+        arguments = function.arguments_from(call.arguments)
+    except ArgumentsError as exc:
+        binding.recorder.record(ArgumentsRejected, call_id=call_id, name=function.name, reason=str(exc))
+        return
+    layers = binding.spec.layers["function"]
+    context = None
+    if layers or function.needs_context:
+        context = FunctionInvocationContext(
+            function=function,
+            arguments=arguments,
+            kwargs=dict(binding.kwargs),
+            session=binding.session,
+            tools=None,
+            call_id=call_id,
+            run_id=binding.run_id,
+            iteration=iteration,
+        )
+        context.bind_registry(binding.registry, call_id)
+    outcome = CallOutcome(context)
+    token = writer.set(call_id) if layers or binding.session is not None else None  # only sessions ask
+    try:
+        try:
+            await _run(binding, function, call_id, arguments, outcome)
+        except Exception as exc:
+            outcome.error = exc
+        record_outcome(binding, iteration, call_id, function.name, outcome)
+    finally:
+        if token is not None:
+            writer.reset(token)
+
+
+async def _run(
+    binding: RunBinding, function: FunctionTool, call_id: str, arguments: dict[str, Any], outcome: CallOutcome
+) -> None:
+    context, layers = outcome.context, binding.spec.layers["function"]
+    snapshot = dict(arguments) if layers else None
+
+    async def final() -> None:
+        values = context.arguments if context is not None else arguments
+        if snapshot is not None and (values is not arguments or values != snapshot):
+            values = function.validate(values)  # middleware changed them: check them again
+            if context is not None:
+                context.arguments = values
+        binding.recorder.record(ToolCalled, call_id=call_id, name=function.name, arguments=to_json(values))
+        try:
+            value = await _call_tool(function, values, context)
+        except MiddlewareTermination:
+            outcome.tool_raised = True
+            raise
+        outcome.returned, outcome.value = True, value
+        if context is not None:
+            context.result = value
+
+    if layers:
+        assert context is not None
+        outcome.chain = await run_chain(layers, context, final, binding.checkpoint)
+    else:
+        await final()
+
+
+def record_outcome(
+    binding: RunBinding, iteration: int, call_id: str, name: str, outcome: CallOutcome
+) -> None:
+    """The one mapping from how a call ended to the events that record it."""
+    binding.checkpoint()  # in-place session changes of this call, while the writer is still the call
+    record, error = binding.recorder.record, outcome.error
+    if isinstance(error, MiddlewareTermination):
+        record(RunTerminated, iteration=iteration, reason=str(error), by=call_id)
+        if outcome.returned or outcome.tool_raised:
+            result = outcome.result if outcome.returned else error.result
+            record(ToolReturned, call_id=call_id, name=name, result=to_json(result))
+        else:
+            result = error.result if error.result is not None else outcome.result
+            record(MiddlewareShortCircuit, call_id=call_id, middleware="termination", result=to_json(result))
+    elif isinstance(error, ArgumentsError):
+        record(ArgumentsRejected, call_id=call_id, name=name, reason=str(error))
+    elif error is not None:
+        record(ToolFailed, call_id=call_id, name=name, error_type=type(error).__name__, message=str(error))
+    elif outcome.chain is not None and outcome.chain.short_circuited_by is not None:
+        result = to_json(outcome.result)
+        record(
+            MiddlewareShortCircuit,
+            call_id=call_id,
+            middleware=outcome.chain.short_circuited_by,
+            result=result,
+        )
+    elif outcome.chain is not None and outcome.chain.overridden_by is not None:
+        record(
+            ToolReturned,
+            call_id=call_id,
+            name=name,
+            result=to_json(outcome.result),
+            overridden_by=outcome.chain.overridden_by,
+            tool_result=to_json(outcome.value),
+        )
+    else:
+        record(ToolReturned, call_id=call_id, name=name, result=to_json(outcome.result))
+
+
+async def _call_tool(function: FunctionTool, values: Any, context: Any) -> Any:
+    value = function.bind_call(values, context)
+    result = await (value() if function.is_async else anyio.to_thread.run_sync(value))
+    if function.is_async is False and hasattr(result, "__await__"):
+        result = await result
+    return result
+
+
+async def _all_on_asyncio(calls: list[Coroutine[Any, Any, None]]) -> None:
+    """Run a batch's calls as asyncio tasks and wait for all of them.
+
+    Starting a task through an anyio task group costs several times more, and a batch of quick
+    calls is dominated by it. This is safe without a task group: each call records its own
+    failure and never raises, and cancelling the waiting task cancels every call and waits for
+    them to finish before the cancellation goes on.
+    """
+    loop = asyncio.get_running_loop()
+    finished = loop.create_future()
+    remaining = len(calls)
+
+    def one_done(_: object) -> None:
+        nonlocal remaining
+        remaining -= 1
+        if remaining == 0 and not finished.done():
+            finished.set_result(None)
+
+    tasks = [loop.create_task(call) for call in calls]
+    for task in tasks:
+        task.add_done_callback(one_done)
+    try:
+        await finished
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        with anyio.CancelScope(shield=True):
+            await asyncio.wait(tasks)
+        raise
+    for task in tasks:
+        error = None if task.cancelled() else task.exception()
+        if error is not None:  # a bug in the call's own handling, not a tool's failure
+            raise error
+
+
+def _on_asyncio() -> bool:
+    """Whether the running event loop is asyncio's (anyio also runs on trio)."""
+    try:
+        return asyncio.current_task() is not None
+    except RuntimeError:  # no asyncio loop in this thread
+        return False

@@ -1,0 +1,125 @@
+"""RunStream: the updates of one streamed run, as an async iterator."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+from collections.abc import AsyncGenerator
+from typing import Any
+
+import anyio
+import anyio.abc
+
+from .response import AgentResponseUpdate
+from .run.lifecycle import AgentRun
+
+__all__ = ("RunStream",)
+
+
+class RunStream:
+    """The updates of one streamed run, as an async iterator (``agent.run_stream(...)``).
+
+    The run is driven by a task of its own, started at the first ``__anext__``, so the code
+    iterating it keeps its own cancel scopes. Leaving early is safe: ``aclose()`` (or ``async
+    with``, or ``contextlib.aclosing``) cancels the run at once and waits for it; a stream that
+    is simply dropped after a ``break`` cancels its run when it is collected. Either way the run
+    is recorded as ``RunFailed`` with ``error_type="Cancelled"``. A failed run raises its error
+    (``ModelCallError``...) to the iterating code.
+    """
+
+    def __init__(self, run: AgentRun, messages: Any) -> None:
+        self._run = run
+        self._messages = messages
+        self._send, self._receive = anyio.create_memory_object_stream[AgentResponseUpdate](math.inf)
+        run.on_update = self._send.send_nowait
+        self._failure: list[Exception] = []
+        self._task: asyncio.Task[None] | None = None
+        self._fallback: AsyncGenerator[AgentResponseUpdate, None] | None = None
+
+    def __aiter__(self) -> RunStream:
+        return self
+
+    async def __anext__(self) -> AgentResponseUpdate:
+        if self._task is None and self._fallback is None:
+            self._start()
+        if self._fallback is not None:
+            return await self._fallback.__anext__()
+        try:
+            return await self._receive.receive()
+        except anyio.EndOfStream:
+            self._receive.close()
+            if self._failure:
+                raise self._failure[0] from None
+            raise StopAsyncIteration from None
+
+    def _start(self) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # another event loop (trio): a structured fallback
+            self._fallback = _stream_in_group(self._run, self._messages, self._send, self._receive)
+            return
+        self._task = loop.create_task(self._produce())
+
+    async def _produce(self) -> None:
+        async with self._send:
+            try:
+                await self._run.execute(self._messages, stream=True)
+            except Exception as exc:  # handed to the consumer at the end of the stream
+                self._failure.append(exc)
+
+    async def aclose(self) -> None:
+        """Stop the run (if it is still going) and wait until it has recorded how it ended."""
+        if self._fallback is not None:
+            await self._fallback.aclose()
+            return
+        task = self._task
+        if task is not None and not task.done():
+            task.cancel()
+            with anyio.CancelScope(shield=True), contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._receive.close()
+
+    async def __aenter__(self) -> RunStream:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    def __del__(self) -> None:
+        task = self._task
+        if task is not None and not task.done():
+            task.cancel()  # dropped after a break: the run stops instead of going on unseen
+        self._receive.close()
+        if task is None:
+            self._send.close()  # never iterated: nothing will send
+
+
+async def _stream_in_group(
+    run: AgentRun,
+    messages: Any,
+    send: anyio.abc.ObjectSendStream[AgentResponseUpdate],
+    receive: anyio.abc.ObjectReceiveStream[AgentResponseUpdate],
+) -> AsyncGenerator[AgentResponseUpdate, None]:
+    """Streaming on event loops other than asyncio's: iterate it inside ``aclosing``."""
+    failure: list[Exception] = []
+
+    async def produce() -> None:
+        async with send:
+            try:
+                await run.execute(messages, stream=True)
+            except Exception as exc:
+                failure.append(exc)
+
+    closed = False
+    async with anyio.create_task_group() as group:
+        group.start_soon(produce)
+        try:
+            async with receive:
+                async for update in receive:
+                    yield update
+        except GeneratorExit:
+            closed = True
+            group.cancel_scope.cancel()
+    if failure and not closed:
+        raise failure[0]
