@@ -177,7 +177,7 @@ class RunMachine(Transitions):
             if not self._expected and self._phase is Phase.STARTED:
                 self._expected = self.begin()[0]
             self._expect(event)
-        elif type(event) is RunCompleted and self._phase is Phase.FINISHING:
+        elif type(event) is RunCompleted and self._phase is Phase.FINISHING and not self._expected:
             self._expected = self.finish(
                 event.at, messages=event.messages, text=event.text, usage=event.usage
             )[0]

@@ -1,0 +1,959 @@
+"""RunMachine driven by hand: every transition of ``TRANSITIONS`` and every decision the machine makes.
+
+No IO and no ``Agent``: a test feeds input events (stamped by ``Run``) and checks the events the
+machine derives, the commands it issues and the state it is left in. Only ``agentledger.core`` is
+imported.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, TypeVar, get_args
+
+import msgspec
+import pytest
+
+from agentledger.core import (
+    DERIVED,
+    REJECTED_BY_USER,
+    TRANSITIONS,
+    ApprovalRequested,
+    ApprovalResolved,
+    ArgumentsRejected,
+    CallModel,
+    CallsSkipped,
+    ChildRunStarted,
+    Command,
+    Content,
+    Event,
+    EventBase,
+    FinishRun,
+    InvokeTools,
+    IterationLimitReached,
+    Message,
+    MiddlewareShortCircuit,
+    ModelCalled,
+    ModelFailed,
+    ModelRequestRewritten,
+    ModelResponded,
+    Phase,
+    RunCompleted,
+    RunConfig,
+    RunFailed,
+    RunInputRewritten,
+    RunMachine,
+    RunStarted,
+    RunTerminated,
+    SessionUpdated,
+    StateChange,
+    Step,
+    ToolCalled,
+    ToolChoiceReset,
+    ToolFailed,
+    ToolNotFound,
+    ToolReturned,
+    ToolsAdded,
+    ToolSpec,
+    ToolsRemoved,
+    TransitionError,
+    Usage,
+    refold,
+)
+
+E = TypeVar("E", bound=EventBase)
+
+RUN = "run-1"
+T = ToolSpec(name="t")
+U = ToolSpec(name="u")
+DANGER = ToolSpec(name="danger", approval_mode="always_require")
+TOOLS = (T, U, DANGER)
+
+
+def user(text: str) -> Message:
+    return Message("user", (text,))
+
+
+def call(call_id: str, name: str = "t") -> Content:
+    return Content.from_function_call(call_id, name, arguments="{}")
+
+
+def assistant(*contents: Content | str) -> Message:
+    return Message("assistant", contents)
+
+
+def names(events: Sequence[Event]) -> list[str]:
+    return [type(e).__name__ for e in events]
+
+
+def only(events: Sequence[Event], cls: type[E]) -> E:
+    """The one event of type ``cls`` among ``events``."""
+    found = [e for e in events if isinstance(e, cls)]
+    assert len(found) == 1, names(events)
+    return found[0]
+
+
+class Run:
+    """One machine driven by hand: inputs are stamped with the run id, the machine's next seq and
+    a fresh ``at``; ``log`` keeps every event the machine returned, ``commands`` every command."""
+
+    def __init__(self, history: Sequence[Message] = ()) -> None:
+        self.machine = RunMachine(history)
+        self.log: list[Event] = []
+        self.commands: list[Command] = []
+        self.clock = 0
+
+    def make(self, cls: type[E], **fields: Any) -> E:
+        """An input of type ``cls`` stamped for the machine's next seq (the machine is not fed)."""
+        stamp: dict[str, Any] = {"run_id": RUN, "seq": self.machine.next_seq, "at": self.clock + 1000}
+        return cls(**{**stamp, **fields})
+
+    def feed(self, cls: type[EventBase], **fields: Any) -> Step:
+        event: Any = self.make(cls, **fields)
+        self.clock = event.at
+        return self.keep(self.machine.handle(event))
+
+    def keep(self, step: Step) -> Step:
+        self.log.extend(step[0])
+        self.commands.extend(step[1])
+        return step
+
+    def start(self, *, begin: bool = True, **fields: Any) -> Step:
+        """RunStarted (tools t, u, danger and one user message unless given), then begin()."""
+        started = {"agent_id": "a", "messages": (user("hi"),), "tools": TOOLS, **fields}
+        step = self.feed(RunStarted, **started)
+        return self.begin() if begin else step
+
+    def begin(self) -> Step:
+        return self.keep(self.machine.begin())
+
+    def finish(self, **overrides: Any) -> Step:
+        self.clock += 1000
+        return self.keep(self.machine.finish(self.clock, **overrides))
+
+    def respond(self, *contents: Content | str, usage: Usage | None = None) -> Step:
+        message = assistant(*contents)
+        return self.feed(ModelResponded, iteration=self.machine.iteration, message=message, usage=usage)
+
+    def returned(self, call_id: str, name: str = "t", result: str = "ok") -> Step:
+        return self.feed(ToolReturned, call_id=call_id, name=name, result=result)
+
+    def failed(self, call_id: str, name: str = "t") -> Step:
+        return self.feed(ToolFailed, call_id=call_id, name=name, error_type="ValueError", message="bad")
+
+
+def snapshot(machine: RunMachine) -> bytes:
+    """Everything a refused input must leave as it was."""
+    state = {
+        "phase": machine.phase,
+        "run_id": machine.run_id,
+        "next_seq": machine.next_seq,
+        "iteration": machine.iteration,
+        "messages": machine.transcript.messages,
+        "open_calls": machine.transcript.pending,
+        "tools": machine.tools.specs,
+        "tool_choice": machine.tool_choice,
+        "awaiting": machine.awaiting_approval,
+        "counters": (machine.calls_made, machine.error_streak, machine.model_calls, machine.terminated),
+        "pending": machine.pending(),
+    }
+    return msgspec.json.encode(state)
+
+
+def reach(phase: Phase) -> Run:
+    """A run driven to ``phase``; in RUNNING_TOOLS the batch is c1 (tool t) and c2 (danger, gated)."""
+    run = Run()
+    if phase is not Phase.NEW:
+        run.start(begin=phase is not Phase.STARTED)
+    if phase is Phase.RUNNING_TOOLS:
+        run.respond(call("c1"), call("c2", "danger"))
+    elif phase in (Phase.FINISHING, Phase.DONE):
+        run.respond("done")
+    if phase is Phase.DONE:
+        run.finish()
+    assert run.machine.phase is phase
+    return run
+
+
+def limited(**config: Any) -> Run:
+    """A run with the given limits, waiting on its first model call."""
+    run = Run()
+    run.start(config=RunConfig(**config))
+    return run
+
+
+# -- the table ----------------------------------------------------------------------------------
+
+SAMPLES: dict[type[EventBase], dict[str, Any]] = {
+    RunStarted: {"agent_id": "a", "messages": (user("hi"),), "tools": TOOLS},
+    RunInputRewritten: {"by": "mw", "messages": (user("rewritten"),)},
+    ModelCalled: {"iteration": 1},
+    ModelRequestRewritten: {"iteration": 1, "by": "mw"},
+    ModelResponded: {"iteration": 1, "message": assistant("done")},
+    ModelFailed: {"iteration": 1, "error_type": "Timeout", "message": "slow"},
+    ToolCalled: {"call_id": "c1", "name": "t"},
+    ToolReturned: {"call_id": "c1", "name": "t", "result": "ok"},
+    ToolFailed: {"call_id": "c1", "name": "t", "error_type": "ValueError", "message": "bad"},
+    ArgumentsRejected: {"call_id": "c1", "name": "t", "reason": "x is required"},
+    ToolNotFound: {"call_id": "c1", "name": "t", "reason": "no tools are offered"},
+    MiddlewareShortCircuit: {"call_id": None, "middleware": "mw"},
+    ToolsAdded: {"by_call_id": "c1", "tools": (ToolSpec(name="v"),)},
+    ToolsRemoved: {"by_call_id": "c1", "names": ("u",)},
+    ToolChoiceReset: {"iteration": 1, "previous": "required"},
+    SessionUpdated: {"session_id": "s", "by": "mw", "changes": (StateChange("k", "set", 1),)},
+    ChildRunStarted: {"call_id": "c1", "child_run_id": "child"},
+    ApprovalRequested: {"call_ids": ("c2",)},
+    ApprovalResolved: {"call_id": "c2", "approved": True},
+    IterationLimitReached: {"iteration": 1, "reason": "max_iterations", "limit": 1},
+    CallsSkipped: {"iteration": 1, "call_ids": ("c1",), "reason": "max_iterations"},
+    RunTerminated: {"iteration": 1, "reason": "user stop"},
+    RunCompleted: {},
+    RunFailed: {"error_type": "Crash", "message": "boom"},
+}
+"""One input of every event type, valid in the phase ``reach`` leaves a run in."""
+
+S, A, R, F = Phase.STARTED, Phase.AWAITING_MODEL, Phase.RUNNING_TOOLS, Phase.FINISHING
+ACCEPTED: dict[tuple[Phase, type[EventBase]], tuple[Phase, tuple[type, ...]]] = {
+    (Phase.NEW, RunStarted): (S, ()),
+    (S, RunInputRewritten): (S, ()),
+    (S, SessionUpdated): (S, ()),
+    (S, MiddlewareShortCircuit): (F, (FinishRun,)),
+    (S, RunTerminated): (F, (FinishRun,)),
+    (A, ModelResponded): (F, (FinishRun,)),
+    (A, ModelFailed): (F, (FinishRun,)),
+    (A, SessionUpdated): (A, ()),
+    (A, RunTerminated): (F, (FinishRun,)),
+    (A, MiddlewareShortCircuit): (A, ()),
+    (A, ModelRequestRewritten): (A, ()),
+    (R, ToolCalled): (R, ()),
+    (R, ToolReturned): (R, ()),
+    (R, MiddlewareShortCircuit): (R, ()),
+    (R, ToolFailed): (R, ()),
+    (R, ArgumentsRejected): (R, ()),
+    (R, ToolsAdded): (R, ()),
+    (R, ToolsRemoved): (R, ()),
+    (R, SessionUpdated): (R, ()),
+    (R, ChildRunStarted): (R, ()),
+    (R, RunTerminated): (R, ()),
+    (R, ApprovalRequested): (R, ()),
+    (F, SessionUpdated): (F, ()),
+}
+"""(phase, input) -> (phase after the sample input, commands it issues)."""
+
+REFUSED = [(p, k) for p in Phase for k in get_args(Event) if (p, k) not in TRANSITIONS]
+
+
+def _id(pair: tuple[Phase, type[EventBase]]) -> str:
+    return f"{pair[0].value}-{pair[1].__name__}"
+
+
+def test_the_cases_cover_the_table_and_every_event_type() -> None:
+    """The accepted cases are exactly TRANSITIONS, and there is a sample of every event type."""
+    assert set(ACCEPTED) == set(TRANSITIONS)
+    assert set(SAMPLES) == set(get_args(Event))
+
+
+@pytest.mark.parametrize("pair", list(ACCEPTED), ids=_id)
+def test_every_pair_in_the_table_is_accepted(pair: tuple[Phase, type[EventBase]]) -> None:
+    """Each (phase, input) of the table is taken: returned first, seq advanced, next phase and commands."""
+    phase, kind = pair
+    run = reach(phase)
+    event: Any = run.make(kind, **SAMPLES[kind])
+    events, commands = run.machine.handle(event)
+    assert events == [event]
+    assert run.machine.next_seq == event.seq + 1
+    assert (run.machine.phase, tuple(type(c) for c in commands)) == ACCEPTED[pair]
+
+
+@pytest.mark.parametrize("pair", REFUSED, ids=_id)
+def test_pairs_not_in_the_table_are_refused_and_change_nothing(pair: tuple[Phase, type[EventBase]]) -> None:
+    """An input the phase does not accept raises TransitionError naming it, and leaves the state as it was."""
+    phase, kind = pair
+    run = reach(phase)
+    event: Any = run.make(kind, **SAMPLES[kind])
+    before = snapshot(run.machine)
+    with pytest.raises(TransitionError, match=f"{kind.__name__} is not accepted") as info:
+        run.machine.handle(event)
+    assert (info.value.seq, info.value.run_id) == (event.seq, run.machine.run_id)
+    assert snapshot(run.machine) == before
+
+
+MISSTAMPED = [
+    pytest.param(pair, stamp, id=f"{_id(pair)}-{stamp}")
+    for pair in ACCEPTED
+    for stamp in ("seq+1", "seq-1", "other run")
+    if not (pair[0] is Phase.NEW and stamp == "other run")  # the first event sets the run id
+]
+
+
+@pytest.mark.parametrize(("pair", "stamp"), MISSTAMPED)
+def test_wrong_seq_or_run_is_refused(pair: tuple[Phase, type[EventBase]], stamp: str) -> None:
+    """An accepted input with a seq other than next_seq, or another run's id, raises and changes nothing."""
+    phase, kind = pair
+    run = reach(phase)
+    seq = run.machine.next_seq
+    wrong: dict[str, Any] = {
+        "seq+1": {"seq": seq + 1},
+        "seq-1": {"seq": seq - 1},
+        "other run": {"run_id": "x"},
+    }
+    event: Any = run.make(kind, **{**SAMPLES[kind], **wrong[stamp]})
+    before = snapshot(run.machine)
+    with pytest.raises(TransitionError, match="expected seq"):
+        run.machine.handle(event)
+    assert snapshot(run.machine) == before
+
+
+@pytest.mark.parametrize("phase", [Phase.NEW, A, R, F, Phase.DONE])
+def test_begin_outside_started_raises_and_changes_nothing(phase: Phase) -> None:
+    """begin() is only accepted in STARTED."""
+    run = reach(phase)
+    before = snapshot(run.machine)
+    with pytest.raises(TransitionError, match="begin is not accepted"):
+        run.machine.begin()
+    assert snapshot(run.machine) == before
+
+
+# -- started and begin ---------------------------------------------------------------------------
+
+
+def test_run_started_takes_run_id_limits_and_tool_choice() -> None:
+    """RunStarted sets the run id, config and tool_choice, and waits for begin() without a command."""
+    run = Run()
+    config = RunConfig(max_iterations=3)
+    events, commands = run.start(begin=False, config=config, options={"tool_choice": "auto"})
+    assert (names(events), commands) == (["RunStarted"], [])
+    machine = run.machine
+    assert (machine.run_id, machine.config, machine.tool_choice, machine.phase) == (RUN, config, "auto", S)
+
+
+def test_begin_calls_the_model_with_the_started_tools() -> None:
+    """begin() derives ModelCalled with RunStarted's tools and issues CallModel with history then input."""
+    history = (user("earlier"), assistant("before"))
+    run = Run(history)
+    run.start(begin=False, tools=(U, T), options={"tool_choice": "auto"})
+    events, commands = run.begin()
+    called = only(events, ModelCalled)
+    assert (called.iteration, called.tools, called.tool_choice) == (1, ("u", "t"), "auto")
+    assert called.message_count == 3
+    expected = CallModel(iteration=1, messages=(*history, user("hi")), tools=("u", "t"), tool_choice="auto")
+    assert commands == [expected]
+    assert run.machine.phase is A
+
+
+def test_run_input_rewritten_replaces_the_input_and_tool_choice() -> None:
+    """Agent middleware's RunInputRewritten replaces the messages sent and the tool_choice offered."""
+    run = Run()
+    run.start(begin=False, options={"tool_choice": "auto"})
+    run.feed(RunInputRewritten, by="mw", messages=(user("a"), user("b")), options={"tool_choice": "none"})
+    _, commands = run.begin()
+    assert isinstance(commands[0], CallModel)
+    assert (commands[0].messages, commands[0].tool_choice) == ((user("a"), user("b")), "none")
+    run.respond("answer")
+    assert run.machine.response_messages() == [assistant("answer")]
+
+
+def test_run_input_rewritten_without_tool_choice_keeps_it() -> None:
+    """A rewrite that does not name tool_choice leaves the started one in force."""
+    run = Run()
+    run.start(begin=False, options={"tool_choice": "required"})
+    run.feed(RunInputRewritten, by="mw", messages=(user("a"),))
+    assert only(run.begin()[0], ModelCalled).tool_choice == "required"
+
+
+def test_agent_short_circuit_finishes_the_run() -> None:
+    """MiddlewareShortCircuit with call_id None in STARTED finishes with short_circuit, no model call."""
+    run = Run()
+    run.start(begin=False)
+    events, commands = run.feed(MiddlewareShortCircuit, call_id=None, middleware="cache", scope="run")
+    assert (names(events), commands) == (["MiddlewareShortCircuit"], [FinishRun(reason="short_circuit")])
+    done = only(run.finish(messages=[assistant("cached")])[0], RunCompleted)
+    assert (done.reason, done.text, done.messages) == ("short_circuit", "cached", (assistant("cached"),))
+    assert not any(isinstance(e, ModelCalled) for e in run.log)
+
+
+def test_a_rewritten_input_is_not_a_message_of_the_run() -> None:
+    """After RunInputRewritten and a short circuit, the run reports none of the new input as its own."""
+    run = Run()
+    run.start(begin=False)
+    run.feed(RunInputRewritten, by="mw", messages=(user("a"), user("b")))
+    run.feed(MiddlewareShortCircuit, call_id=None, middleware="cache")
+    assert run.machine.response_messages() == []
+    assert only(run.finish()[0], RunCompleted).messages == ()
+
+
+def test_short_circuit_naming_a_call_in_started_is_only_recorded() -> None:
+    """MiddlewareShortCircuit with a call_id in STARTED neither finishes nor issues anything."""
+    run = Run()
+    run.start(begin=False)
+    assert run.feed(MiddlewareShortCircuit, call_id="x", middleware="mw")[1] == []
+    assert run.machine.phase is S
+
+
+# -- approvals carried in the input ---------------------------------------------------------------
+
+
+def resumed(*answers: tuple[str, bool]) -> tuple[Run, Step]:
+    """A run whose history holds calls a1 (danger), a2 (danger), a3 (gone) and whose input answers them."""
+    history = (user("hi"), assistant(call("a1", "danger"), call("a2", "danger"), call("a3", "gone")))
+    responses = tuple(Content.from_approval_response(cid, approved=ok) for cid, ok in answers)
+    run = Run(history)
+    run.start(begin=False, messages=(Message("user", responses),))
+    return run, run.begin()
+
+
+def test_begin_resumes_approved_calls_without_gating() -> None:
+    """Approval responses resume: ApprovalResolved per answer, InvokeTools of the approved calls, ungated."""
+    run, (events, commands) = resumed(("a1", True))
+    assert events == [ApprovalResolved(run_id=RUN, seq=1, at=1000, call_id="a1", approved=True)]
+    assert commands == [InvokeTools(iteration=1, calls=(call("a1", "danger"),), gated=())]
+    assert run.machine.phase is R
+
+
+def test_a_rejected_call_gets_the_rejection_result() -> None:
+    """A rejected call is not invoked; the model is sent the rejection as its result with the others'."""
+    run, (events, commands) = resumed(("a1", True), ("a2", False))
+    resolved = [(e.call_id, e.approved) for e in events if isinstance(e, ApprovalResolved)]
+    assert resolved == [("a1", True), ("a2", False)]
+    assert commands == [InvokeTools(iteration=1, calls=(call("a1", "danger"),))]
+    _, after = run.returned("a1", "danger", "done")
+    assert isinstance(after[0], CallModel)
+    results = [(c.call_id, c.result) for c in after[0].messages[-1].contents]
+    assert results == [("a1", "done"), ("a2", REJECTED_BY_USER)]
+
+
+def test_only_rejections_call_the_model_at_once() -> None:
+    """When every answer is a rejection nothing is invoked and the model is asked again."""
+    _, (events, commands) = resumed(("a1", False))
+    assert names(events) == ["ApprovalResolved", "ModelCalled"]
+    assert [type(c) for c in commands] == [CallModel]
+
+
+def test_an_approved_call_of_a_tool_not_offered_is_tool_not_found() -> None:
+    """An approved call whose tool this run does not offer becomes ToolNotFound, not an invocation."""
+    _, (events, commands) = resumed(("a1", True), ("a3", True))
+    missing = only(events, ToolNotFound)
+    assert (missing.call_id, missing.name) == ("a3", "gone")
+    assert missing.reason == "not in the tools offered to this run"
+    assert commands == [InvokeTools(iteration=1, calls=(call("a1", "danger"),))]
+
+
+# -- model responses -----------------------------------------------------------------------------
+
+
+def test_an_answer_without_calls_finishes_completed() -> None:
+    """A response without calls finishes the loop: FinishRun(completed) with its text."""
+    run = Run()
+    run.start()
+    events, commands = run.respond("the answer")
+    assert names(events) == ["ModelResponded"]
+    assert commands == [FinishRun(reason="completed", text="the answer")]
+    assert run.machine.phase is F
+
+
+def test_calls_are_invoked_as_one_batch() -> None:
+    """A response with calls issues one InvokeTools of them, in order, and waits for every result."""
+    run = Run()
+    run.start()
+    _, commands = run.respond(call("c1"), call("c2", "u"))
+    assert commands == [InvokeTools(iteration=1, calls=(call("c1"), call("c2", "u")), gated=())]
+    assert run.returned("c2", "u")[1] == []
+    _, after = run.returned("c1")
+    assert isinstance(after[0], CallModel)
+    assert after[0].iteration == 2
+    assert [c.call_id for c in after[0].messages[-1].contents] == ["c1", "c2"]  # in call order
+
+
+def test_unknown_tool_when_no_tools_are_offered() -> None:
+    """With no tools offered, a call becomes ToolNotFound 'no tools are offered'; the model is asked again."""
+    run = Run()
+    run.start(tools=())
+    events, commands = run.respond(call("c1", "ghost"))
+    assert names(events) == ["ModelResponded", "ToolNotFound", "ModelCalled"]
+    assert only(events, ToolNotFound).reason == "no tools are offered"
+    assert [type(c) for c in commands] == [CallModel]
+
+
+def test_unknown_tool_among_offered_tools() -> None:
+    """A call to a tool not offered becomes ToolNotFound 'not in the tools offered'; the rest still run."""
+    run = Run()
+    run.start()
+    events, commands = run.respond(call("c1", "ghost"), call("c2"))
+    missing = only(events, ToolNotFound)
+    assert (missing.call_id, missing.name, missing.reason) == ("c1", "ghost", "not in the tools offered")
+    assert commands == [InvokeTools(iteration=1, calls=(call("c2"),))]
+
+
+@pytest.mark.parametrize("choice", ["required", {"mode": "required", "required_function_name": "t"}])
+def test_a_required_tool_choice_resets_after_the_first_call(choice: Any) -> None:
+    """After the first model call with calls, a required tool_choice is reset and the next call has none."""
+    run = Run()
+    run.start(options={"tool_choice": choice})
+    events, _ = run.respond(call("c1"))
+    assert only(events, ToolChoiceReset).previous == choice
+    events, commands = run.returned("c1")
+    assert only(events, ModelCalled).tool_choice is None
+    assert isinstance(commands[0], CallModel)
+    assert commands[0].tool_choice is None
+
+
+def test_the_tool_choice_reset_happens_once() -> None:
+    """A second response with calls derives no second ToolChoiceReset."""
+    run = Run()
+    run.start(options={"tool_choice": "required"})
+    run.respond(call("c1"))
+    run.returned("c1")
+    events, _ = run.respond(call("c2"))
+    assert names(events) == ["ModelResponded"]
+    assert names(run.log).count("ToolChoiceReset") == 1
+
+
+def test_an_auto_tool_choice_is_kept() -> None:
+    """A tool_choice that is not required is offered again on the next call."""
+    run = Run()
+    run.start(options={"tool_choice": "auto"})
+    events, _ = run.respond(call("c1"))
+    assert "ToolChoiceReset" not in names(events)
+    assert only(run.returned("c1")[0], ModelCalled).tool_choice == "auto"
+
+
+# -- approval gating -----------------------------------------------------------------------------
+
+
+def gated_batch() -> tuple[Run, Step]:
+    run = Run()
+    run.start()
+    return run, run.respond(call("c1"), call("c2", "danger"))
+
+
+def test_calls_of_approval_tools_are_gated() -> None:
+    """Calls of a tool with approval_mode always_require are listed in InvokeTools.gated."""
+    _, (_, commands) = gated_batch()
+    assert commands == [InvokeTools(iteration=1, calls=(call("c1"), call("c2", "danger")), gated=("c2",))]
+
+
+def test_held_calls_pause_the_run_once_the_rest_is_answered() -> None:
+    """ApprovalRequested holds its calls; the last other result finishes the run awaiting_approval."""
+    run, _ = gated_batch()
+    assert run.feed(ApprovalRequested, call_ids=("c2",))[1] == []
+    events, commands = run.returned("c1")
+    assert (names(events), commands) == (["ToolReturned"], [FinishRun(reason="awaiting_approval")])
+    assert run.machine.approval_requests() == [
+        Content("function_approval_request", call_id="c2", name="danger", arguments="{}")
+    ]
+
+
+def test_approval_requested_after_the_rest_pauses_at_once() -> None:
+    """When every other call already has its result, ApprovalRequested itself pauses the run."""
+    run, _ = gated_batch()
+    run.returned("c1")
+    _, commands = run.feed(ApprovalRequested, call_ids=("c2",))
+    assert commands == [FinishRun(reason="awaiting_approval")]
+    assert run.machine.awaiting_approval == ("c2",)
+
+
+def test_pending_batch_leaves_out_held_calls() -> None:
+    """pending() in a batch lists the calls that still need a result, not those held for approval."""
+    run, _ = gated_batch()
+    run.feed(ApprovalRequested, call_ids=("c2",))
+    assert run.machine.pending() == InvokeTools(iteration=1, calls=(call("c1"),), gated=())
+
+
+@pytest.mark.parametrize("call_ids", [("c1",), ("c1", "c2"), ("zz",)])
+def test_approval_requested_for_an_ungated_call_is_refused(call_ids: tuple[str, ...]) -> None:
+    """ApprovalRequested naming any call that was not gated raises TransitionError and changes nothing."""
+    run, _ = gated_batch()
+    before = snapshot(run.machine)
+    with pytest.raises(TransitionError, match="not gated"):
+        run.machine.handle(run.make(ApprovalRequested, call_ids=call_ids))
+    assert snapshot(run.machine) == before
+
+
+# -- limits ----------------------------------------------------------------------------------------
+
+
+def test_max_iterations_makes_a_final_call_without_tools() -> None:
+    """At max_iterations: IterationLimitReached, then a final CallModel with tool_choice none."""
+    run = limited(max_iterations=1)
+    run.respond(call("c1"))
+    events, commands = run.returned("c1")
+    assert names(events) == ["ToolReturned", "IterationLimitReached", "ModelCalled"]
+    reached = only(events, IterationLimitReached)
+    assert (reached.iteration, reached.reason, reached.limit) == (1, "max_iterations", 1)
+    assert isinstance(commands[0], CallModel)
+    assert (commands[0].iteration, commands[0].tool_choice) == (2, "none")
+
+
+def test_calls_on_the_final_call_are_skipped() -> None:
+    """Calls the model still returns on the final call become CallsSkipped and FinishRun(limit_reached)."""
+    run = limited(max_iterations=1)
+    run.respond(call("c1"))
+    run.returned("c1")
+    events, commands = run.respond("last words", call("c2"), call("c3", "ghost"))
+    skipped = only(events, CallsSkipped)
+    assert (skipped.call_ids, skipped.reason) == (("c2", "c3"), "max_iterations")
+    assert commands == [FinishRun(reason="limit_reached", text="last words")]
+    results = [c.result for c in run.machine.transcript.messages[-1].contents]
+    assert results == ["Error: not run: the max_iterations limit was reached."] * 2
+
+
+def test_an_answer_on_the_final_call_finishes_limit_reached() -> None:
+    """A plain answer to the final call finishes with limit_reached, nothing skipped."""
+    run = limited(max_iterations=1)
+    run.respond(call("c1"))
+    run.returned("c1")
+    events, commands = run.respond("summary")
+    assert names(events) == ["ModelResponded"]
+    assert commands == [FinishRun(reason="limit_reached", text="summary")]
+
+
+def fail_batch(run: Run, kind: str, call_id: str) -> Step:
+    """One batch of one call that errors as ``kind``."""
+    if kind == "ToolNotFound":
+        return run.respond(call(call_id, "ghost"))
+    run.respond(call(call_id))
+    if kind == "ToolFailed":
+        return run.failed(call_id)
+    return run.feed(ArgumentsRejected, call_id=call_id, name="t", reason="bad json")
+
+
+@pytest.mark.parametrize("kind", ["ToolFailed", "ArgumentsRejected", "ToolNotFound"])
+def test_consecutive_erroring_batches_reach_the_limit(kind: str) -> None:
+    """max_consecutive_errors erroring batches in a row reach the limit of that name."""
+    run = limited(max_consecutive_errors=2)
+    assert "IterationLimitReached" not in names(fail_batch(run, kind, "c1")[0])
+    events, commands = fail_batch(run, kind, "c2")
+    reached = only(events, IterationLimitReached)
+    assert (reached.reason, reached.limit) == ("max_consecutive_errors", 2)
+    assert isinstance(commands[0], CallModel)
+    assert commands[0].tool_choice == "none"
+
+
+def test_one_failed_call_makes_the_batch_erroring() -> None:
+    """A batch with one failure among successes counts as an erroring batch."""
+    run = limited(max_consecutive_errors=1)
+    run.respond(call("c1"), call("c2"))
+    run.failed("c1")
+    assert only(run.returned("c2")[0], IterationLimitReached).reason == "max_consecutive_errors"
+
+
+def test_a_good_batch_resets_the_error_streak() -> None:
+    """An erroring batch, a good one, an erroring one: the streak restarts and no limit is reached."""
+    run = limited(max_consecutive_errors=2)
+    fail_batch(run, "ToolFailed", "c1")
+    run.respond(call("c2"))
+    run.returned("c2")
+    assert run.machine.error_streak == 0
+    events, _ = fail_batch(run, "ToolFailed", "c3")
+    assert names(events) == ["ToolFailed", "ModelCalled"]
+    assert run.machine.error_streak == 1
+
+
+def test_max_function_calls_counts_calls_across_batches() -> None:
+    """max_function_calls is reached by the total number of calls run, not by one batch."""
+    run = limited(max_function_calls=3)
+    run.respond(call("c1"), call("c2"))
+    run.returned("c1")
+    assert "IterationLimitReached" not in names(run.returned("c2")[0])
+    run.respond(call("c3"))
+    reached = only(run.returned("c3")[0], IterationLimitReached)
+    assert (reached.reason, reached.limit) == ("max_function_calls", 3)
+
+
+# -- termination -----------------------------------------------------------------------------------
+
+
+def test_terminated_before_begin_finishes_at_once() -> None:
+    """RunTerminated in STARTED finishes terminated; begin() is then refused and the model never called."""
+    run = Run()
+    run.start(begin=False)
+    assert run.feed(RunTerminated, iteration=0, reason="stop")[1] == [FinishRun(reason="terminated")]
+    with pytest.raises(TransitionError):
+        run.machine.begin()
+    assert only(run.finish()[0], RunCompleted).reason == "terminated"
+
+
+def test_terminated_while_awaiting_the_model_finishes_at_once() -> None:
+    """RunTerminated in AWAITING_MODEL finishes terminated; the model's late answer is refused."""
+    run = Run()
+    run.start()
+    assert run.feed(RunTerminated, iteration=1, reason="stop")[1] == [FinishRun(reason="terminated")]
+    with pytest.raises(TransitionError):
+        run.respond("late")
+
+
+def test_terminated_mid_batch_finishes_after_the_last_result() -> None:
+    """RunTerminated mid-batch waits for the batch; the last result finishes terminated, no model call."""
+    run = limited(max_iterations=1)
+    run.respond(call("c1"), call("c2"))
+    run.returned("c1")
+    assert run.feed(RunTerminated, iteration=1, reason="stop")[1] == []
+    assert run.machine.phase is R
+    events, commands = run.returned("c2")
+    assert (names(events), commands) == (["ToolReturned"], [FinishRun(reason="terminated")])
+    done = only(run.finish()[0], RunCompleted)
+    assert done.reason == "terminated"
+    assert [c.call_id for c in done.messages[-1].contents] == ["c1", "c2"]
+
+
+# -- model failure, finish and fail ------------------------------------------------------------------
+
+
+def test_model_failed_finishes_failed() -> None:
+    """ModelFailed finishes the loop with FinishRun(failed)."""
+    run = Run()
+    run.start()
+    events, commands = run.feed(ModelFailed, iteration=1, error_type="Timeout", message="slow")
+    assert (names(events), commands) == (["ModelFailed"], [FinishRun(reason="failed")])
+
+
+@pytest.mark.parametrize(
+    ("reported", "recorded"), [("Timeout", "ModelCallError"), ("ModelResponseError", "ModelResponseError")]
+)
+def test_finish_after_a_model_failure_records_run_failed(reported: str, recorded: str) -> None:
+    """finish() after ModelFailed derives RunFailed: ModelResponseError kept, anything else ModelCallError."""
+    run = Run()
+    run.start()
+    run.feed(ModelFailed, iteration=1, error_type=reported, message="bad answer")
+    events, commands = run.finish()
+    assert events == [RunFailed(run_id=RUN, seq=3, at=run.clock, error_type=recorded, message="bad answer")]
+    assert (commands, run.machine.phase, run.machine.is_open) == ([], Phase.DONE, False)
+
+
+def test_finish_records_what_the_run_produced() -> None:
+    """finish() derives RunCompleted with the run's own messages, its last assistant text and summed usage."""
+    run = Run()
+    run.start()
+    run.respond("thinking", call("c1"), usage=Usage(1, 2, 3))
+    run.returned("c1")
+    run.respond("final", usage=Usage(10, 20, 30))
+    done = only(run.finish()[0], RunCompleted)
+    assert list(done.messages) == run.machine.response_messages()
+    assert [m.role for m in done.messages] == ["assistant", "tool", "assistant"]
+    assert (done.text, done.usage, done.reason) == ("final", Usage(11, 22, 33), "completed")
+    assert done.at == run.clock
+    assert run.machine.pending() is None
+
+
+def test_finish_takes_what_middleware_answered_instead() -> None:
+    """finish() records the messages, text and usage it is given; text defaults to theirs."""
+    run = reach(Phase.FINISHING)
+    machine = run.machine
+    done = only(machine.finish(5, messages=[assistant("other")], usage=Usage(7, 7, 14))[0], RunCompleted)
+    assert (done.messages, done.text, done.usage) == ((assistant("other"),), "other", Usage(7, 7, 14))
+    run = reach(Phase.FINISHING)
+    assert only(run.machine.finish(5, text="said")[0], RunCompleted).text == "said"
+
+
+@pytest.mark.parametrize("phase", [Phase.NEW, S, A, R, Phase.DONE])
+def test_finish_outside_finishing_raises_and_changes_nothing(phase: Phase) -> None:
+    """finish() is only accepted in FINISHING."""
+    run = reach(phase)
+    before = snapshot(run.machine)
+    with pytest.raises(TransitionError, match="finish is not accepted"):
+        run.machine.finish(1)
+    assert snapshot(run.machine) == before
+
+
+@pytest.mark.parametrize("phase", [S, A, R, F])
+def test_fail_in_an_open_phase_records_run_failed(phase: Phase) -> None:
+    """fail() in any open phase derives RunFailed at the given time and the machine is DONE."""
+    run = reach(phase)
+    seq = run.machine.next_seq
+    events, commands = run.machine.fail(77, "Cancelled", "gone")
+    assert events == [RunFailed(run_id=RUN, seq=seq, at=77, error_type="Cancelled", message="gone")]
+    assert (commands, run.machine.phase, run.machine.pending()) == ([], Phase.DONE, None)
+
+
+@pytest.mark.parametrize("phase", [Phase.NEW, Phase.DONE])
+def test_fail_outside_an_open_phase_raises_and_changes_nothing(phase: Phase) -> None:
+    """fail() before RunStarted or after the run ended raises TransitionError."""
+    run = reach(phase)
+    before = snapshot(run.machine)
+    with pytest.raises(TransitionError, match="fail is not accepted"):
+        run.machine.fail(1, "X", "y")
+    assert snapshot(run.machine) == before
+
+
+# -- tool list changes -------------------------------------------------------------------------------
+
+
+def test_tools_added_mid_batch_are_offered_on_the_next_call_only() -> None:
+    """ToolsAdded in a batch leaves the batch in flight as it was and is offered on the next CallModel."""
+    run = Run()
+    run.start(tools=(T,))
+    run.respond(call("c1"), call("c2"))
+    run.feed(ToolsAdded, by_call_id="c1", tools=(ToolSpec(name="v", approval_mode="always_require"),))
+    run.returned("c1")
+    assert run.machine.pending() == InvokeTools(iteration=1, calls=(call("c2"),))
+    assert only(run.returned("c2")[0], ModelCalled).tools == ("t", "v")
+    _, commands = run.respond(call("c3", "v"))
+    assert commands == [InvokeTools(iteration=2, calls=(call("c3", "v"),), gated=("c3",))]
+
+
+def test_tools_removed_mid_batch_stop_being_offered_after_the_batch() -> None:
+    """ToolsRemoved in a batch: the removed tool's call still completes; the next call no longer offers it."""
+    run = Run()
+    run.start(tools=(T, U))
+    run.respond(call("c1", "u"))
+    run.feed(ToolsRemoved, by_call_id="c1", names=("u",))
+    assert run.machine.pending() == InvokeTools(iteration=1, calls=(call("c1", "u"),))
+    assert only(run.returned("c1", "u")[0], ModelCalled).tools == ("t",)
+    assert only(run.respond(call("c2", "u"))[0], ToolNotFound).reason == "not in the tools offered"
+
+
+# -- observe, refold and pending ---------------------------------------------------------------------
+
+
+Mark = tuple[int, list[Command], Command | None]
+
+
+def driven() -> tuple[Run, list[Mark]]:
+    """A run through a tool_choice reset, an unknown tool, a failed call, a tool list change and a
+    limit, finished; after each step: the log length, the step's commands, what the machine waits on."""
+    run = Run()
+    marks: list[Mark] = []
+
+    def step(taken: Step) -> None:
+        marks.append((len(run.log), taken[1], run.machine.pending()))
+
+    step(run.start(begin=False, options={"tool_choice": "required"}, config=RunConfig(max_iterations=2)))
+    step(run.begin())
+    step(run.respond(call("c1"), call("c2", "ghost"), call("c3", "u"), usage=Usage(1, 1, 2)))
+    step(run.feed(ToolCalled, call_id="c1", name="t"))
+    step(run.returned("c1"))
+    step(run.feed(SessionUpdated, session_id="s", by="t", changes=(StateChange("k", "set", 1),)))
+    step(run.failed("c3", "u"))
+    step(run.respond(call("c4"), "more"))
+    step(run.feed(ToolsAdded, by_call_id="c4", tools=(ToolSpec(name="v"),)))
+    step(run.returned("c4"))
+    step(run.respond(call("c5")))
+    step(run.finish())
+    return run, marks
+
+
+def test_the_live_machine_waits_on_the_command_it_issued() -> None:
+    """After each step that issues a command, pending() is that command."""
+    run, marks = driven()
+    for _, commands, pending in marks[:-1]:
+        if commands:
+            assert pending == commands[-1]
+    kinds = [CallModel, InvokeTools, CallModel, InvokeTools, CallModel, FinishRun]
+    assert [type(c) for c in run.commands] == kinds
+    assert marks[-1] == (len(run.log), [], None)
+
+
+def test_refold_reproduces_a_hand_driven_run() -> None:
+    """Observing a whole log in a new machine reproduces its phase, seq, transcript, usage and pending()."""
+    run, _ = driven()
+    machine = refold(run.log)
+    assert (machine.phase, machine.next_seq, machine.pending()) == (Phase.DONE, len(run.log), None)
+    assert machine.transcript.messages == run.machine.transcript.messages
+    assert machine.response_messages() == run.machine.response_messages()
+    assert machine.usage == run.machine.usage
+
+
+def test_pending_after_observing_a_prefix_is_what_the_run_waits_on() -> None:
+    """refold of the log up to any step waits on what the live machine waited on at that step."""
+    run, marks = driven()
+    for length, _, pending in marks:
+        assert refold(run.log[:length]).pending() == pending, length
+
+
+def test_pending_lists_only_the_calls_without_a_result() -> None:
+    """Observed mid-batch, pending() is the InvokeTools of the calls that have no result yet."""
+    run, marks = driven()
+    after_c1 = next(length for length, _, _ in marks if isinstance(run.log[length - 1], ToolReturned))
+    assert refold(run.log[:after_c1]).pending() == InvokeTools(iteration=1, calls=(call("c3", "u"),))
+
+
+def test_refold_reproduces_a_paused_and_a_resumed_run() -> None:
+    """A run paused for approval, and one resumed with its history, refold to the same state."""
+    paused, _ = gated_batch()
+    paused.feed(ApprovalRequested, call_ids=("c2",))
+    paused.returned("c1")
+    again = refold(paused.log)
+    assert (again.phase, again.approval_requests()) == (F, paused.machine.approval_requests())
+    assert again.pending() == FinishRun(reason="awaiting_approval")
+    run, _ = resumed(("a1", True), ("a2", False), ("a3", True))
+    history = run.machine.history
+    assert refold(run.log, history).pending() == InvokeTools(iteration=1, calls=(call("a1", "danger"),))
+
+
+def _tamper(log: list[Event], cls: type[E], **fields: Any) -> list[Event]:
+    index = next(i for i, e in enumerate(log) if isinstance(e, cls))
+    return [*log[:index], msgspec.structs.replace(log[index], **fields), *log[index + 1 :]]
+
+
+@pytest.mark.parametrize(
+    ("cls", "fields"),
+    [
+        (ModelCalled, {"tools": ("ghost",)}),
+        (ModelCalled, {"tool_choice": "auto"}),
+        (ToolChoiceReset, {"previous": "auto"}),
+        (ToolNotFound, {"reason": "no tools are offered"}),
+        (IterationLimitReached, {"limit": 9}),
+        (CallsSkipped, {"call_ids": ("c9",)}),
+        (RunCompleted, {"reason": "completed"}),
+    ],
+)
+def test_refold_refuses_a_tampered_derived_event(cls: type[EventBase], fields: dict[str, Any]) -> None:
+    """A recorded derived event the machine would not derive raises TransitionError at its seq."""
+    run, _ = driven()
+    log = _tamper(run.log, cls, **fields)
+    seq = next(e.seq for e in log if isinstance(e, cls))
+    with pytest.raises(TransitionError) as info:
+        refold(log)
+    assert info.value.seq == seq
+
+
+@pytest.mark.parametrize("cls", [ModelCalled, ToolNotFound, IterationLimitReached])
+def test_refold_refuses_a_log_missing_a_derived_event(cls: type[EventBase]) -> None:
+    """A log without a derived event the machine makes (no renumbering) is refused."""
+    run, _ = driven()
+    index = next(i for i, e in enumerate(run.log) if isinstance(e, cls) and i > 1)
+    with pytest.raises(TransitionError):
+        refold([*run.log[:index], *run.log[index + 1 :]])
+
+
+def test_refold_refuses_a_log_missing_calls_skipped() -> None:
+    """A log whose CallsSkipped was dropped before RunCompleted is refused."""
+    run, _ = driven()
+    log = [e for e in run.log if not isinstance(e, CallsSkipped)]
+    with pytest.raises(TransitionError):
+        refold(log)
+
+
+def test_refold_refuses_run_completed_after_a_model_failure() -> None:
+    """A log that records RunCompleted where finish() derives RunFailed is refused."""
+    run = Run()
+    run.start()
+    run.feed(ModelFailed, iteration=1, error_type="Timeout", message="slow")
+    done = RunCompleted(run_id=RUN, seq=run.machine.next_seq, at=run.clock, reason="failed")
+    with pytest.raises(TransitionError):
+        refold([*run.log, done])
+
+
+def test_refold_refuses_an_invented_derived_event() -> None:
+    """A derived event the machine does not make at that point raises TransitionError."""
+    run = Run()
+    run.start()
+    run.respond("done")
+    extra = ToolChoiceReset(run_id=RUN, seq=run.machine.next_seq, at=run.clock, iteration=1)
+    with pytest.raises(TransitionError):
+        refold([*run.log, extra])
+
+
+# -- time ------------------------------------------------------------------------------------------
+
+
+def test_derived_events_take_at_from_their_input() -> None:
+    """Every derived event's at is the at of the input that caused it; seqs run 0, 1, 2... without gaps."""
+    run, _ = driven()
+    assert [e.seq for e in run.log] == list(range(len(run.log)))
+    cause = -1
+    for event in run.log:
+        if isinstance(event, DERIVED):
+            assert event.at == cause, event
+        elif not isinstance(event, RunCompleted | RunFailed):
+            cause = event.at
+    assert len({e.at for e in run.log}) > 5
