@@ -1,38 +1,29 @@
-"""One step of a run, carried out on a worker with the runtime's own pieces.
+"""One step of a run, carried out on a worker through the run seam every driver uses.
 
-Theory of operation. A local run keeps its ``RunMachine`` and ``RunDriver`` in one process. On
-Temporal the workflow keeps the machine, and each activity carries out one of its commands. A step
-rebuilds around a ``RunDriver`` what that command needs: the agent (from the worker's registry),
-the session (from the state the workflow tracks), the run's live tools (by name), the run context
-tools and sub-agents look up, and a recorder that keeps what the step emits instead of feeding a
-machine. Then it runs the driver's own code for the command (``_call_model`` for a model call,
-``_invoke_one`` for a tool call), so a step records exactly the events a local run would. The
-workflow gives those events their ``seq`` and ``at`` when it feeds them to its machine.
+Theory of operation. A local run keeps its ``RunMachine`` and its loop in one process. On Temporal
+the workflow keeps the machine, and each activity carries out one of its commands with the shared
+steps of ``agentledger.run``: a ``RunSpec`` built by the agent (from the worker's registry), a
+``RunBinding`` around a ``StepRecorder`` (the step's events are kept for the workflow, which gives
+them their ``seq`` and ``at`` when it feeds them to its machine), the session rebuilt from the
+state the workflow tracks, and then ``call_model`` or ``invoke_call``, the very functions the
+local loop calls. A model step and the end of a run refold a machine from the stored log and ask
+it: ``pending()`` is the model call to make, ``finish()`` records how the run ended.
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from agentledger import __version__
-from agentledger.agent import Agent, AgentResponse, _check_approvals, _options_record
-from agentledger.context import RunContext, _current
-from agentledger.core.events import (
-    Event,
-    EventBase,
-    RunCompleted,
-    RunStarted,
-    SessionUpdated,
-    StateChange,
-    ToolSpec,
-)
-from agentledger.core.machine import CallModel, Phase, RunMachine, TransitionError, refold
+from agentledger.agent import Agent
+from agentledger.core.commands import CallModel, Phase
+from agentledger.core.errors import TransitionError
+from agentledger.core.events import Event, RunStarted, SessionUpdated, ToolSpec
+from agentledger.core.machine import RunMachine, refold
 from agentledger.core.messages import Content
-from agentledger.driver import Recorder, RunDriver, ToolRegistry
 from agentledger.errors import AgentLedgerError
-from agentledger.middleware import split_middleware
+from agentledger.run import RunBinding, RunSpec, StepRecorder, call_model, check_approvals, invoke_call
+from agentledger.run.tool_step import arguments_valid
 from agentledger.session import AgentSession
 from agentledger.tools import FunctionTool
 
@@ -43,7 +34,7 @@ __all__ = (
     "ToolInterrupted",
     "ToolUnavailable",
     "UnsupportedAgent",
-    "completion",
+    "finish_events",
     "model_step",
     "started_events",
     "tool_step",
@@ -72,29 +63,16 @@ INTERRUPTED = (
 )
 
 
-class _Capture(Recorder):
-    """A recorder that keeps what one step emits; the workflow stamps ``seq`` and ``at``."""
-
-    def __init__(self, run_id: str) -> None:
-        super().__init__(RunMachine(), run_id, _no_clock, ())
-
-    def emit(self, cls: type[EventBase], **fields: Any) -> Event:
-        with self.lock:
-            event: Any = cls(run_id=self.run_id, seq=len(self.log), at=0, **fields)
-            self.log.append(event)
-        return event  # type: ignore[no-any-return]
-
-
-def _no_clock() -> int:
-    return 0
-
-
-def run_options(agent: Agent, view: RunView) -> dict[str, Any]:
-    """The options of the run as ``Agent.run`` merges them."""
-    options = {**agent.default_options, **view.options}
-    if agent.instructions and "instructions" not in options:
-        options["instructions"] = agent.instructions
-    return options
+def run_spec(agent: Agent, view: RunView, tools: Sequence[FunctionTool] | None = None) -> RunSpec:
+    """The run's spec as ``Agent.run`` builds it; ``tools`` are the run's live tools by name."""
+    spec = agent.run_spec(
+        options=view.options,
+        function_invocation_kwargs=view.function_invocation_kwargs,
+        client_kwargs=view.client_kwargs,
+    )
+    return spec.replace(store=None, sinks=()) if tools is None else spec.replace(
+        tools=tuple(tools), store=None, sinks=()
+    )
 
 
 def _session(view: RunView) -> AgentSession | None:
@@ -102,75 +80,24 @@ def _session(view: RunView) -> AgentSession | None:
         return None
     session = AgentSession(view.session_id)
     session.history = list(view.history)
-    session.state._load(view.session_state)
+    session.state.load(view.session_state)
     return session
 
 
-class _Step:
-    """A ``RunDriver`` for one command of the run ``view`` describes."""
+def _outcome(binding: RunBinding, recorder: StepRecorder) -> StepOutcome:
+    error = binding.error
+    if error is None:
+        return StepOutcome(events=tuple(recorder.events))
+    return StepOutcome(
+        events=tuple(recorder.events),
+        error_type=type(error).__name__,
+        error_message=str(error.__cause__ or error),
+    )
 
-    def __init__(self, agent: Agent, view: RunView, tools: Sequence[FunctionTool]) -> None:
-        self.agent = agent
-        self.view = view
-        self.recorder = _Capture(view.run_id)
-        self.registry = ToolRegistry(tools, self.recorder)
-        self.session = _session(view)
-        self.options = run_options(agent, view)
-        layers = split_middleware(agent.middleware)
-        self.driver = RunDriver(
-            recorder=self.recorder,
-            registry=self.registry,
-            client=agent.client,
-            session=self.session,
-            options=self.options,
-            function_invocation_kwargs=dict(view.function_invocation_kwargs),
-            client_kwargs=dict(view.client_kwargs),
-            function_layers=layers["function"],
-            chat_layers=layers["chat"],
-            store=None,
-        )
 
-    @contextlib.contextmanager
-    def bound(self) -> Iterator[None]:
-        """The session records into this step, and tools see the run as their current one."""
-        session = self.session
-        sink = self._sink(session.session_id) if session is not None else None
-        unbind = session.bind(sink) if session is not None and sink is not None else None
-        context = RunContext(
-            agent=self.agent,
-            run_id=self.view.run_id,
-            session=session,
-            options=self.options,
-            kwargs=self.driver.fik,
-        )
-        context._recorder = self.recorder
-        context._session_sink = sink
-        token = _current.set(context)
-        try:
-            yield
-        finally:
-            _current.reset(token)
-            if unbind is not None:
-                unbind()
-
-    def _sink(self, session_id: str) -> Callable[..., None]:
-        recorder = self.recorder
-
-        def sink(by: str, changes: tuple[StateChange, ...], origin: tuple[str, int] | None = None) -> None:
-            fields = {"origin_run_id": origin[0], "origin_seq": origin[1]} if origin else {}
-            recorder.emit(SessionUpdated, session_id=session_id, by=by, changes=changes, **fields)
-
-        return sink
-
-    def outcome(self) -> StepOutcome:
-        error = self.driver.error
-        if error is None:
-            return StepOutcome(events=tuple(self.recorder.log))
-        return StepOutcome(
-            events=tuple(self.recorder.log),
-            error_type=type(error).__name__,
-            error_message=str(error.__cause__ or error),
-        )
+def _binding(spec: RunSpec, view: RunView) -> tuple[RunBinding, StepRecorder]:
+    recorder = StepRecorder(view.run_id)
+    return RunBinding(spec, recorder, _session(view)), recorder
 
 
 # -- the steps ------------------------------------------------------------------------------------
@@ -178,34 +105,22 @@ class _Step:
 
 def started_events(agent: Agent, request: StartRequest) -> list[Event]:
     """``RunStarted``, then the caller's session writes made since the last run."""
-    if split_middleware(agent.middleware)["agent"]:
+    view = request.view
+    spec = run_spec(agent, view)
+    if spec.layers["agent"]:
         raise UnsupportedAgent(
-            f"agent {request.view.agent!r} has agent middleware, which wraps a whole run in one "
+            f"agent {view.agent!r} has agent middleware, which wraps a whole run in one "
             "process; on Temporal use function or chat middleware"
         )
-    view = request.view
-    _check_approvals(view.history, request.messages)
-    options = run_options(agent, view)
-    events: list[Event] = [
-        RunStarted(
-            run_id=view.run_id,
-            seq=0,
-            at=request.at,
-            agent_id=agent.id,
-            agent_name=agent.name,
-            instructions=options.get("instructions"),
-            messages=request.messages,
-            tools=tuple(t.spec for t in agent.tools),
-            options=_options_record(options),
-            function_invocation_kwargs=agent.redact(view.function_invocation_kwargs),
-            client_kwargs_keys=tuple(view.client_kwargs),
-            session_id=view.session_id,
-            history_length=len(view.history),
-            config=agent.config,
-            provider_name=agent.client.provider_name,
-            library_version=__version__,
-        )
-    ]
+    check_approvals(view.history, request.messages)
+    started = spec.run_started(
+        run_id=view.run_id,
+        at=request.at,
+        messages=request.messages,
+        session_id=view.session_id,
+        history_length=len(view.history),
+    )
+    events: list[Event] = [started]
     for by, changes in request.pending:
         events.append(
             SessionUpdated(
@@ -228,22 +143,19 @@ def _refold(events: Sequence[Event], view: RunView) -> RunMachine:
 
 
 async def model_step(agent: Agent, view: RunView, events: Sequence[Event], iteration: int) -> StepOutcome:
-    """Make model call ``iteration``; the transcript comes from the stored log."""
+    """Make model call ``iteration``: the call the machine refolded from the stored log waits on."""
     machine = _refold(events, view)
-    if machine.phase is not Phase.AWAITING_MODEL or machine.iteration != iteration:
+    command = machine.pending()
+    if not isinstance(command, CallModel) or command.iteration != iteration:
         raise StepError(
             f"run {view.run_id}: the stored log is at {machine.phase.value}, iteration {machine.iteration}; "
             f"the workflow asks for model call {iteration}"
         )
-    call = machine.transcript.calls[-1]
-    messages = (*machine.history, *machine.transcript.messages)
-    command = CallModel(
-        iteration=iteration, messages=messages, tools=call.tools, tool_choice=call.tool_choice
-    )
-    step = _Step(agent, view, [_offered(spec) for spec in machine.tools.specs.values()])
-    with step.bound():
-        await step.driver._call_model(command)
-    return step.outcome()
+    offered = [_offered(spec) for spec in machine.tools.specs.values()]
+    binding, recorder = _binding(run_spec(agent, view, offered), view)
+    with binding.bound():
+        await call_model(binding, command)
+    return _outcome(binding, recorder)
 
 
 async def tool_step(
@@ -253,34 +165,33 @@ async def tool_step(
     call: Content,
     tools: Sequence[FunctionTool],
     *,
+    gated: bool = False,
     interrupted: bool = False,
 ) -> StepOutcome:
-    """Run one call through the function middleware and the tool (or its interrupted stand-in)."""
+    """Run one call through the function middleware and the tool (or its interrupted stand-in).
+
+    A ``gated`` call whose arguments are valid is not run: the outcome says it is held for
+    approval (a call that cannot run is rejected at once, as locally).
+    """
     name = call.name or ""
     if interrupted:
         tools = [_Interrupted(t) if t.name == name else t for t in tools]
-    step = _Step(agent, view, tools)
-    with step.bound():
-        await step.driver._invoke_one(iteration, call, step.registry.by_name[name])
-    return step.outcome()
+    binding, recorder = _binding(run_spec(agent, view, tools), view)
+    function = binding.registry.by_name[name]
+    if gated and arguments_valid(function, call):
+        return StepOutcome(held=True)
+    with binding.bound():
+        await invoke_call(binding, iteration, call, function)
+    return _outcome(binding, recorder)
 
 
-def completion(events: Sequence[Event], view: RunView, reason: str, at: int) -> RunCompleted:
-    """``RunCompleted`` for the stored log: the run's own messages, its text and usage."""
+def finish_events(events: Sequence[Event], view: RunView, at: int) -> list[Event]:
+    """How the run ended, as the machine refolded from the stored log records it."""
     machine = _refold(events, view)
     started = events[0]
     if machine.phase is not Phase.FINISHING or not isinstance(started, RunStarted):
         raise StepError(f"run {view.run_id}: the stored log is at {machine.phase.value}, not finishing")
-    response = AgentResponse(messages=machine.transcript.messages[len(started.messages) :])
-    return RunCompleted(
-        run_id=view.run_id,
-        seq=len(events),
-        at=at,
-        messages=tuple(response.messages),
-        text=response.text,
-        usage=machine.usage,
-        reason=reason,
-    )
+    return list(machine.finish(at)[0])
 
 
 # -- stand-in tools -------------------------------------------------------------------------------

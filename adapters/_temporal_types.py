@@ -179,6 +179,8 @@ class ToolRequest(msgspec.Struct, frozen=True, kw_only=True):
     iteration: int
     call: Content
     tools: tuple[str, ...]
+    gated: bool = False
+    """The call's tool requires approval: hold it if its arguments are valid, else reject it."""
 
 
 class StepOutcome(msgspec.Struct, frozen=True, kw_only=True):
@@ -187,6 +189,8 @@ class StepOutcome(msgspec.Struct, frozen=True, kw_only=True):
     events: tuple[Event, ...] = ()
     error_type: str | None = None
     error_message: str | None = None
+    held: bool = False
+    """A gated call with valid arguments: held for approval, not run."""
 
 
 class AppendRequest(msgspec.Struct, frozen=True, kw_only=True):
@@ -196,7 +200,8 @@ class AppendRequest(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class FinishRequest(msgspec.Struct, frozen=True, kw_only=True):
-    """Append ``pending``, then ``RunCompleted`` built from the stored log."""
+    """Append ``pending``, then how the run ended, as the machine refolded from the stored log
+    records it (``RunCompleted``, or ``RunFailed`` after a failed model call)."""
 
     view: RunView
     pending: tuple[Event, ...] = ()

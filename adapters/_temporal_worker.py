@@ -27,7 +27,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from agentledger.agent import Agent
-from agentledger.core.events import Event, ToolFailed, ToolReturned
+from agentledger.core.events import Event, RunCompleted, ToolFailed, ToolReturned
 from agentledger.errors import AgentLedgerError, ApprovalError, ConflictError
 from agentledger.store import EventStore
 from agentledger.subagents import AgentTool
@@ -37,7 +37,7 @@ from ._temporal_steps import (
     StepError,
     ToolUnavailable,
     UnsupportedAgent,
-    completion,
+    finish_events,
     model_step,
     started_events,
     tool_step,
@@ -262,7 +262,9 @@ class Activities:
         built = self._agent(view.agent)
         tools = self._tools(built, request.tools, call.name or "")
         interrupted = attempts > 1 and not self.rerun_interrupted
-        outcome = await tool_step(built.agent, view, request.iteration, call, tools, interrupted=interrupted)
+        outcome = await tool_step(
+            built.agent, view, request.iteration, call, tools, gated=request.gated, interrupted=interrupted
+        )
         outcome = _fit(outcome, view.limits.payload_bytes)
         return _decode_outcome(await self.ledger.complete_call(key, msgspec.json.encode(outcome)))
 
@@ -273,11 +275,12 @@ class Activities:
         try:
             if len(events) != version:
                 raise StepError(f"run {view.run_id} holds {len(events)} events; the workflow wrote {version}")
-            completed = completion(events, view, request.reason, request.at)
+            ended = finish_events(events, view, request.at)
         except StepError as exc:
             raise _final(exc) from exc
-        version = await self._append(view.run_id, [completed], version)
-        return FinishOutcome(version=version, text=completed.text)
+        version = await self._append(view.run_id, ended, version)
+        last = ended[-1]
+        return FinishOutcome(version=version, text=last.text if isinstance(last, RunCompleted) else "")
 
     async def _load(self, request: LoadRequest) -> list[Event]:
         events = (await self.store.read(request.run_id, after=request.after))[

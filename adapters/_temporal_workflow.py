@@ -32,8 +32,9 @@ from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_
 with workflow.unsafe.imports_passed_through():
     import msgspec
 
-    from agentledger.core.events import ApprovalRequested, Event, RunFailed
-    from agentledger.core.machine import CallModel, Command, FinishRun, InvokeTools, Phase, RunMachine, refold
+    from agentledger.core.commands import CallModel, Command, FinishRun, InvokeTools
+    from agentledger.core.events import ApprovalRequested, Event
+    from agentledger.core.machine import RunMachine, refold
     from agentledger.core.messages import Content
     from agentledger.core.projections import SessionProjection
 
@@ -96,7 +97,6 @@ class _WorkflowRun:
         self.commands: collections.deque[Command] = collections.deque()
         self.pending: list[Event] = []
         self.version = 0
-        self.input_count = 0
         self.failure: tuple[str, str] | None = None
         self.sequential = False
         self.subagents: frozenset[str] = frozenset()
@@ -120,9 +120,9 @@ class _WorkflowRun:
 
     async def _record_failure(self, error_type: str, message: str) -> None:
         """The run cannot go on: its log ends with RunFailed, then the workflow fails."""
-        if self.machine.phase in (Phase.NEW, Phase.DONE):
+        if not self.machine.is_open:
             return
-        self._feed(RunFailed(run_id=self.run_id, seq=0, at=0, error_type=error_type, message=message))
+        self._take(self.machine.fail(workflow.time_ns(), error_type, message))
         await self._flush()
 
     # -- the loop -----------------------------------------------------------------------------
@@ -168,7 +168,6 @@ class _WorkflowRun:
         self.version = len(outcome.events)
         self.sequential = outcome.sequential
         self.subagents = frozenset(outcome.subagents)
-        self.input_count = len(self.machine.transcript.messages)
         self._take(self.machine.begin())
 
     async def _resume(self, resume: Resume) -> None:
@@ -188,16 +187,9 @@ class _WorkflowRun:
         self.version = len(events)
         self.sequential = resume.sequential
         self.subagents = frozenset(resume.subagents)
-        first = events[0]
-        self.input_count = len(getattr(first, "messages", ()))
-        assert self.machine.phase is Phase.AWAITING_MODEL, self.machine.phase
-        call = self.machine.transcript.calls[-1]
-        messages = (*self.machine.history, *self.machine.transcript.messages)
-        self.commands.append(
-            CallModel(
-                iteration=call.iteration, messages=messages, tools=call.tools, tool_choice=call.tool_choice
-            )
-        )
+        command = self.machine.pending()
+        assert isinstance(command, CallModel), self.machine.phase
+        self.commands.append(command)
 
     def _should_continue(self) -> bool:
         if self.model_calls == 0:
@@ -238,14 +230,9 @@ class _WorkflowRun:
 
     async def _invoke_tools(self, command: InvokeTools) -> None:
         calls = list(command.calls)
-        if not command.approved:
-            specs = self.machine.tools.specs
-            gated = tuple(
-                c.call_id or "" for c in calls if specs[c.name or ""].approval_mode == "always_require"
-            )
-            if gated:
-                self._feed(ApprovalRequested(run_id=self.run_id, seq=0, at=0, call_ids=gated))
-                calls = [c for c in calls if (c.call_id or "") not in gated]
+        if command.gated:
+            await self._hold_for_approval(command)
+            calls = [c for c in calls if (c.call_id or "") not in command.gated]
         if self.sequential or len(calls) < 2:
             for call in calls:
                 self._feed_all(await self._tool(command.iteration, call))
@@ -254,16 +241,27 @@ class _WorkflowRun:
         for outcome in outcomes:  # in the model's order, whatever order they finished in
             self._feed_all(outcome)
 
+    async def _hold_for_approval(self, command: InvokeTools) -> None:
+        """The machine's gated calls: held for approval where their arguments are valid (a
+        worker checks them), rejected at once where they are not."""
+        gated = [c for c in command.calls if (c.call_id or "") in command.gated]
+        outcomes = await asyncio.gather(*(self._tool(command.iteration, c, gated=True) for c in gated))
+        held = tuple(c.call_id or "" for c, o in zip(gated, outcomes, strict=True) if o.held)
+        if held:
+            self._feed(ApprovalRequested(run_id=self.run_id, seq=0, at=0, call_ids=held))
+        for outcome in outcomes:
+            self._feed_all(outcome)
+
     def _feed_all(self, outcome: StepOutcome) -> None:
         for event in outcome.events:
             self._feed(event)
 
-    async def _tool(self, iteration: int, call: Content) -> StepOutcome:
+    async def _tool(self, iteration: int, call: Content, *, gated: bool = False) -> StepOutcome:
         subagent = call.name in self.subagents
         name = RUN_SUBAGENT if subagent else INVOKE_TOOL
         timeouts = self.job.timeouts
         request = ToolRequest(
-            view=self._view(), iteration=iteration, call=call, tools=self.machine.tools.names
+            view=self._view(), iteration=iteration, call=call, tools=self.machine.tools.names, gated=gated
         )
         seconds = timeouts.subagent if subagent else timeouts.tool
         return await self._activity(
@@ -273,11 +271,21 @@ class _WorkflowRun:
     # -- finishing ----------------------------------------------------------------------------
 
     async def _finish(self, finish: FinishRun) -> RunResult:
+        """Have a worker record how the run ended (the machine refolded from the stored log
+        decides: ``RunCompleted``, or ``RunFailed`` after a failed model call)."""
+        request = FinishRequest(
+            view=self._view(),
+            pending=tuple(self.pending),
+            version=self.version,
+            reason=finish.reason,
+            at=workflow.time_ns(),
+        )
+        outcome = await self._store_step(FINISH_RUN, request, FinishOutcome)
+        self.pending.clear()
+        self.version = outcome.version
         usage = self.machine.usage
         if self.failure is not None:
             error_type, message = self.failure
-            self._feed(RunFailed(run_id=self.run_id, seq=0, at=0, error_type=error_type, message=message))
-            await self._flush()
             return RunResult(
                 run_id=self.run_id,
                 status="failed",
@@ -288,17 +296,6 @@ class _WorkflowRun:
                 error_message=message,
                 executions=self.executions,
             )
-        pending = tuple(self.pending)
-        request = FinishRequest(
-            view=self._view(),
-            pending=pending,
-            version=self.version,
-            reason=finish.reason,
-            at=workflow.time_ns(),
-        )
-        outcome = await self._store_step(FINISH_RUN, request, FinishOutcome)
-        self.pending.clear()
-        self.version = outcome.version
         return RunResult(
             run_id=self.run_id,
             status="completed",
@@ -306,18 +303,8 @@ class _WorkflowRun:
             text=outcome.text,
             usage=usage,
             events=self.version,
-            user_input_requests=self._approval_requests(),
+            user_input_requests=tuple(self.machine.approval_requests()),
             executions=self.executions,
-        )
-
-    def _approval_requests(self) -> tuple[Content, ...]:
-        awaiting = set(self.machine.awaiting_approval)
-        messages = self.machine.transcript.messages[self.input_count :]
-        return tuple(
-            Content("function_approval_request", call_id=c.call_id, name=c.name, arguments=c.arguments)
-            for m in messages
-            for c in m.contents
-            if c.type == "function_call" and c.call_id in awaiting
         )
 
     async def _flush(self) -> None:

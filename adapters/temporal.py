@@ -50,11 +50,12 @@ except ImportError:  # pragma: no cover - exercised only without the extra
         "agentledger on Temporal needs temporalio: pip install 'agentledger[temporal]'"
     ) from None
 
-from agentledger.agent import AgentResponse, _check_approvals
 from agentledger.clients import normalize_messages
-from agentledger.core.events import Event, ModelFailed, RunCompleted, RunStarted, SessionUpdated
+from agentledger.core.events import Event, ModelFailed, RunCompleted, RunStarted
 from agentledger.core.messages import Content, Message
 from agentledger.errors import ModelCallError, ModelResponseError, RunError
+from agentledger.response import AgentResponse
+from agentledger.run import check_approvals
 from agentledger.session import AgentSession
 from agentledger.store import EventStore
 
@@ -200,7 +201,7 @@ class TemporalRunner:
     ) -> WorkflowHandle[Any, RunResult]:
         """Start a run; its workflow id is its run id."""
         inputs = normalize_messages(messages)
-        _check_approvals(session.history if session is not None else [], inputs)
+        check_approvals(session.history if session is not None else [], inputs)
         run_id = run_id or f"run_{uuid.uuid4().hex}"
         job = RunInput(
             agent=agent,
@@ -222,7 +223,7 @@ class TemporalRunner:
             task_timeout=_seconds(self.task_timeout),
         )
         if session is not None:
-            session._pending.clear()  # now recorded by the run, as Agent.run records them
+            session.take_pending()  # now recorded by the run, as Agent.run records them
         return handle
 
     async def result(
@@ -287,18 +288,8 @@ def _session_input(session: AgentSession) -> SessionInput:
 
 def _apply_session(session: AgentSession, events: Sequence[Event]) -> None:
     """Bring the caller's session up to the run's writes without recording them again."""
-    state = session.state
     for event in events:
-        if type(event) is not SessionUpdated or event.session_id != session.session_id:
-            continue
-        for change in event.changes:
-            if change.op == "set":
-                dict.__setitem__(state, change.key, change.value)
-            elif change.key in state:
-                dict.__delitem__(state, change.key)
-                state._encoded.pop(change.key, None)
-                state._watched.discard(change.key)
-    state._load(dict(state))
+        session.apply(event)
 
 
 def _run_error(result: RunResult, events: Sequence[Event]) -> RunError:

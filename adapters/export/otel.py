@@ -24,7 +24,6 @@ import threading
 
 from agentledger import __version__
 from agentledger.core.events import Event
-
 from agentledger.run.recorder import watching
 
 from ._otel_live import LiveRuns

@@ -36,7 +36,6 @@ from agentledger.core.events import (
     ToolFailed,
     ToolNotFound,
 )
-
 from agentledger.run.recorder import watching
 
 from ._otel_live import LiveRuns

@@ -34,7 +34,10 @@ from ..tools import ArgumentsError, FunctionTool
 from .binding import RunBinding
 from .values import to_json
 
-__all__ = ("CallOutcome", "hold_for_approval", "invoke_call", "invoke_tools", "record_outcome")
+__all__ = (
+    "CallOutcome",
+    "arguments_valid",
+    "hold_for_approval", "invoke_call", "invoke_tools", "record_outcome")
 
 
 class CallOutcome:
@@ -79,7 +82,7 @@ def hold_for_approval(binding: RunBinding, command: InvokeTools) -> list[Content
         return list(command.calls)
     gated, held, runnable = set(command.gated), [], []
     for call in command.calls:
-        if call.call_id in gated and _valid(binding.registry.by_name[call.name or ""], call):
+        if call.call_id in gated and arguments_valid(binding.registry.by_name[call.name or ""], call):
             held.append(call.call_id or "")
         else:
             runnable.append(call)
@@ -88,7 +91,8 @@ def hold_for_approval(binding: RunBinding, command: InvokeTools) -> list[Content
     return runnable
 
 
-def _valid(function: FunctionTool, call: Content) -> bool:
+def arguments_valid(function: FunctionTool, call: Content) -> bool:
+    """Whether ``call``'s arguments pass ``function``'s validation (the rule gating applies)."""
     try:
         function.arguments_from(call.arguments)
     except ArgumentsError:
