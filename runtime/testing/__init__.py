@@ -14,8 +14,8 @@ import itertools
 from collections.abc import Iterator, Sequence
 from typing import TypeVar
 
-from .core.events import Event, EventBase
-from .driver import capture_sinks
+from ..core.events import Event, EventBase
+from ..driver import capture_sinks
 
 __all__ = ("FixedClock", "SequentialIds", "capture_events", "event_types", "events_of")
 
