@@ -126,12 +126,12 @@ async def test_older_schema_is_migrated_and_keeps_its_events(
     dsn: str, schema: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A schema left at version 1 is upgraded on first use, its events intact."""
-    from agentledger.adapters.stores import postgres
+    from agentledger.adapters.stores import _pg_schema, postgres
 
     events = make_events("run_1", 0, 3, "old")
     with monkeypatch.context() as patch:
-        patch.setattr(postgres, "MIGRATIONS", postgres.MIGRATIONS[:1])
-        patch.setattr(postgres, "SCHEMA_VERSION", 1)
+        patch.setattr(_pg_schema, "MIGRATIONS", postgres.MIGRATIONS[:1])
+        patch.setattr(_pg_schema, "SCHEMA_VERSION", 1)
         async with _store(dsn, schema) as old:
             await old.append("run_1", events, 0)
     async with _store(dsn, schema) as new:
