@@ -5,6 +5,10 @@
     with capture_events() as events:
         await agent.run("hi")
     assert [type(e).__name__ for e in events][-1] == "RunCompleted"
+
+Two submodules hold the contract suites our own adapters pass, for yours to pass too:
+``agentledger.testing.stores`` (``StoreContract``, ``DurableStoreContract``) and
+``agentledger.testing.clients`` (``ChatClientContract``). They need pytest; this module does not.
 """
 
 from __future__ import annotations
