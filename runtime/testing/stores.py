@@ -269,9 +269,8 @@ class StoreContract:
             store.append_nowait(stream, make_events(stream, 1, 1, "late"), 1)
         assert (info.value.expected, info.value.actual) == (1, 2)
         assert await store.append(stream, make_events(stream, 2, 1, "b"), 2) == 3
-        assert await self.another().read(stream) == make_events(stream, 0, 2, "a") + make_events(
-            stream, 2, 1, "b"
-        )
+        expected = make_events(stream, 0, 2, "a") + make_events(stream, 2, 1, "b")
+        assert await self.another().read(stream) == expected
 
 
 class CrashOutcome(NamedTuple):
