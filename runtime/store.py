@@ -3,9 +3,15 @@
 A stream is one run's log, named by its run id (every event in it carries that ``run_id``); it
 exists once it holds an event. ``append`` takes the version the writer last saw (the number of
 events it knows in the stream); if another writer got there first the append fails with
-``ConflictError`` and nothing is written. Stores that hold resources close with ``aclose()``.
-``MemoryEventStore`` is the reference implementation: every other store passes the same
-contract tests.
+``ConflictError`` and nothing is written. ``MemoryEventStore`` is the reference implementation:
+every other store passes the same contract tests (``agentledger.testing.stores``).
+
+Beyond the three methods of ``EventStore``, a store may offer capabilities, each a small protocol
+that callers check with ``isinstance`` instead of probing for attributes:
+
+- ``SupportsReadMany``: ``read_many(streams)`` reads several whole streams in one call;
+- ``SupportsAclose``: ``aclose()`` releases what the store holds (connections, a pool);
+- ``SupportsAppendNowait``: ``append_nowait(...)`` appends without awaiting (a store without IO).
 """
 
 from __future__ import annotations
@@ -16,7 +22,14 @@ from typing import Protocol, runtime_checkable
 from .core.events import Event
 from .errors import ConflictError
 
-__all__ = ("EventStore", "MemoryEventStore", "read_many")
+__all__ = (
+    "EventStore",
+    "MemoryEventStore",
+    "SupportsAclose",
+    "SupportsAppendNowait",
+    "SupportsReadMany",
+    "read_many",
+)
 
 
 @runtime_checkable
@@ -36,6 +49,33 @@ class EventStore(Protocol):
 
     async def streams(self) -> list[str]:
         """Every stream's name, oldest first."""
+        ...
+
+
+@runtime_checkable
+class SupportsReadMany(Protocol):
+    """A store that reads several whole streams in one call (durable stores: one trip to their IO)."""
+
+    async def read_many(self, streams: Sequence[str]) -> dict[str, list[Event]]:
+        """Every stream in ``streams``, whole ([] for an unknown one), keyed by name in that order."""
+        ...
+
+
+@runtime_checkable
+class SupportsAclose(Protocol):
+    """A store that holds resources and releases them with ``await store.aclose()``."""
+
+    async def aclose(self) -> None:
+        """Release what the store holds; a durable store refuses later calls with ``StoreError``."""
+        ...
+
+
+@runtime_checkable
+class SupportsAppendNowait(Protocol):
+    """A store that does no IO, so an append needs no await (the in-memory store)."""
+
+    def append_nowait(self, stream: str, events: Sequence[Event], expected_version: int) -> int:
+        """``append`` without awaiting: the same result, the same ``ConflictError``."""
         ...
 
 
@@ -86,8 +126,6 @@ async def read_many(store: EventStore, streams: Sequence[str]) -> dict[str, list
     Durable stores do their IO in a worker thread; reading many short runs one call each spends
     more time getting to that thread than reading.
     """
-    bulk = getattr(store, "read_many", None)
-    if bulk is not None:
-        result: dict[str, list[Event]] = await bulk(streams)
-        return result
+    if isinstance(store, SupportsReadMany):
+        return await store.read_many(streams)
     return {stream: await store.read(stream) for stream in streams}

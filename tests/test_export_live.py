@@ -25,8 +25,8 @@ from agentledger.adapters.export.otlp import (
 from agentledger.adapters.export.structlog import StructlogSink, event_fields
 from agentledger.core.events import Event, ToolReturned, encode_event
 from agentledger.demo import build_demo_agent, run_demo
-from agentledger.run import watching
 from agentledger.replay import fork, load, rerun
+from agentledger.run import watching
 from agentledger.testing import FixedClock, SequentialIds, capture_events, event_types
 
 if TYPE_CHECKING:
@@ -115,9 +115,8 @@ def nested_agent(clock: FixedClock, ids: SequentialIds) -> Agent:
 async def test_structlog_sink_logs_each_event_with_run_and_seq_bound() -> None:
     """One line per event: the type is the event name, run_id and seq are bound, no content."""
     sink = StructlogSink()
-    with watching(sink):
-        with capture_logs() as lines, capture_events() as events:
-            await run_demo(MemoryEventStore())
+    with watching(sink), capture_logs() as lines, capture_events() as events:
+        await run_demo(MemoryEventStore())
     assert [line["event"] for line in lines] == event_types(events)
     assert [(line["run_id"], line["seq"]) for line in lines] == [(e.run_id, e.seq) for e in events]
     assert {line["log_level"] for line in lines} == {"info"}

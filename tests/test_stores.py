@@ -5,10 +5,13 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
+from agentledger.adapters.stores import _lines
 from agentledger.adapters.stores import sqlite as sqlite_store
 from agentledger.adapters.stores.jsonl import JsonlEventStore, TornTailWarning
 from agentledger.adapters.stores.sqlite import SqliteEventStore
@@ -16,10 +19,14 @@ from agentledger.core.events import encode_event
 from agentledger.errors import ConflictError, LogCorruptError, StoreError
 from agentledger.store import EventStore, MemoryEventStore
 
-pytest.register_assert_rewrite("tests.store_contract")
+pytest.register_assert_rewrite("agentledger.testing.stores")
 
-from .store_contract import DurableStoreContract, StoreContract  # noqa: E402 (after the rewrite hook)
-from .store_crash_child import make_events  # noqa: E402
+from agentledger.testing.stores import (  # noqa: E402 (after the rewrite hook)
+    CrashOutcome,
+    DurableStoreContract,
+    StoreContract,
+    make_events,
+)
 
 
 @pytest.fixture
@@ -39,9 +46,35 @@ class TestMemoryStore(StoreContract):
 
 
 class TestJsonlDirectory(DurableStoreContract):
-    kind = "jsonl"
     atomic_batches = False
+    repair_warning = TornTailWarning
+    crash_outcomes: ClassVar[Mapping[str, CrashOutcome]] = {
+        "idle": CrashOutcome(0, repaired=False),
+        "torn-record": CrashOutcome(0, repaired=True),
+        "mid-batch": CrashOutcome(1, repaired=True),
+        "before-fsync": CrashOutcome(3, repaired=False),
+    }
     location_name = "runs"
+
+    @classmethod
+    def install_fault(cls, store: EventStore, point: str, hang: Callable[[], None]) -> None:
+        """A torn record, part of a batch, or a whole batch not yet synced: then ``hang``."""
+        write_all = _lines.write_all
+
+        def partial_write(fd: int, data: bytes) -> None:
+            if not data.startswith(b"{"):
+                write_all(fd, data)  # not an event record (the catalog of stream names)
+                return
+            first = data.index(b"\n") + 1
+            write_all(fd, data[: first // 2] if point == "torn-record" else data[: first + 10])
+            hang()
+
+        if point in ("torn-record", "mid-batch"):
+            _lines.write_all = partial_write
+        elif point == "before-fsync":
+            _lines._sync = lambda fd: hang()
+        else:
+            super().install_fault(store, point, hang)
 
     def open_store(self, location: Path) -> JsonlEventStore:
         return JsonlEventStore(location)
@@ -49,7 +82,7 @@ class TestJsonlDirectory(DurableStoreContract):
     def log_file(self, stream: str) -> Path:
         return self.location / f"{stream}.jsonl"
 
-    def corrupt(self, stream: str, seq: int, data: bytes) -> str:
+    async def corrupt(self, stream: str, seq: int, data: bytes) -> str:
         path = self.log_file(stream)
         _replace_line(path, seq, data)
         return f"{path}:{seq + 1}"
@@ -67,14 +100,29 @@ class TestJsonlJournal(TestJsonlDirectory):
 
 
 class TestSqlite(DurableStoreContract):
-    kind = "sqlite"
     atomic_batches = True
+    crash_outcomes: ClassVar[Mapping[str, CrashOutcome]] = {
+        "idle": CrashOutcome(0, repaired=False),
+        "before-commit": CrashOutcome(0, repaired=False),
+    }
     location_name = "events.sqlite"
+
+    @classmethod
+    def install_fault(cls, store: EventStore, point: str, hang: Callable[[], None]) -> None:
+        """The batch written but not committed: then ``hang``."""
+        if point != "before-commit" or not isinstance(store, SqliteEventStore):
+            super().install_fault(store, point, hang)
+            return
+
+        def hang_commit(connection: sqlite3.Connection) -> None:
+            hang()
+
+        store._commit = hang_commit  # type: ignore[method-assign]
 
     def open_store(self, location: Path) -> SqliteEventStore:
         return SqliteEventStore(location)
 
-    def corrupt(self, stream: str, seq: int, data: bytes) -> str:
+    async def corrupt(self, stream: str, seq: int, data: bytes) -> str:
         with sqlite3.connect(self.location) as connection:
             first, blob = connection.execute(
                 "SELECT seq, data FROM events WHERE seq <= ? AND last >= ?", (seq, seq)

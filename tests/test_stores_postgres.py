@@ -1,35 +1,33 @@
 """PostgresEventStore against the store contract, and what PostgreSQL adds of its own.
 
 These tests need a PostgreSQL server (see ``_temporal_env``): they skip when it is unreachable,
-and fail under ``CI=true``. Each test works in a fresh schema, dropped afterwards. The module is
-also the second process of the crash tests: ``python -m tests.test_stores_postgres DSN SCHEMA
-STREAM MODE`` appends from another process and talks to the test through its standard streams.
+and fail under ``CI=true``. Each test works in a fresh schema, dropped afterwards. The durable
+contract's other processes open the same schema with ``TestPostgres.reopen``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import socket
-import subprocess
-import sys
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import anyio
 import pytest
 
-from agentledger.errors import ConflictError, LogCorruptError, StoreError
+from agentledger.errors import LogCorruptError, StoreError
 from agentledger.store import EventStore
 
 from ._temporal_env import drop_schema, require_postgres, unique_schema
 
-pytest.register_assert_rewrite("tests.store_contract")
+pytest.register_assert_rewrite("agentledger.testing.stores")
 
-from .store_contract import StoreContract  # noqa: E402 (after the rewrite hook)
-from .store_crash_child import make_events  # noqa: E402
-
-ROOT = Path(__file__).resolve().parent.parent
+from agentledger.testing.stores import (  # noqa: E402 (after the rewrite hook)
+    CrashOutcome,
+    DurableStoreContract,
+    make_events,
+)
 
 
 @pytest.fixture(scope="module")
@@ -61,19 +59,51 @@ async def _connection(dsn: str) -> AsyncIterator[Any]:
         await connection.close()
 
 
-class TestPostgres(StoreContract):
-    @pytest.fixture
-    async def store(self, tmp_path: Path, dsn: str, schema: str) -> AsyncIterator[EventStore]:
-        self.location = tmp_path
+class TestPostgres(DurableStoreContract):
+    atomic_batches = True
+    crash_outcomes: ClassVar[Mapping[str, CrashOutcome]] = {
+        "idle": CrashOutcome(0, repaired=False),
+        "before-commit": CrashOutcome(0, repaired=False),
+    }
+
+    @pytest.fixture(autouse=True)
+    def _database(self, dsn: str, schema: str) -> None:
+        """Every handle of a test opens the same fresh schema."""
         self.dsn, self.schema = dsn, schema
-        self.opened: list[EventStore] = []
-        yield self.another()
-        for opened in self.opened:
-            await opened.aclose()  # type: ignore[attr-defined]
+
+    @pytest.fixture(params=["idle", "before-commit", "loop"])
+    def crash_point(self, request: pytest.FixtureRequest) -> str:
+        return str(request.param)
 
     def open_store(self, location: Path) -> EventStore:
         store: EventStore = _store(self.dsn, self.schema)
         return store
+
+    async def corrupt(self, stream: str, seq: int, data: bytes) -> str:
+        async with _connection(self.dsn) as connection:
+            update = f"UPDATE {self.schema}.events SET data = %s WHERE stream = %s AND seq = %s"
+            await connection.execute(update, (data.decode(), stream, seq))
+        return f"postgresql {self.schema}.events: stream {stream!r} seq {seq}"
+
+    def reopen_args(self) -> list[str]:
+        return [self.dsn, self.schema]
+
+    @classmethod
+    def reopen(cls, args: list[str]) -> EventStore:
+        store: EventStore = _store(args[0], args[1])
+        return store
+
+    @classmethod
+    def install_fault(cls, store: EventStore, point: str, hang: Callable[[], None]) -> None:
+        """The batch inserted and notified, its transaction still open: then ``hang``."""
+        if point != "before-commit":
+            super().install_fault(store, point, hang)
+            return
+
+        async def before_commit() -> None:
+            hang()
+
+        store._before_commit = before_commit  # type: ignore[attr-defined]
 
 
 # -- schema and migrations ----------------------------------------------------------------------
@@ -96,12 +126,12 @@ async def test_older_schema_is_migrated_and_keeps_its_events(
     dsn: str, schema: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A schema left at version 1 is upgraded on first use, its events intact."""
-    from agentledger.adapters.stores import postgres
+    from agentledger.adapters.stores import _pg_schema, postgres
 
     events = make_events("run_1", 0, 3, "old")
     with monkeypatch.context() as patch:
-        patch.setattr(postgres, "MIGRATIONS", postgres.MIGRATIONS[:1])
-        patch.setattr(postgres, "SCHEMA_VERSION", 1)
+        patch.setattr(_pg_schema, "MIGRATIONS", postgres.MIGRATIONS[:1])
+        patch.setattr(_pg_schema, "SCHEMA_VERSION", 1)
         async with _store(dsn, schema) as old:
             await old.append("run_1", events, 0)
     async with _store(dsn, schema) as new:
@@ -144,19 +174,6 @@ async def test_stores_starting_together_migrate_once(dsn: str, schema: str) -> N
 
 
 @pytest.mark.anyio
-async def test_corrupt_record_names_its_position(dsn: str, schema: str) -> None:
-    """A stored record that does not decode raises LogCorruptError naming the stream and seq."""
-    async with _store(dsn, schema) as store:
-        await store.append("run_bad", make_events("run_bad", 0, 5, "x"), 0)
-        async with _connection(dsn) as connection:
-            bad = '{"type": "ToolCalled", "run_id": "run_bad", "seq": 2}'
-            await connection.execute(f"UPDATE {schema}.events SET data = %s WHERE seq = 2", (bad,))
-        with pytest.raises(LogCorruptError, match="missing required field `at`") as info:
-            await store.read("run_bad")
-    assert info.value.where == f"postgresql {schema}.events: stream 'run_bad' seq 2"
-
-
-@pytest.mark.anyio
 async def test_missing_row_is_a_gap(dsn: str, schema: str) -> None:
     """A row deleted from the middle of a stream raises LogCorruptError at the seq after it."""
     async with _store(dsn, schema) as store:
@@ -166,15 +183,6 @@ async def test_missing_row_is_a_gap(dsn: str, schema: str) -> None:
         with pytest.raises(LogCorruptError, match="expected seq 2, found 3"):
             await store.read("run_1")
         assert len(await store.read("run_1", after=2)) == 1
-
-
-@pytest.mark.anyio
-async def test_closed_store_refuses_work(dsn: str, schema: str) -> None:
-    """Every call on a closed store raises StoreError."""
-    store = _store(dsn, schema)
-    await store.aclose()
-    with pytest.raises(StoreError, match="closed"):
-        await store.read("run_1")
 
 
 @pytest.mark.anyio
@@ -261,90 +269,3 @@ async def test_call_outcomes_keep_the_first_recorded(dsn: str, schema: str) -> N
         assert await store.complete_call("run_1/1/c1", b"second") == b"first"
         with pytest.raises(StoreError, match="never claimed"):
             await store.complete_call("run_1/1/other", b"x")
-
-
-# -- another process, killed in the middle ------------------------------------------------------
-
-
-def _spawn(dsn: str, schema: str, stream: str, mode: str) -> subprocess.Popen[str]:
-    command = [sys.executable, "-m", "tests.test_stores_postgres", dsn, schema, stream, mode]
-    pipe = subprocess.PIPE
-    return subprocess.Popen(command, stdin=pipe, stdout=pipe, stderr=pipe, text=True, cwd=ROOT)
-
-
-def _expect_ready(child: subprocess.Popen[str]) -> None:
-    assert child.stdout is not None
-    line = child.stdout.readline()
-    if line.strip() != "ready":
-        child.kill()
-        _, err = child.communicate(timeout=60)
-        pytest.fail(f"the child said {line!r}, not 'ready':\n{err}")
-
-
-@pytest.mark.anyio
-@pytest.mark.parametrize("mode", ["before-commit", "loop"])
-async def test_kill_9_mid_append_leaves_whole_batches(dsn: str, schema: str, mode: str) -> None:
-    """A writer killed inside its append transaction leaves whole batches only; appends go on."""
-    stream = "run_crash"
-    child = _spawn(dsn, schema, stream, mode)
-    _expect_ready(child)
-    child.kill()
-    child.communicate(timeout=60)
-    async with _store(dsn, schema) as store:
-        events = await store.read(stream)
-        assert len(events) % 3 == 0
-        assert len(events) >= 6
-        assert events == [e for k in range(len(events) // 3) for e in make_events(stream, 3 * k, 3, f"b{k}")]
-        more = make_events(stream, len(events), 2, "after")
-        assert await store.append(stream, more, len(events)) == len(events) + 2
-
-
-@pytest.mark.anyio
-async def test_two_processes_race_one_conflicts(dsn: str, schema: str) -> None:
-    """Two processes appending at the same version: one ConflictError, the other's batch whole."""
-    children = [_spawn(dsn, schema, "run_race", f"race-{tag}") for tag in "ab"]
-    for child in children:
-        _expect_ready(child)
-    for child in children:
-        assert child.stdin is not None
-        child.stdin.write("go\n")
-        child.stdin.flush()
-    outcomes = sorted(child.communicate(timeout=60)[0].strip() for child in children)
-    assert outcomes == ["conflict 2", "ok 2"]
-    async with _store(dsn, schema) as store:
-        assert len(await store.read("run_race")) == 2
-
-
-async def _child(argv: Sequence[str]) -> None:
-    dsn, schema, stream, mode = argv
-    store = _store(dsn, schema)
-    await store.migrate()
-    if mode.startswith("race-"):
-        print("ready", flush=True)
-        sys.stdin.readline()
-        try:
-            print(f"ok {await store.append(stream, make_events(stream, 0, 2, mode), 0)}", flush=True)
-        except ConflictError as exc:
-            print(f"conflict {exc.actual}", flush=True)
-        await store.aclose()
-        return
-    for k in range(2):
-        await store.append(stream, make_events(stream, 3 * k, 3, f"b{k}"), 3 * k)
-    if mode == "before-commit":
-
-        async def hang() -> None:
-            print("ready", flush=True)
-            await anyio.to_thread.run_sync(sys.stdin.readline)
-
-        store._before_commit = hang
-        await store.append(stream, make_events(stream, 6, 3, "b2"), 6)
-        raise SystemExit("the test should have killed this process")
-    print("ready", flush=True)
-    k = 2
-    while True:
-        await store.append(stream, make_events(stream, 3 * k, 3, f"b{k}"), 3 * k)
-        k += 1
-
-
-if __name__ == "__main__":
-    anyio.run(_child, sys.argv[1:])

@@ -26,15 +26,16 @@ The store also keeps ``call_outcomes``: the outcome of each tool call run by a d
 executor, under an idempotency key, so that a retried call returns what was recorded instead of
 running again (``claim_call``/``complete_call``; used by ``agentledger.adapters.temporal``).
 
+The schema and its migrations are in ``_pg_schema``, following (``Tail``) in ``_pg_tail``, the
+pool in ``_pg_pool``; this module is the store itself: appends, reads and the call records.
+
 Connections come from a small pool opened lazily, in the event loop that first uses the store; a
 store belongs to that loop. Close it with ``await store.aclose()`` or ``async with``.
 """
 
 from __future__ import annotations
 
-import collections
 import contextlib
-import hashlib
 import re
 from collections.abc import AsyncIterator, Sequence
 from types import TracebackType
@@ -51,9 +52,13 @@ try:
     import psycopg
     from psycopg import errors as pg_errors
     from psycopg import sql
-    from psycopg.pq import TransactionStatus
 except ImportError:  # pragma: no cover - exercised only without the extra
     raise ImportError("PostgresEventStore needs psycopg 3: pip install 'agentledger[postgres]'") from None
+
+from . import _pg_schema
+from ._pg_pool import Pool, lock_key
+from ._pg_schema import MIGRATIONS, SCHEMA_VERSION, Migration
+from ._pg_tail import StoredEvent, Tail
 
 __all__ = (
     "MIGRATIONS",
@@ -66,60 +71,7 @@ __all__ = (
 )
 
 
-class Migration(NamedTuple):
-    """One step of the schema; ``statements`` name the schema as ``{schema}``."""
-
-    version: int
-    description: str
-    statements: tuple[str, ...]
-
-
-MIGRATIONS: tuple[Migration, ...] = (
-    Migration(
-        1,
-        "streams in creation order, events keyed by (stream, seq)",
-        (
-            """CREATE TABLE {schema}.streams (
-                position bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-                name text NOT NULL UNIQUE,
-                created_at timestamptz NOT NULL DEFAULT now()
-            )""",
-            """CREATE TABLE {schema}.events (
-                stream text NOT NULL,
-                seq integer NOT NULL,
-                position bigint GENERATED ALWAYS AS IDENTITY,
-                type text NOT NULL,
-                data json NOT NULL,
-                PRIMARY KEY (stream, seq)
-            )""",
-            "CREATE UNIQUE INDEX events_by_position ON {schema}.events (position)",
-        ),
-    ),
-    Migration(
-        2,
-        "outcomes of tool calls by idempotency key",
-        (
-            """CREATE TABLE {schema}.call_outcomes (
-                key text PRIMARY KEY,
-                attempts integer NOT NULL,
-                outcome bytea,
-                claimed_at timestamptz NOT NULL DEFAULT now(),
-                completed_at timestamptz
-            )""",
-        ),
-    ),
-)
-"""Every migration, oldest first. Add new ones at the end; never edit one that has shipped."""
-
-SCHEMA_VERSION = MIGRATIONS[-1].version
-"""The schema version this code writes and reads."""
-
 _SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,47}$")
-_VERSION_TABLE = """CREATE TABLE IF NOT EXISTS {schema}.schema_version (
-    version integer PRIMARY KEY,
-    description text NOT NULL,
-    applied_at timestamptz NOT NULL DEFAULT now()
-)"""
 _INSERT = """INSERT INTO {schema}.events (stream, seq, type, data)
 SELECT %(stream)s, %(start)s + t.ord - 1, t.type, t.data::json
 FROM unnest(%(types)s::text[], %(data)s::text[]) WITH ORDINALITY AS t(type, data, ord)
@@ -127,15 +79,6 @@ WHERE %(start)s = 0 OR EXISTS (
     SELECT 1 FROM {schema}.events WHERE stream = %(stream)s AND seq = %(start)s - 1
 )
 ORDER BY t.ord"""
-_PAGE = 500
-
-
-class StoredEvent(NamedTuple):
-    """An event as ``tail()`` yields it: with its stream and its position in the schema."""
-
-    position: int
-    stream: str
-    event: Event
 
 
 class CallRecord(NamedTuple):
@@ -145,108 +88,8 @@ class CallRecord(NamedTuple):
     outcome: bytes | None
 
 
-class Tail:
-    """New events of a schema (or of one stream) as they are appended; see ``tail()``.
-
-    An async iterator and an async context manager: entering starts listening and fixes where
-    ``after=None`` begins; leaving (or ``aclose()``) releases the connection it listens on.
-    """
-
-    def __init__(self, store: PostgresEventStore, stream: str | None, after: int | None) -> None:
-        self.store = store
-        self.stream = stream
-        self.cursor = after
-        self._listener: psycopg.AsyncConnection[Any] | None = None
-        self._started = False
-        self._buffer: collections.deque[StoredEvent] = collections.deque()
-
-    async def start(self) -> None:
-        """Listen, and take the current end as the cursor when ``after`` was None."""
-        if self._started:
-            return
-        self._started = True
-        if self.store.listen:
-            self._listener = await self.store._listener()
-        if self.cursor is None:
-            self.cursor = await self.store._head(self.stream)
-
-    def __aiter__(self) -> Tail:
-        return self
-
-    async def __anext__(self) -> StoredEvent:
-        await self.start()
-        assert self.cursor is not None
-        while not self._buffer:
-            batch = await self.store._since(self.stream, self.cursor)
-            if not batch:
-                await self.store._wait(self._listener)
-            self._buffer.extend(batch)
-        item = self._buffer.popleft()
-        self.cursor = item.event.seq if self.stream is not None else item.position
-        return item
-
-    async def aclose(self) -> None:
-        """Stop following; the listening connection is closed."""
-        listener, self._listener = self._listener, None
-        if listener is not None:
-            with anyio.CancelScope(shield=True):
-                await listener.close()
-
-    async def __aenter__(self) -> Tail:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.aclose()
-
-
 class _Behind(Exception):
     """The stream is shorter than the expected version: nothing was inserted."""
-
-
-def _lock_key(purpose: str, schema: str) -> int:
-    digest = hashlib.blake2b(f"agentledger:{purpose}:{schema}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big", signed=True)
-
-
-class _Pool:
-    """A few autocommit connections, opened on demand and reused while they are healthy."""
-
-    def __init__(self, conninfo: str, size: int) -> None:
-        self.conninfo = conninfo
-        self.size = size
-        self.idle: list[psycopg.AsyncConnection[Any]] = []
-        self.slots: anyio.Semaphore | None = None
-
-    async def open(self) -> psycopg.AsyncConnection[Any]:
-        try:
-            return await psycopg.AsyncConnection.connect(self.conninfo, autocommit=True)
-        except psycopg.Error as exc:
-            raise StoreError(f"cannot connect to PostgreSQL: {exc}") from exc
-
-    @contextlib.asynccontextmanager
-    async def connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
-        if self.slots is None:
-            self.slots = anyio.Semaphore(self.size)
-        async with self.slots:
-            connection = self.idle.pop() if self.idle else await self.open()
-            try:
-                yield connection
-            finally:
-                healthy = not connection.broken and not connection.closed
-                if healthy and connection.info.transaction_status == TransactionStatus.IDLE:
-                    self.idle.append(connection)
-                else:
-                    with anyio.CancelScope(shield=True):
-                        await connection.close()
-
-    async def close(self) -> None:
-        idle, self.idle = self.idle, []
-        with anyio.CancelScope(shield=True):
-            for connection in idle:
-                await connection.close()
 
 
 class PostgresEventStore:
@@ -275,9 +118,9 @@ class PostgresEventStore:
         self.listen = listen
         self.poll_interval = poll_interval
         self.channel = f"{schema}_appended"
-        self._pool = _Pool(conninfo, max_connections)
-        self._append_key = _lock_key("append", schema)
-        self._migrate_key = _lock_key("migrate", schema)
+        self._pool = Pool(conninfo, max_connections)
+        self._append_key = lock_key("append", schema)
+        self._migrate_key = lock_key("migrate", schema)
         self._migrated = False
         self._migrating: anyio.Lock | None = None
         self._closed = False
@@ -364,7 +207,7 @@ class PostgresEventStore:
     async def migrate(self) -> int:
         """Create or upgrade the schema now (first use does it anyway); returns its version."""
         async with self._connection():
-            return SCHEMA_VERSION
+            return _pg_schema.SCHEMA_VERSION
 
     async def aclose(self) -> None:
         """Close the pool's connections; later calls raise ``StoreError``."""
@@ -415,52 +258,6 @@ class PostgresEventStore:
         rows: list[tuple[int]] = await self._fetch(connection, query, (stream,))
         return int(rows[0][0])
 
-    # -- tailing ----------------------------------------------------------------------------------
-
-    async def _listener(self) -> psycopg.AsyncConnection[Any]:
-        await self.migrate()
-        connection = await self._pool.open()
-        try:
-            await connection.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
-        except BaseException:
-            with anyio.CancelScope(shield=True):
-                await connection.close()
-            raise
-        return connection
-
-    async def _head(self, stream: str | None) -> int:
-        if stream is not None:
-            return await self.version(stream) - 1
-        query = self._sql("SELECT coalesce(max(position), 0) FROM {schema}.events")
-        async with self._connection() as connection:
-            rows: list[tuple[int]] = await self._fetch(connection, query, ())
-        return int(rows[0][0])
-
-    async def _since(self, stream: str | None, cursor: int) -> list[StoredEvent]:
-        columns = "SELECT position, stream, seq, data::text FROM {schema}.events"
-        if stream is None:
-            query, params = f"{columns} WHERE position > %s ORDER BY position LIMIT {_PAGE}", (cursor,)
-        else:
-            query = f"{columns} WHERE stream = %s AND seq > %s ORDER BY seq LIMIT {_PAGE}"
-            params = (stream, cursor)  # type: ignore[assignment]
-        async with self._connection() as connection:
-            rows: list[tuple[int, str, int, str]] = await self._fetch(connection, self._sql(query), params)
-        events = decode_records(
-            [row[3].encode() for row in rows], lambda i: self._where(rows[i][1], rows[i][2])
-        )
-        return [StoredEvent(row[0], row[1], event) for row, event in zip(rows, events, strict=True)]
-
-    async def _wait(self, listener: psycopg.AsyncConnection[Any] | None) -> None:
-        """Until a notification arrives or ``poll_interval`` passes."""
-        if listener is None:
-            await anyio.sleep(self.poll_interval)
-            return
-        try:
-            async for _ in listener.notifies(timeout=self.poll_interval, stop_after=1):
-                pass
-        except psycopg.Error as exc:
-            raise StoreError(f"{self}: lost the notification connection: {exc}") from exc
-
     # -- connections and schema -------------------------------------------------------------------
 
     @contextlib.asynccontextmanager
@@ -479,32 +276,10 @@ class PostgresEventStore:
             if self._migrated:
                 return
             try:
-                await self._upgrade(connection)
+                await _pg_schema.upgrade(connection, self.schema, self._migrate_key, str(self))
             except psycopg.Error as exc:
                 raise StoreError(f"{self}: cannot create or upgrade the schema: {exc}") from exc
             self._migrated = True
-
-    async def _upgrade(self, connection: psycopg.AsyncConnection[Any]) -> None:
-        async with connection.transaction():
-            await connection.execute("SELECT pg_advisory_xact_lock(%s)", (self._migrate_key,))
-            await connection.execute(
-                sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self.schema))
-            )
-            await connection.execute(self._sql(_VERSION_TABLE))
-            query = self._sql("SELECT coalesce(max(version), 0) FROM {schema}.schema_version")
-            rows: list[tuple[int]] = await self._fetch(connection, query, ())
-            current = int(rows[0][0])
-            if current > SCHEMA_VERSION:
-                raise StoreError(
-                    f"{self}: the schema is at version {current}, newer than this code knows "
-                    f"({SCHEMA_VERSION}); upgrade agentledger"
-                )
-            record = self._sql("INSERT INTO {schema}.schema_version (version, description) VALUES (%s, %s)")
-            for migration in MIGRATIONS:
-                if migration.version > current:
-                    for statement in migration.statements:
-                        await connection.execute(self._sql(statement))
-                    await connection.execute(record, (migration.version, migration.description))
 
     async def _fetch(
         self, connection: psycopg.AsyncConnection[Any], query: sql.Composed, params: Any, *, rows: bool = True

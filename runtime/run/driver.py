@@ -8,11 +8,11 @@ until the machine says the loop is over. It decides nothing: the steps record wh
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from ..core.commands import CallModel, FinishRun, InvokeTools
 from ..core.events import Event
-from ..store import EventStore, MemoryEventStore
+from ..store import EventStore, SupportsAppendNowait
 from .binding import RunBinding
 from .model_step import call_model
 from .recorder import LiveRecorder
@@ -29,7 +29,9 @@ class LocalDriver:
         self.recorder = recorder
         self.store = store
         self.stored = 0
-        self._append_nowait = store.append_nowait if isinstance(store, MemoryEventStore) else None
+        self._append_nowait: Callable[[str, Sequence[Event], int], int] | None = (
+            store.append_nowait if isinstance(store, SupportsAppendNowait) else None
+        )
 
     async def drive(self) -> FinishRun:
         """Run the loop until the machine says it is over.

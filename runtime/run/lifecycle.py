@@ -16,6 +16,7 @@ import anyio
 
 from ..clients import ChatResponseUpdate, normalize_messages
 from ..context import AgentContext, SessionSink
+from ..core.commands import FinishRun
 from ..core.events import (
     ArgumentsRejected,
     Event,
@@ -27,7 +28,6 @@ from ..core.events import (
     ToolNotFound,
     ToolReturned,
 )
-from ..core.commands import FinishRun
 from ..core.machine import RunMachine
 from ..core.messages import Content, Message, result_text
 from ..core.projections import error_text

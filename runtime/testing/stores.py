@@ -1,214 +1,56 @@
 """The ``EventStore`` contract: the tests every store passes, from the memory reference on.
 
-Subclass ``StoreContract`` and implement ``open_store``; a durable store subclasses
-``DurableStoreContract``, which adds what only a store outside the process can show: reopening,
-damaged records, and other processes that race, contend, or are killed in the middle of an append
-(``store_crash_child.py``).
+Subclass ``StoreContract`` in a test module and implement ``open_store``; pytest collects the
+inherited tests. A durable store subclasses ``DurableStoreContract``, which adds what only a store
+outside the process can show: reopening, closing, damaged records, and other processes that race,
+contend, or are killed in the middle of an append (``python -m agentledger.testing._store_child``).
+
+::
+
+    import pytest
+
+    pytest.register_assert_rewrite("agentledger.testing.stores")  # detailed assertion messages
+    from agentledger.testing.stores import StoreContract
+
+
+    class TestMyStore(StoreContract):
+        def open_store(self, location):
+            return MyStore(location)
+
+The tests are async (``@pytest.mark.anyio``): they need anyio's pytest plugin, which anyio
+installs, and pytest itself, which ``agentledger`` does not depend on.
 """
 
 from __future__ import annotations
 
-import subprocess
-import sys
+import json
 import typing
 import warnings
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar, NamedTuple
 
 import anyio
 import anyio.lowlevel
-import pytest
 
-from agentledger import (
-    Agent,
-    AgentContext,
-    AgentSession,
-    ChatContext,
-    Content,
-    ExperimentalWarning,
-    FunctionInvocationContext,
-    Message,
-    MiddlewareTermination,
-    tool,
-)
-from agentledger.adapters.chat.scripted import Call, ScriptedChatClient, ScriptedRequest
-from agentledger.adapters.stores._lines import TornTailWarning
-from agentledger.adapters.stores._threaded import ThreadedStore
+try:
+    import pytest
+except ImportError:  # pragma: no cover - exercised only without pytest
+    raise ImportError("agentledger.testing.stores needs pytest: pip install pytest") from None
+
+from agentledger import AgentSession
 from agentledger.core.events import Event
-from agentledger.errors import ConflictError, LogCorruptError, ModelCallError
-from agentledger.store import EventStore, read_many
-from agentledger.testing import FixedClock, SequentialIds, capture_events
+from agentledger.errors import ConflictError, LogCorruptError, StoreError
+from agentledger.store import EventStore, SupportsAclose, SupportsAppendNowait, read_many
 
-from .store_crash_child import BATCH, POINTS, batch, make_events
+from . import capture_events
+from ._store_child import BATCH, batch, make_events
+from ._store_process import Child
+from ._store_runs import by_stream, record_runs
 
-__all__ = ("DurableStoreContract", "StoreContract", "record_runs")
+__all__ = ("CrashOutcome", "DurableStoreContract", "StoreContract", "make_events", "record_runs")
 
-CallNext = Callable[[], Awaitable[None]]
-CHILD = Path(__file__).with_name("store_crash_child.py")
 EVERY_EVENT_TYPE = {cls.__name__ for cls in typing.get_args(Event)}
-
-
-# -- realistic runs ---------------------------------------------------------------------------
-
-
-@tool
-def lookup(city: str) -> str:
-    """Today's weather in a city."""
-    return f"sunny in {city}"
-
-
-@tool
-def remember(key: str, value: str, ctx: FunctionInvocationContext) -> str:
-    """Keep a traveller's preference in session state."""
-    assert ctx.session is not None
-    ctx.session.state[key] = value
-    return "remembered"
-
-
-@tool
-def book(nights: int) -> dict[str, object]:
-    """Book a room."""
-    return {"confirmation": f"HTL-{nights}", "nights": nights}
-
-
-@tool
-def unlock(ctx: FunctionInvocationContext) -> str:
-    """Offer the booking tool."""
-    ctx.add_tools(book)
-    return "book is available"
-
-
-@tool
-def lock(ctx: FunctionInvocationContext) -> str:
-    """Stop offering the booking tool."""
-    ctx.remove_tools("book")
-    return "book is gone"
-
-
-@tool
-def broken() -> str:
-    """A tool whose backend is down."""
-    raise RuntimeError("backend down")
-
-
-@tool
-def stop() -> str:
-    """Guarded by middleware that ends the run."""
-    return "never seen"
-
-
-@tool(approval_mode="always_require")
-def pay(amount: int) -> str:
-    """Pay (a person approves first)."""
-    return f"paid {amount}"
-
-
-async def guard(context: FunctionInvocationContext, call_next: CallNext) -> None:
-    """Answer empty bookings in the tool's place; end the run on ``stop``."""
-    if context.function.name == "book" and context.arguments.get("nights", 0) < 1:
-        context.result = "Error: book at least one night."
-        return
-    if context.function.name == "stop":
-        raise MiddlewareTermination("stopped by policy")
-    await call_next()
-
-
-async def brief(context: AgentContext, call_next: CallNext) -> None:
-    """Add an instruction to every run's input."""
-    context.messages = [*context.messages, Message("user", (Content.from_text("Answer briefly."),))]
-    await call_next()
-
-
-async def cool(context: ChatContext, call_next: CallNext) -> None:
-    """Send every model call with temperature 0."""
-    context.options = {**context.options, "temperature": 0.0}
-    await call_next()
-
-
-def _unreachable(request: ScriptedRequest) -> str:
-    raise ConnectionError("model unreachable")
-
-
-class _Scenarios:
-    """Runs that share one store, clock, id source and session; together they record every event type."""
-
-    def __init__(self, store: EventStore) -> None:
-        self.store = store
-        self.clock, self.ids = FixedClock(), SequentialIds()
-        self.session = AgentSession(self.ids("session"))
-
-    def agent(self, *script: Any, max_iterations: int = 40, tools: Any = None) -> Agent:
-        return Agent(
-            client=ScriptedChatClient(list(script)),
-            tools=tools or [lookup, remember, unlock, lock, broken, stop, pay],
-            middleware=[guard, brief],
-            store=self.store,
-            clock=self.clock,
-            ids=self.ids,
-            max_iterations=max_iterations,
-        )
-
-    async def plan(self) -> None:
-        """Parallel calls, session writes, tools added and removed, a short-circuit, three errors."""
-        planner = self.agent(
-            [Call("lookup", {"city": "Lisbon"}), Call("remember", {"key": "room", "value": "quiet"})],
-            Call("unlock"),
-            Call("book", {"nights": 0}),
-            Call("book", {"nights": 2}),
-            Call("lock"),
-            Call("ghost"),
-            Call("lookup", "{not json"),
-            Call("broken"),
-            "Booked 2 nights in Lisbon.",
-        )
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", ExperimentalWarning)
-            await planner.run("Plan Lisbon.", session=self.session, options={"tool_choice": "required"})
-
-    async def approve(self) -> None:
-        """A call that waits for approval, approved by the next run."""
-        cashier = self.agent(Call("pay", {"amount": 5}, call_id="call_pay"), "Paid 5.")
-        paused = await cashier.run("Pay 5.", session=self.session)
-        answer = paused.user_input_requests[0].to_approval_response(True)
-        await cashier.run(Message("user", (answer,)), session=self.session)
-
-    async def terminate(self) -> None:
-        """Middleware that ends the run."""
-        await self.agent(Call("stop", call_id="call_stop"), "unused").run("Stop.", session=self.session)
-
-    async def overrun(self) -> None:
-        """An iteration limit whose final answer still asks for a call; chat middleware at work."""
-        oslo = Call("lookup", {"city": "Oslo"}, "call_oslo")
-        rome = Call("lookup", {"city": "Rome"}, "call_rome")
-        agent = self.agent(oslo, rome, max_iterations=1)
-        await agent.run("Keep looking.", session=self.session, middleware=[cool])
-
-    async def delegate(self) -> None:
-        """A sub-agent run started by a tool call."""
-        research = self.agent("Lisbon is sunny all week.").as_tool(name="research")
-        call = Call("research", {"task": "weather"}, call_id="call_research")
-        await self.agent(call, "Sunny.", tools=[research]).run("Research Lisbon.", session=self.session)
-
-    async def fail(self) -> None:
-        """A model call that raises."""
-        with pytest.raises(ModelCallError):
-            await self.agent(_unreachable).run("Anyone there?", session=self.session)
-
-
-async def record_runs(store: EventStore) -> AgentSession:
-    """Run every scenario into ``store``; returns the session they share."""
-    runs = _Scenarios(store)
-    for scenario in (runs.plan, runs.approve, runs.terminate, runs.overrun, runs.delegate, runs.fail):
-        await scenario()
-    return runs.session
-
-
-def _by_stream(events: list[Event]) -> dict[str, list[Event]]:
-    streams: dict[str, list[Event]] = {}
-    for event in events:
-        streams.setdefault(event.run_id, []).append(event)
-    return streams
 
 
 # -- the contract -----------------------------------------------------------------------------
@@ -224,14 +66,14 @@ class StoreContract:
         raise NotImplementedError
 
     @pytest.fixture
-    def store(self, tmp_path: Path) -> Iterator[EventStore]:
+    async def store(self, tmp_path: Path) -> AsyncIterator[EventStore]:
+        """A fresh store; every handle opened during the test is closed after it."""
         self.location = tmp_path / self.location_name
         self.opened: list[EventStore] = []
         yield self.another()
         for opened in self.opened:
-            close = getattr(opened, "close", None)
-            if close is not None:
-                close()
+            if isinstance(opened, SupportsAclose):
+                await opened.aclose()
 
     def another(self) -> EventStore:
         """Another handle on the same streams (for durable stores, a fresh reopen)."""
@@ -252,7 +94,7 @@ class StoreContract:
         with capture_events() as events:
             await record_runs(store)
         assert {type(e).__name__ for e in events} == EVERY_EVENT_TYPE
-        expected = _by_stream(events)
+        expected = by_stream(events)
         reader = self.another()
         assert await reader.streams() == list(expected)
         for stream, stream_events in expected.items():
@@ -416,108 +258,146 @@ class StoreContract:
             mine = [t for t in tags if t.startswith(f"w{index}-")]
             assert mine == [f"w{index}-{k}-{i}" for k in range(batches) for i in range(2)]
 
+    @pytest.mark.anyio
+    async def test_append_nowait_is_append_without_awaiting(self, store: EventStore) -> None:
+        """A store with append_nowait appends and conflicts exactly as append does."""
+        if not isinstance(store, SupportsAppendNowait):
+            pytest.skip(f"{type(store).__name__} has no append_nowait (SupportsAppendNowait)")
+        stream = "run_nowait"
+        assert store.append_nowait(stream, make_events(stream, 0, 2, "a"), 0) == 2
+        with pytest.raises(ConflictError) as info:
+            store.append_nowait(stream, make_events(stream, 1, 1, "late"), 1)
+        assert (info.value.expected, info.value.actual) == (1, 2)
+        assert await store.append(stream, make_events(stream, 2, 1, "b"), 2) == 3
+        expected = make_events(stream, 0, 2, "a") + make_events(stream, 2, 1, "b")
+        assert await self.another().read(stream) == expected
+
+
+class CrashOutcome(NamedTuple):
+    """What a crash at one point leaves of the interrupted batch."""
+
+    survivors: int
+    """How many of the batch's events are stored."""
+    repaired: bool
+    """Whether the next read repairs a torn record (and warns with ``repair_warning``)."""
+
 
 class DurableStoreContract(StoreContract):
-    """What a store outside the process adds: reopening, damage, other processes, crashes."""
+    """What a store outside the process adds: reopening, closing, damage, other processes, crashes.
 
-    kind: ClassVar[str]
-    """The store_crash_child.py name of the store."""
+    The other processes open the store with ``reopen(reopen_args())``, so the subclass must be
+    importable by its module name there (pytest's default import mode does that).
+    """
+
     atomic_batches: ClassVar[bool]
-    """Whether a crash can leave part of a batch (whole records) behind."""
+    """Whether a batch survives a crash whole or not at all (else a prefix of it may)."""
+    repair_warning: ClassVar[type[Warning] | None] = None
+    """The warning a read gives when it cuts off a record torn by a crash, if the store can tear."""
+    crash_outcomes: ClassVar[Mapping[str, CrashOutcome]] = {"idle": CrashOutcome(0, repaired=False)}
+    """The exact outcome of each crash point; ``loop`` (killed while appending) has none."""
 
-    def open_store(self, location: Path) -> ThreadedStore:
-        raise NotImplementedError
-
-    def another(self) -> ThreadedStore:
-        store = super().another()
-        assert isinstance(store, ThreadedStore)
-        return store
-
-    def corrupt(self, stream: str, seq: int, data: bytes) -> str:
+    async def corrupt(self, stream: str, seq: int, data: bytes) -> str:
         """Overwrite the stored record of ``stream`` at ``seq``; returns the position to report."""
         raise NotImplementedError
+
+    def reopen_args(self) -> list[str]:
+        """What another process needs to open this test's store (JSON); by default the location."""
+        return [str(self.location)]
+
+    @classmethod
+    def reopen(cls, args: list[str]) -> EventStore:
+        """In another process: the store ``reopen_args()`` describes."""
+        contract = cls()
+        contract.location = Path(args[0])
+        return contract.open_store(contract.location)
+
+    @classmethod
+    def install_fault(cls, store: EventStore, point: str, hang: Callable[[], None]) -> None:
+        """In another process: make the next append of ``store`` call ``hang`` at ``point``.
+
+        ``hang`` never returns (the test kills the process). Override to add crash points beyond
+        ``idle`` and ``loop``, listing them in a ``crash_point`` fixture and ``crash_outcomes``.
+        """
+        raise NotImplementedError(f"{cls.__name__} has no crash point {point!r}")
 
     @pytest.fixture(params=["idle", "loop"])
     def crash_point(self, request: pytest.FixtureRequest) -> str:
         return str(request.param)
 
-    def spawn(self, *args: str) -> subprocess.Popen[str]:
-        command = [sys.executable, str(CHILD), self.kind, str(self.location), *args]
-        pipe = subprocess.PIPE
-        return subprocess.Popen(command, stdin=pipe, stdout=pipe, stderr=pipe, text=True)
-
-    def expect(self, child: subprocess.Popen[str], word: str) -> str:
-        """The child's next line, which must start with ``word``."""
-        assert child.stdout is not None
-        line = child.stdout.readline()
-        if not line.startswith(word):
-            child.kill()
-            _, err = child.communicate(timeout=60)
-            pytest.fail(f"the child said {line!r}, not {word!r}:\n{err}")
-        return line.strip()
-
-    def finish(self, child: subprocess.Popen[str], *, kill: bool = False) -> str:
-        if kill:
-            child.kill()
-        out, err = child.communicate(timeout=60)
-        assert kill or child.returncode == 0, err
-        return out.strip()
+    async def spawn(self, stream: str, *args: str) -> Child:
+        contract = f"{type(self).__module__}:{type(self).__qualname__}"
+        return await Child.start(contract, json.dumps(self.reopen_args()), stream, *args)
 
     @pytest.mark.anyio
     async def test_reopened_store_continues(self, store: EventStore) -> None:
         """A store closed and opened again reads every event and appends at the stored version."""
         stream = "run_reopen"
         await store.append(stream, make_events(stream, 0, 3, "a"), 0)
-        async with self.another() as reopened:
-            assert await reopened.read(stream) == make_events(stream, 0, 3, "a")
-            assert await reopened.append(stream, make_events(stream, 3, 2, "b"), 3) == 5
+        reopened = self.another()
+        assert await reopened.read(stream) == make_events(stream, 0, 3, "a")
+        assert await reopened.append(stream, make_events(stream, 3, 2, "b"), 3) == 5
+        assert isinstance(reopened, SupportsAclose)
+        await reopened.aclose()
         with pytest.raises(ConflictError):
             await store.append(stream, make_events(stream, 3, 1, "c"), 3)
         expected = make_events(stream, 0, 3, "a") + make_events(stream, 3, 2, "b")
         assert await self.another().read(stream) == expected
 
     @pytest.mark.anyio
+    async def test_closed_store_refuses_work(self, store: EventStore) -> None:
+        """After aclose() every call raises StoreError; other handles go on working."""
+        stream, closing = "run_closed", self.another()
+        assert isinstance(closing, SupportsAclose), "a durable store closes with aclose()"
+        await closing.append(stream, make_events(stream, 0, 2, "a"), 0)
+        await closing.aclose()
+        with pytest.raises(StoreError):
+            await closing.read(stream)
+        with pytest.raises(StoreError):
+            await closing.streams()
+        with pytest.raises(StoreError):
+            await closing.append(stream, make_events(stream, 2, 1, "b"), 2)
+        assert await store.read(stream) == make_events(stream, 0, 2, "a")
+
+    @pytest.mark.anyio
     async def test_corrupt_record_names_its_position(self, store: EventStore) -> None:
         """A stored record that does not decode raises LogCorruptError saying where and what."""
         stream = "run_bad"
         await store.append(stream, make_events(stream, 0, 5, "x"), 0)
-        where = self.corrupt(stream, 2, b'{"type": "ToolCalled", "run_id": "run_bad", "seq": 2}')
+        where = await self.corrupt(stream, 2, b'{"type": "ToolCalled", "run_id": "run_bad", "seq": 2}')
         with pytest.raises(LogCorruptError) as info:
             await self.another().read(stream)
         assert info.value.where == where
         assert "expected one event" in str(info.value)
         assert "missing required field `at`" in str(info.value)
 
-    def test_two_processes_race_one_conflicts(self, store: EventStore) -> None:
+    @pytest.mark.anyio
+    async def test_two_processes_race_one_conflicts(self, store: EventStore) -> None:
         """Two processes appending at the same version: exactly one ConflictError, nothing lost."""
         stream = "run_procs"
         base = make_events(stream, 0, 2, "base")
-        self.another().append_sync(stream, base, 0)
-        children = {tag: self.spawn(stream, "race", tag) for tag in "ab"}
+        await store.append(stream, base, 0)
+        children = {tag: await self.spawn(stream, "race", tag) for tag in "ab"}
         for child in children.values():
-            assert self.expect(child, "ready") == "ready"
+            await child.expect("ready")
         for child in children.values():
-            assert child.stdin is not None
-            child.stdin.write("go\n")
-            child.stdin.flush()
-        outcome = {tag: self.finish(child) for tag, child in children.items()}
+            await child.send("go")
+        outcome = {tag: await child.finish() for tag, child in children.items()}
         assert sorted(outcome.values()) == ["conflict 4", "ok 4"]
         winner = next(tag for tag, result in outcome.items() if result == "ok 4")
-        assert self.another().read_sync(stream) == base + make_events(stream, 2, 2, winner)
+        assert await self.another().read(stream) == base + make_events(stream, 2, 2, winner)
 
-    def test_contending_processes_lose_and_duplicate_nothing(self, store: EventStore) -> None:
+    @pytest.mark.anyio
+    async def test_contending_processes_lose_and_duplicate_nothing(self, store: EventStore) -> None:
         """Processes retrying on ConflictError append every batch exactly once, in their order."""
         stream, batches = "run_procs_busy", 12
-        children = {tag: self.spawn(stream, "contend", tag, str(batches)) for tag in "pq"}
+        children = {tag: await self.spawn(stream, "contend", tag, str(batches)) for tag in "pq"}
         for child in children.values():
-            self.expect(child, "ready")
+            await child.expect("ready")
         for child in children.values():
-            assert child.stdin is not None
-            child.stdin.write("go\n")
-            child.stdin.flush()
+            await child.send("go")
         for child in children.values():
-            assert self.finish(child).startswith("done ")
-        events = self.another().read_sync(stream)
+            assert (await child.finish()).startswith("done ")
+        events = await self.another().read(stream)
         assert [e.seq for e in events] == list(range(2 * batches * 2))
         tags = [getattr(e, "call_id", "") for e in events]
         for tag in children:
@@ -525,24 +405,26 @@ class DurableStoreContract(StoreContract):
                 f"{tag}{k}-{i}" for k in range(batches) for i in range(2)
             ]
 
-    def test_kill_9_mid_append_leaves_whole_records(self, store: EventStore, crash_point: str) -> None:
+    @pytest.mark.anyio
+    async def test_kill_9_mid_append_leaves_whole_records(self, store: EventStore, crash_point: str) -> None:
         """After kill -9 mid-append the log holds whole records only, and appending goes on."""
         stream, before = "run_crash", 2
-        child = self.spawn(stream, "crash", crash_point, str(before))
-        self.expect(child, "ready")
-        self.finish(child, kill=True)
+        child = await self.spawn(stream, "crash", crash_point, str(before))
+        await child.expect("ready")
+        await child.finish(kill=True)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            events = self.another().read_sync(stream)
-        torn = [w for w in caught if issubclass(w.category, TornTailWarning)]
-        assert [w for w in caught if w not in torn] == []
+            events = await self.another().read(stream)
+        repair = self.repair_warning
+        repaired = [w for w in caught if repair is not None and issubclass(w.category, repair)]
+        assert [w for w in caught if w not in repaired] == []
         intended = [e for k in range(len(events) // BATCH + 1) for e in batch(stream, k)]
         assert events == intended[: len(events)]
-        if crash_point in POINTS:
-            survivors, was_torn = POINTS[crash_point]
-            assert (len(events), bool(torn)) == (before * BATCH + survivors, was_torn)
+        if crash_point in self.crash_outcomes:
+            survivors, was_repaired = self.crash_outcomes[crash_point]
+            assert (len(events), bool(repaired)) == (before * BATCH + survivors, was_repaired)
         assert len(events) >= before * BATCH
         assert not self.atomic_batches or len(events) % BATCH == 0
         more = make_events(stream, len(events), 2, "after")
-        assert self.another().append_sync(stream, more, len(events)) == len(events) + 2
-        assert self.another().read_sync(stream) == events + more
+        assert await self.another().append(stream, more, len(events)) == len(events) + 2
+        assert await self.another().read(stream) == events + more

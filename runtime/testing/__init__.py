@@ -5,6 +5,10 @@
     with capture_events() as events:
         await agent.run("hi")
     assert [type(e).__name__ for e in events][-1] == "RunCompleted"
+
+Two submodules hold the contract suites our own adapters pass, for yours to pass too:
+``agentledger.testing.stores`` (``StoreContract``, ``DurableStoreContract``) and
+``agentledger.testing.clients`` (``ChatClientContract``). They need pytest; this module does not.
 """
 
 from __future__ import annotations
@@ -14,8 +18,8 @@ import itertools
 from collections.abc import Iterator, Sequence
 from typing import TypeVar
 
-from .core.events import Event, EventBase
-from .run.recorder import watching
+from ..core.events import Event, EventBase
+from ..run.recorder import watching
 
 __all__ = ("FixedClock", "SequentialIds", "capture_events", "event_types", "events_of")
 
