@@ -1,0 +1,145 @@
+"""Stand-ins for tools in a rerun: each call repeats its recorded effects and outcome."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import msgspec
+
+from ..context import FunctionInvocationContext, RunContext, current_run_context
+from ..core.events import (
+    ChildRunStarted,
+    Event,
+    RunStarted,
+    SessionUpdated,
+    ToolCalled,
+    ToolFailed,
+    ToolReturned,
+    ToolsAdded,
+    ToolSpec,
+    ToolsRemoved,
+)
+from ..session import AgentSession
+from ..tools import FunctionTool
+from .client import RecordedOutcome, ReplayExhausted
+from .compare import call_of
+from .state import RecordedRun
+
+__all__ = ("RecordedTools", "StandIn", "apply_session")
+
+
+class RecordedTools:
+    """Stand-ins that replay each call's recorded effects and outcome instead of running the tool."""
+
+    def __init__(
+        self, recorded: RecordedRun, upto: int | None, live: Sequence[FunctionTool], *, run_live: bool
+    ) -> None:
+        self.run_live = run_live
+        self.effects: dict[str, list[Event]] = {}
+        self.outcome: dict[str, Event] = {}
+        self.live = {t.name: t for t in live}
+        self.upto = upto
+        children = {e.child_run_id: e.call_id for e in recorded.events if type(e) is ChildRunStarted}
+        for event in recorded.events:
+            call_id = call_of(event, children)
+            if call_id is None:
+                continue
+            if type(event) in (ToolReturned, ToolFailed):
+                self.outcome[call_id] = event
+            elif type(event) is not ToolCalled:
+                self.effects.setdefault(call_id, []).append(event)
+        self.specs = {spec.name: spec for e in recorded.events for spec in _specs(e)}
+
+    def stand_in(self, name: str) -> FunctionTool:
+        spec = self.specs.get(name)
+        live = self.live.get(name)
+
+        async def replayed(ctx: FunctionInvocationContext, arguments: Mapping[str, Any]) -> Any:
+            call_id = ctx.call_id or ""
+            outcome = self.outcome.get(call_id)
+            if outcome is None or (self.upto is not None and outcome.seq > self.upto):
+                if live is None or not self.run_live:
+                    raise ReplayExhausted(f"no recorded outcome for call {call_id} and no live tool {name!r}")
+                value = live.bind_call(arguments, ctx)()
+                return await value if hasattr(value, "__await__") else value
+            self._effects(ctx, call_id)
+            if type(outcome) is ToolFailed:
+                raise type(outcome.error_type, (RecordedOutcome,), {})(outcome.message)
+            assert type(outcome) is ToolReturned
+            return outcome.tool_result if outcome.overridden_by else outcome.result
+
+        parameters = spec.parameters if spec is not None else (live.parameters if live else {})
+        stand_in = StandIn(
+            replayed, name=name, description=spec.description if spec else "", schema=parameters
+        )
+        if live is not None:
+            stand_in.approval_mode = live.approval_mode
+            stand_in.spec = live.spec
+            stand_in._args_type, stand_in._fields, stand_in._pydantic = (
+                live._args_type,
+                live._fields,
+                live._pydantic,
+            )
+        elif spec is not None:
+            stand_in.spec = spec
+            stand_in.approval_mode = spec.approval_mode  # type: ignore[assignment]
+        return stand_in
+
+    def _effects(self, ctx: FunctionInvocationContext, call_id: str) -> None:
+        caller = current_run_context()
+        for event in self.effects.get(call_id, []):
+            if type(event) is SessionUpdated and ctx.session is not None:
+                apply_session(ctx.session, event, caller)
+            elif type(event) is ToolsAdded:
+                ctx.add_tools([self.stand_in(spec.name) for spec in event.tools])
+            elif type(event) is ToolsRemoved:
+                ctx.remove_tools(list(event.names))
+            elif type(event) is ChildRunStarted and caller is not None and caller.recorder is not None:
+                fields = msgspec.structs.asdict(event)
+                for key in ("run_id", "seq", "at"):
+                    fields.pop(key)
+                caller.record(ChildRunStarted, **fields)
+
+
+class StandIn(FunctionTool):
+    def __init__(self, replayed: Any, *, name: str, description: str, schema: Mapping[str, Any]) -> None:
+        async def signature(ctx: FunctionInvocationContext) -> None:
+            """Placeholder: calls go through bind_call."""
+
+        super().__init__(signature, name=name, description=description, schema=schema)
+        self.context_param = None
+        self.needs_context = True
+        self._replayed = replayed
+
+    def bind_call(self, arguments: Mapping[str, Any], context: Any) -> Any:
+        return lambda: self._replayed(context, arguments)
+
+
+def apply_session(session: AgentSession, event: SessionUpdated, caller: RunContext | None) -> None:
+    """Re-make a recorded session write: its own writes by value, sub-agent copies by record."""
+    if event.origin_run_id is None:
+        for change in event.changes:
+            if change.op == "set":
+                session.state[change.key] = change.value
+            elif change.key in session.state:
+                del session.state[change.key]
+        return
+    session.apply(event)
+    if caller is not None and caller.recorder is not None:
+        caller.record(
+            SessionUpdated,
+            session_id=event.session_id,
+            by=event.by,
+            changes=event.changes,
+            origin_run_id=event.origin_run_id,
+            origin_seq=event.origin_seq,
+        )
+
+
+def _specs(event: Event) -> tuple[ToolSpec, ...]:
+    if type(event) is RunStarted:
+        return event.tools
+    if type(event) is ToolsAdded:
+        return event.tools
+    return ()

@@ -1,0 +1,133 @@
+"""State at a point: a recorded run, its session's earlier runs, and the state after any event."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import msgspec
+
+from ..context import replaying
+from ..core.events import (
+    Event,
+    MiddlewareShortCircuit,
+    ModelFailed,
+    ModelResponded,
+    RunStarted,
+    SessionUpdated,
+    ToolSpec,
+)
+from ..core.machine import RunMachine
+from ..core.messages import Content, Message
+from ..core.projections import SessionProjection
+from ..errors import AgentLedgerError, RunNotFoundError
+from ..session import AgentSession
+from ..store import EventStore, read_many
+
+__all__ = ("RecordedRun", "RunState", "is_replaying", "load")
+
+
+def is_replaying() -> bool:
+    """Whether the calling code runs inside a rerun or fork: live exporters skip such events."""
+    return replaying.get()
+
+
+class RunState(msgspec.Struct, frozen=True, kw_only=True):
+    """A run as it stood right after event ``seq``."""
+
+    seq: int
+    phase: str
+    iteration: int
+    tools: tuple[ToolSpec, ...]
+    session: dict[str, Any]
+    transcript: tuple[Message, ...]
+    pending_calls: tuple[Content, ...]
+
+
+class RecordedRun:
+    """One run's log, with the logs of its session's earlier runs for context."""
+
+    def __init__(self, events: Sequence[Event], *, prior: Sequence[Event] = ()) -> None:
+        if not events or type(events[0]) is not RunStarted:
+            raise AgentLedgerError("a recorded run starts with RunStarted")
+        self.events = list(events)
+        self.prior = list(prior)
+        self.started: RunStarted = events[0]
+        self.run_id = self.started.run_id
+
+    @property
+    def session_id(self) -> str | None:
+        return self.started.session_id
+
+    def history(self) -> list[Message]:
+        """The conversation history this run started with."""
+        if self.session_id is None or not self.started.session_history:
+            return []
+        return AgentSession.from_events(self.prior, self.session_id).history
+
+    def state_at(self, seq: int) -> RunState:
+        """Fold the log up to and including ``seq``; no code runs."""
+        if not 0 <= seq < len(self.events):
+            raise IndexError(f"run {self.run_id} has events 0..{len(self.events) - 1}, not {seq}")
+        machine = RunMachine(self.history())
+        session = SessionProjection(self.session_id)
+        for event in self.prior:
+            session.apply(event)
+        for event in self.events[: seq + 1]:
+            machine.observe(event)
+            session.apply(event)
+        transcript = machine.transcript
+        pending = {*transcript.pending, *machine.awaiting_approval}
+        calls = tuple(c for m in transcript.messages for c in m.function_calls if c.call_id in pending)
+        return RunState(
+            seq=seq,
+            phase=machine.phase.value,
+            iteration=machine.iteration,
+            tools=tuple(machine.tools.specs.values()),
+            session=dict(session.state),
+            transcript=tuple(machine.history) + tuple(transcript.messages),
+            pending_calls=calls,
+        )
+
+    def model_responses(self) -> list[ModelResponded]:
+        return [e for e in self.events if type(e) is ModelResponded]
+
+    def model_outcomes(self) -> list[ModelResponded | ModelFailed]:
+        """What the chat client itself answered, call by call: responses and failures.
+
+        A response that chat middleware gave instead of the client is left out: a rerun's
+        middleware gives it again.
+        """
+        outcomes: list[ModelResponded | ModelFailed] = []
+        answered_by_middleware = False
+        for event in self.events:
+            if isinstance(event, MiddlewareShortCircuit) and event.scope == "model":
+                answered_by_middleware = True
+            elif isinstance(event, ModelResponded | ModelFailed):
+                if not answered_by_middleware:
+                    outcomes.append(event)
+                answered_by_middleware = False
+        return outcomes
+
+
+async def load(store: EventStore, run_id: str, *, with_session: bool = True) -> RecordedRun:
+    """Read a run from ``store``; with its session's earlier runs when ``with_session``."""
+    events = await store.read(run_id)
+    if not events:
+        raise RunNotFoundError(run_id)
+    started = events[0]
+    prior: list[Event] = []
+    if with_session and isinstance(started, RunStarted) and started.session_id is not None:
+        streams = await store.streams()
+        earlier = streams[: streams.index(run_id)] if run_id in streams else streams
+        for log in (await read_many(store, earlier)).values():
+            if _touches(log, started.session_id):
+                prior.extend(log)
+    return RecordedRun(events, prior=prior)
+
+
+def _touches(log: Sequence[Event], session_id: str) -> bool:
+    first = log[0] if log else None
+    if isinstance(first, RunStarted) and first.session_id == session_id:
+        return True
+    return any(type(e) is SessionUpdated and e.session_id == session_id for e in log)
