@@ -20,7 +20,15 @@ from typing import Any
 
 import anyio
 
-from agentledger import Agent, AgentContext, FunctionInvocationContext, tool
+from agentledger import (
+    Agent,
+    AgentContext,
+    ChatContext,
+    FunctionInvocationContext,
+    chat_middleware,
+    function_middleware,
+    tool,
+)
 from agentledger.adapters.chat.scripted import Call, ScriptedChatClient, ScriptedRequest
 from agentledger.adapters.temporal import AgentRegistry
 from agentledger.demo import book_hotel, build_demo_agent
@@ -201,3 +209,80 @@ def guarded_agent() -> Agent:
 def demo_agent() -> Agent:
     """The demo trip planner (it adds book_hotel at run time)."""
     return build_demo_agent(store=False)
+
+
+# -- agents whose runs are compared with local runs of the same agent ------------------------------
+
+
+def _gate(request: ScriptedRequest) -> Any:
+    turns = tool_turns(request)
+    if turns:
+        return "Settled: " + "; ".join(str(r) for turn in turns for r in turn)
+    return [
+        Call("pay", {"amount": 5}, call_id="g1"),
+        Call("pay", {"amount": "lots"}, call_id="g2"),
+        Call("lookup", {"key": "rate"}, call_id="g3"),
+    ]
+
+
+@REGISTRY.register("gate")
+def gate_agent() -> Agent:
+    """A batch with a gated call, a gated call whose arguments cannot run, and a free call."""
+    return Agent(client=_scripted(_gate), name="Gate", tools=[pay, lookup])
+
+
+@tool
+def broken_tool(ctx: FunctionInvocationContext) -> str:
+    """Always fails."""
+    _executed(ctx)
+    raise RuntimeError("out of order")
+
+
+def _stubborn(request: ScriptedRequest) -> Any:
+    step = len(tool_turns(request))
+    return Call("lookup", {"key": f"again {step}"}, call_id=f"l{step}")
+
+
+@REGISTRY.register("stubborn")
+def stubborn_agent() -> Agent:
+    """Keeps calling a tool, also on the final call the iteration limit allows."""
+    return Agent(client=_scripted(_stubborn), name="Stubborn", tools=[lookup], max_iterations=2)
+
+
+def _failing(request: ScriptedRequest) -> Any:
+    return Call("broken_tool", call_id=f"e{len(tool_turns(request))}")
+
+
+@REGISTRY.register("failing")
+def failing_agent() -> Agent:
+    """A tool that always fails, until the streak of erroring batches stops the loop."""
+    return Agent(client=_scripted(_failing), name="Failing", tools=[broken_tool], max_consecutive_errors=2)
+
+
+@function_middleware
+async def _cached(context: FunctionInvocationContext, call_next: Callable[[], Awaitable[None]]) -> None:
+    if context.arguments.get("key") == "cached":
+        context.result = "from the cache"  # answers in the tool's place
+        return
+    await call_next()
+
+
+@chat_middleware
+async def _cool(context: ChatContext, call_next: Callable[[], Awaitable[None]]) -> None:
+    context.options["temperature"] = 0.0
+    await call_next()
+
+
+def _cache(request: ScriptedRequest) -> Any:
+    if not tool_turns(request):
+        return [
+            Call("lookup", {"key": "cached"}, call_id="k1"),
+            Call("lookup", {"key": "fresh"}, call_id="k2"),
+        ]
+    return "; ".join(str(r) for r in tool_turns(request)[0])
+
+
+@REGISTRY.register("cache")
+def cache_agent() -> Agent:
+    """Function middleware answers one call itself; chat middleware changes each request."""
+    return Agent(client=_scripted(_cache), name="Cache", tools=[lookup], middleware=[_cached, _cool])

@@ -50,6 +50,8 @@ _BLANK: dict[str, Any] = {"at": 0, "seq": 0, "child_run_id": "", "origin_run_id"
 def _normalized(event: Event) -> Event:
     """The event with the fields a rerun may change blanked, for comparing by value."""
     blank = {name: _BLANK[name] for name in _IGNORED if name in event.__struct_fields__}
+    if type(event) is SessionUpdated and event.origin_run_id is not None:
+        blank["by"] = event.by.split("/", 1)[-1]  # "<sub-agent run>/<writer>": new runs get new ids
     return msgspec.structs.replace(event, **blank)
 
 

@@ -1,0 +1,150 @@
+"""The same scenarios locally and on Temporal give equal logs (times and sub-agent run ids aside).
+
+Both drivers carry a run out through the one run seam, so a run's log does not depend on where it
+ran: each scenario runs on Temporal, then locally with the run ids the Temporal runs got, and the
+two logs are compared with ``agentledger.replay.compare`` (which also says where they differ).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+import warnings
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from typing import Any
+
+import pytest
+
+from agentledger import AgentResponse, AgentSession, Message
+from agentledger.core.events import ToolCalled
+from agentledger.replay import compare
+from agentledger.store import MemoryEventStore
+from agentledger.testing import event_types, events_of
+
+from ._temporal_env import TemporalServer, require_module, temporal_server
+
+require_module("temporalio", "agentledger[temporal]")
+
+from . import _temporal_agents as agents  # noqa: E402 (needs temporalio)
+
+pytestmark = pytest.mark.anyio
+
+DEMO_PROMPT = "Check the weather in Lisbon, remember I like quiet rooms, and book 2 nights."
+Turn = Callable[[AgentResponse | None], Any]
+"""The input of one run, made from the response of the run before it (None for the first)."""
+
+
+@pytest.fixture(scope="module")
+def temporal(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TemporalServer]:
+    with temporal_server(tmp_path_factory.mktemp("temporal")) as server:
+        yield server
+
+
+@pytest.fixture(autouse=True)
+def _quiet_experimental() -> Iterator[None]:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        yield
+
+
+class _Ids:
+    """The run id a Temporal run got, for the local run it is compared with."""
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+
+    def __call__(self, prefix: str) -> str:
+        return self.run_id if prefix == "run" else f"{prefix}_{uuid.uuid4().hex}"
+
+
+@contextlib.asynccontextmanager
+async def _runner(server: TemporalServer) -> AsyncIterator[Any]:
+    from agentledger.adapters.temporal import TemporalRunner, connect, create_worker
+
+    client = await connect(server.address)
+    queue = f"parity-{uuid.uuid4().hex}"
+    store = MemoryEventStore()
+    async with create_worker(client, agents.REGISTRY, store, task_queue=queue):
+        yield TemporalRunner(client, store, task_queue=queue)
+
+
+async def _both(server: TemporalServer, name: str, turns: Sequence[Turn]) -> list[AgentResponse]:
+    """Run ``turns`` on one session on Temporal and locally; every pair of logs must be equal."""
+    remote_session, local_session = AgentSession("session_p"), AgentSession("session_p")
+    local_agent = agents.REGISTRY.build(name)
+    remote: AgentResponse | None = None
+    local: AgentResponse | None = None
+    responses = []
+    async with _runner(server) as runner:
+        for turn in turns:
+            remote = await runner.run(name, turn(remote), session=remote_session)
+            local_agent.ids = _Ids(remote.run_id)
+            local = await local_agent.run(turn(local), session=local_session)
+            compare(local.events, remote.events)
+            assert local.text == remote.text
+            responses.append(remote)
+    assert remote_session.state.snapshot() == local_session.state.snapshot()
+    assert remote_session.history == local_session.history
+    return responses
+
+
+def _text(text: str) -> Turn:
+    return lambda previous: text
+
+
+def _answer(approved: bool) -> Turn:
+    def answer(previous: AgentResponse | None) -> Message:
+        assert previous is not None
+        return Message("user", tuple(r.to_approval_response(approved) for r in previous.user_input_requests))
+
+    return answer
+
+
+async def test_gating_holds_valid_calls_and_rejects_bad_arguments_alike(temporal: TemporalServer) -> None:
+    """A gated call is held, a gated call with bad arguments is rejected at once, a free call runs,
+    and a rejected approval resumes the run, with the same log on both drivers."""
+    paused, resumed = await _both(temporal, "gate", [_text("Pay twice."), _answer(False)])
+    assert paused.finish_reason == "awaiting_approval"
+    assert [r.call_id for r in paused.user_input_requests] == ["g1"]
+    assert {"ApprovalRequested", "ArgumentsRejected", "ToolReturned"} <= set(event_types(paused.events))
+    assert "ApprovalResolved" in event_types(resumed.events)
+    assert "ToolCalled" not in event_types(resumed.events)  # the rejected payment never ran
+
+
+async def test_approved_call_runs_alike(temporal: TemporalServer) -> None:
+    """An approved call runs once on resume, with the same log on both drivers."""
+    _, resumed = await _both(temporal, "gate", [_text("Pay twice."), _answer(True)])
+    assert [e.name for e in events_of(resumed.events, ToolCalled)] == ["pay"]
+
+
+async def test_iteration_limit_alike(temporal: TemporalServer) -> None:
+    """The iteration limit's final call and its skipped calls are the same on both drivers."""
+    [response] = await _both(temporal, "stubborn", [_text("Go on.")])
+    assert response.finish_reason == "limit_reached"
+    assert {"IterationLimitReached", "CallsSkipped"} <= set(event_types(response.events))
+
+
+async def test_error_streak_alike(temporal: TemporalServer) -> None:
+    """Erroring batches stop the loop at the same point on both drivers."""
+    [response] = await _both(temporal, "failing", [_text("Try it.")])
+    assert response.finish_reason == "limit_reached"
+    assert event_types(response.events).count("ToolFailed") == 2
+
+
+async def test_middleware_short_circuit_and_rewrite_alike(temporal: TemporalServer) -> None:
+    """Function middleware answering a call and chat middleware changing requests log alike."""
+    [response] = await _both(temporal, "cache", [_text("Look both up.")])
+    assert response.text == "from the cache; value of fresh"
+    assert {"MiddlewareShortCircuit", "ModelRequestRewritten"} <= set(event_types(response.events))
+
+
+async def test_sub_agent_sharing_the_session_alike(temporal: TemporalServer) -> None:
+    """A sub-agent writing the shared session logs the same in the caller on both drivers."""
+    [response] = await _both(temporal, "lead", [_text("Research Lisbon.")])
+    assert {"ChildRunStarted", "SessionUpdated"} <= set(event_types(response.events))
+
+
+async def test_progressive_tools_alike(temporal: TemporalServer) -> None:
+    """A tool added at run time is offered and called the same on both drivers."""
+    [response] = await _both(temporal, "demo", [_text(DEMO_PROMPT)])
+    assert "ToolsAdded" in event_types(response.events)
