@@ -4,8 +4,7 @@ Every step of a run is an immutable event; the tools offered, the session state 
 transcript are projections of the log, so any run can be inspected, rebuilt and replayed.
 """
 
-__version__ = "0.1.0"
-
+from ._version import __version__
 from .agent import Agent, AgentResponse, AgentResponseUpdate, RunStream
 from .clients import (
     BaseChatClient,

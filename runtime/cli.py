@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 import anyio
 import msgspec
 
-from . import __version__
+from ._version import __version__
 from .core.events import ChildRunStarted, Event, RunCompleted, RunFailed, RunStarted, encode_event
 from .errors import AgentLedgerError, ReplayDivergence, RunNotFoundError
 from .store import EventStore

@@ -13,7 +13,7 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from .. import __version__
+from .._version import __version__
 from ..clients import BaseChatClient
 from ..core.approvals import unmatched_approvals
 from ..core.events import RunConfig, RunStarted

@@ -1,0 +1,182 @@
+"""The package's shape: no import cycles, and no module reaching into another's private names.
+
+Every ``.py`` file under ``runtime/`` (``agentledger``) and ``adapters/`` (``agentledger.adapters``)
+is parsed, not imported. An import, wherever it sits (top level, inside a function, under
+``TYPE_CHECKING``), is an edge from the importing module to the module it names; ``from pkg
+import name`` counts as importing ``pkg.name`` when that is a module. A private name is one with a
+single leading underscore: importing one from another module, or reading ``obj._name`` (``obj``
+not ``self``, ``cls`` or ``super()``) where no class or function of the reading module defines
+``_name``, is a reach-in.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SOURCES = {"agentledger": ROOT / "runtime", "agentledger.adapters": ROOT / "adapters"}
+ALLOWED_PRIVATE = {"_getframe"}  # sys._getframe: documented CPython API
+
+
+def _modules() -> dict[str, Path]:
+    """Every module of the package by its dotted name."""
+    found: dict[str, Path] = {}
+    for package, folder in SOURCES.items():
+        for path in folder.rglob("*.py"):
+            parts = list(path.relative_to(folder).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            name = ".".join([package, *parts])
+            if package == "agentledger" and parts[:1] == ["adapters"]:
+                continue
+            found[name] = path
+    return found
+
+
+MODULES = _modules()
+
+
+def _is_package(name: str) -> bool:
+    return MODULES[name].name == "__init__.py"
+
+
+def _resolve(module: str, node: ast.ImportFrom) -> str:
+    if not node.level:
+        return node.module or ""
+    base = module if _is_package(module) else module.rpartition(".")[0]
+    for _ in range(node.level - 1):
+        base = base.rpartition(".")[0]
+    return f"{base}.{node.module}" if node.module else base
+
+
+def _imports(module: str) -> Iterator[tuple[str, list[str]]]:
+    """(imported module, names taken from it) for every import in ``module``."""
+    tree = ast.parse(MODULES[module].read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name, []
+        elif isinstance(node, ast.ImportFrom):
+            target = _resolve(module, node)
+            names = [alias.name for alias in node.names]
+            yield target, [n for n in names if f"{target}.{n}" not in MODULES]
+            for name in names:
+                if f"{target}.{name}" in MODULES:
+                    yield f"{target}.{name}", []
+
+
+def _graph() -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = {}
+    for module in MODULES:
+        graph[module] = {target for target, _ in _imports(module) if target in MODULES and target != module}
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan's algorithm)."""
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10_000))
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(graph[node]):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def _owned(tree: ast.Module) -> set[str]:
+    """Private names a module defines: functions, classes, their attributes and slots."""
+    owned: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            owned.add(node.name)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store) and _own(node.value):
+            owned.add(node.attr)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            owned.add(node.id)
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            owned.add(node.target.id)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and _private(node.value):
+            owned.add(node.value)  # __slots__ entries
+    return owned
+
+
+def _own(value: ast.expr) -> bool:
+    """``self``, ``cls`` or ``super()``: an object's own members, inherited ones included."""
+    if isinstance(value, ast.Name):
+        return value.id in ("self", "cls")
+    return isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id == "super"
+
+
+def _reach_ins(module: str) -> list[str]:
+    path = MODULES[module]
+    tree = ast.parse(path.read_text())
+    owned = _owned(tree)
+    found = []
+    for target, names in _imports(module):
+        found += [f"{path.name}: from {target} import {n}" for n in names if _private(n)]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and _private(node.attr) and node.attr not in owned:
+            if node.attr not in ALLOWED_PRIVATE and not _own(node.value):
+                found.append(f"{path.name}:{node.lineno}: .{node.attr}")
+    return found
+
+
+def test_modules_are_found() -> None:
+    """The walk sees the package's modules (a broken walk would pass everything below)."""
+    assert {"agentledger.core.machine", "agentledger.run.spec", "agentledger.adapters.temporal"} <= set(MODULES)
+    assert "agentledger.run.spec" in _graph()["agentledger.agent"]
+
+
+def test_no_import_cycles() -> None:
+    """No two modules of the package import each other, directly or around a circle."""
+    assert _cycles(_graph()) == []
+
+
+def test_a_cycle_is_found() -> None:
+    """The cycle finder reports a circle (so an empty answer above means something)."""
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_no_module_reaches_into_another_modules_private_names() -> None:
+    """No ``from x import _name`` across modules, no ``obj._name`` the module does not define."""
+    found = {module: _reach_ins(module) for module in MODULES}
+    assert {module: names for module, names in found.items() if names} == {}
+
+
+def test_core_imports_nothing_above_it() -> None:
+    """``agentledger.core`` imports only itself (the sans-IO rule, in the import graph)."""
+    graph = _graph()
+    core = [m for m in graph if m.startswith("agentledger.core")]
+    assert {(m, t) for m in core for t in graph[m] if not t.startswith("agentledger.core")} == set()
