@@ -20,6 +20,7 @@ from typing import Annotated, Any, Union, get_args, get_origin
 
 import msgspec
 
+from .context import FunctionInvocationContext
 from .errors import ToolDefinitionError
 
 __all__ = ("ToolArguments", "read_arguments")
@@ -58,7 +59,6 @@ _Field = tuple[str, Any, Any]
 
 def _parameters(func: Callable[..., Any], *, explicit: bool) -> tuple[list[_Field], list[str], bool]:
     """The model's fields, the context parameters and whether ``func`` takes ``**kwargs``."""
-    ctx_type = _context_type()
     hints = _type_hints(func)
     fields: list[_Field] = []
     contexts: list[str] = []
@@ -73,7 +73,7 @@ def _parameters(func: Callable[..., Any], *, explicit: bool) -> tuple[list[_Fiel
         if param.kind is param.VAR_POSITIONAL:
             continue
         annotation = hints.get(param.name, param.annotation)
-        if _mentions_context(annotation, ctx_type) or (
+        if _mentions_context(annotation) or (
             explicit and param.name == "ctx" and annotation is inspect.Parameter.empty
         ):
             contexts.append(param.name)
@@ -112,22 +112,19 @@ def _from_schema(name: str, schema: type | Mapping[str, Any]) -> ToolArguments:
     )
 
 
-def _context_type() -> type:
-    from .context import FunctionInvocationContext
-
-    return FunctionInvocationContext
+_CONTEXT_NAME = re.compile(r"\bFunctionInvocationContext\b")
 
 
-def _mentions_context(annotation: Any, ctx_type: type) -> bool:
-    if annotation is ctx_type:
+def _mentions_context(annotation: Any) -> bool:
+    if annotation is FunctionInvocationContext:
         return True
     if isinstance(annotation, str):  # an annotation that could not be evaluated
-        return re.search(rf"\b{ctx_type.__name__}\b", annotation) is not None
+        return _CONTEXT_NAME.search(annotation) is not None
     origin = get_origin(annotation)
     if origin is Annotated:
-        return _mentions_context(get_args(annotation)[0], ctx_type)
+        return _mentions_context(get_args(annotation)[0])
     if origin is Union or origin is types.UnionType:
-        return any(_mentions_context(arg, ctx_type) for arg in get_args(annotation))
+        return any(_mentions_context(arg) for arg in get_args(annotation))
     return False
 
 
@@ -186,7 +183,7 @@ def _type_hints(func: Callable[..., Any]) -> dict[str, Any]:
     only under ``TYPE_CHECKING``.
     """
     target: Any = func if inspect.isroutine(func) else getattr(func, "__call__", func)  # noqa: B004
-    local = {"FunctionInvocationContext": _context_type()}
+    local = {"FunctionInvocationContext": FunctionInvocationContext}
     try:
         return typing.get_type_hints(target, localns=local, include_extras=True)
     except Exception:  # some annotation does not evaluate: try each on its own

@@ -20,6 +20,7 @@ from typing import Any, Literal, TypeVar, overload
 import msgspec
 
 from ._tool_schema import read_arguments
+from .context import FunctionInvocationContext
 from .core.events import ToolSpec
 from .errors import ArgumentsError, ToolDefinitionError
 
@@ -150,8 +151,6 @@ class FunctionTool:
 
     async def invoke(self, arguments: Mapping[str, Any] | None = None, **kwargs: Any) -> Any:
         """Call the tool directly, outside any run: validated, no middleware, ``ctx.tools`` None."""
-        from .context import FunctionInvocationContext
-
         values = self.validate({**(arguments or {}), **kwargs})
         context = FunctionInvocationContext(function=self, arguments=values)
         result = self.bind_call(values, context)()
