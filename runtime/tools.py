@@ -17,6 +17,7 @@ import warnings
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Literal, TypeVar, overload
 
+import anyio.to_thread
 import msgspec
 
 from ._tool_schema import read_arguments
@@ -149,14 +150,25 @@ class FunctionTool:
                 kwargs.setdefault(key, value)
         return functools.partial(self.func, **kwargs)
 
+    async def execute(self, arguments: Mapping[str, Any], context: Any = None) -> Any:
+        """Run the tool on already validated ``arguments`` and return what it returns.
+
+        The one way a tool is run, sync or async: the call is bound by ``bind_call`` (so
+        subclasses that override it run the same way), an async tool is awaited, a sync one runs
+        in a worker thread so that it cannot block the event loop, and an awaitable a sync tool
+        returns is awaited too. What the tool raises propagates. ``context`` is the
+        ``FunctionInvocationContext`` the tool may receive. No validation, middleware or events.
+        """
+        call = self.bind_call(arguments, context)
+        if self.is_async:
+            return await call()
+        result = await anyio.to_thread.run_sync(call)
+        return await result if is_awaitable(result) else result
+
     async def invoke(self, arguments: Mapping[str, Any] | None = None, **kwargs: Any) -> Any:
         """Call the tool directly, outside any run: validated, no middleware, ``ctx.tools`` None."""
         values = self.validate({**(arguments or {}), **kwargs})
-        context = FunctionInvocationContext(function=self, arguments=values)
-        result = self.bind_call(values, context)()
-        if inspect.isawaitable(result):
-            result = await result
-        return result
+        return await self.execute(values, FunctionInvocationContext(function=self, arguments=values))
 
     def __get__(self, instance: Any, owner: type | None = None) -> FunctionTool:
         """Used on a method of a tool class, each instance gets its own bound tool."""
@@ -238,4 +250,5 @@ def normalize_tools(items: Any) -> list[FunctionTool]:
 
 
 def is_awaitable(value: Any) -> typing.TypeGuard[Awaitable[Any]]:
+    """Whether ``value`` can be awaited (a coroutine, a future, an object with ``__await__``)."""
     return inspect.isawaitable(value)
