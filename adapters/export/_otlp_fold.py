@@ -62,7 +62,6 @@ from ._otlp_model import (
     SPAN_KIND_INTERNAL,
     STATUS_ERROR,
     Attributes,
-    Closed,
     Op,
     Opened,
     SpanKey,
@@ -109,9 +108,7 @@ class SpanFold:
         """Close the spans still open (a log that ends mid-run) at their run's last event."""
         ops: list[Op] = []
         for run in self.runs.values():
-            for key in reversed(run.spans):
-                ops.append(Closed(key=key, at=run.last_at, attributes={"agentledger.incomplete": True}))
-            run.spans.clear()
+            ops.extend(run.abandon(run.last_at))
         return ops
 
     # -- the run ---------------------------------------------------------------------------------
@@ -170,11 +167,7 @@ class SpanFold:
         return [note(run.agent, event, "run_input_rewritten", attributes)]
 
     def _ended(self, run: RunSpans, event: RunCompleted | RunFailed) -> list[Op]:
-        ops: list[Op] = [
-            run.close(key, event.at, {"agentledger.incomplete": True})
-            for key in reversed(run.spans)
-            if key != run.agent
-        ]
+        ops: list[Op] = [*run.abandon(event.at, keep=run.agent)]
         if type(event) is RunFailed:
             attributes: Attributes = {"error.type": event.error_type}
             ops.append(run.close(run.agent, event.at, attributes, status_code=STATUS_ERROR,

@@ -53,6 +53,11 @@ class RunSpans:
         self.spans.pop(key, None)
         return Closed(key=key, at=at, attributes=attributes, **status)
 
+    def abandon(self, at: int, *, keep: SpanKey | None = None) -> list[Closed]:
+        """Close every span still open but ``keep`` at ``at``, innermost first, marked incomplete."""
+        keys = [key for key in reversed(self.spans) if key != keep]
+        return [self.close(key, at, {"agentledger.incomplete": True}) for key in keys]
+
     def target(self, call_id: str | None) -> SpanKey:
         """The innermost open span an event of ``call_id`` belongs to."""
         if call_id is not None and call_id in self.calls:
