@@ -12,17 +12,16 @@ import contextlib
 import contextvars
 import threading
 import warnings
-from collections.abc import Iterator, MutableSequence
+from collections.abc import Iterator, MutableSequence, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, overload
 
 from .errors import ExperimentalWarning
 
 if TYPE_CHECKING:
     from .clients import BaseChatClient, ChatOptions, ChatResponse
-    from .core.events import Event, EventBase, StateChange
+    from .core.events import Event, EventBase, StateChange, ToolSpec
     from .core.messages import Message
     from .session import AgentSession
-    from .tools import FunctionTool
 
 __all__ = (
     "AgentContext",
@@ -37,11 +36,30 @@ __all__ = (
 )
 
 
+class _Tool(Protocol):
+    """A tool as a context shows it: at run time, the ``FunctionTool`` being called or offered.
+
+    Typed structurally so that this module need not import ``agentledger.tools``, which
+    imports it to recognise context parameters and to call tools directly.
+    """
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def description(self) -> str: ...
+    @property
+    def approval_mode(self) -> str: ...
+    @property
+    def parameters(self) -> dict[str, Any]: ...
+    @property
+    def spec(self) -> ToolSpec: ...
+
+
 class _Registry(Protocol):
     """The run's tool registry, as the context uses it (see ``agentledger.driver``)."""
 
     @property
-    def tools(self) -> list[FunctionTool]: ...
+    def tools(self) -> Sequence[_Tool]: ...
     def add(self, items: Any, by_call_id: str | None) -> None: ...
     def remove(self, items: Any, by_call_id: str | None) -> None: ...
 
@@ -63,7 +81,7 @@ def _experimental() -> None:
     )
 
 
-class LiveTools(MutableSequence["FunctionTool"]):
+class LiveTools(MutableSequence[_Tool]):
     """The run's current tools; mutating it records the change in the run's log.
 
     ``append``/``extend`` add tools and ``remove``/``pop``/``del``/``clear`` remove them, exactly
@@ -78,16 +96,16 @@ class LiveTools(MutableSequence["FunctionTool"]):
         self._by = by_call_id
 
     @overload
-    def __getitem__(self, index: int) -> FunctionTool: ...
+    def __getitem__(self, index: int) -> _Tool: ...
     @overload
-    def __getitem__(self, index: slice) -> list[FunctionTool]: ...
-    def __getitem__(self, index: int | slice) -> FunctionTool | list[FunctionTool]:
-        return self._registry.tools[index]
+    def __getitem__(self, index: slice) -> list[_Tool]: ...
+    def __getitem__(self, index: int | slice) -> _Tool | list[_Tool]:
+        return list(self._registry.tools)[index]
 
     def __len__(self) -> int:
         return len(self._registry.tools)
 
-    def __iter__(self) -> Iterator[FunctionTool]:
+    def __iter__(self) -> Iterator[_Tool]:
         return iter(list(self._registry.tools))
 
     def __setitem__(self, index: Any, value: Any) -> None:
@@ -97,7 +115,7 @@ class LiveTools(MutableSequence["FunctionTool"]):
         items = self._registry.tools[index]
         self.remove_tools(items if isinstance(items, list) else [items])
 
-    def insert(self, index: int, value: FunctionTool) -> None:
+    def insert(self, index: int, value: _Tool) -> None:
         if index < len(self):
             raise TypeError("ctx.tools does not support inserting at a position; use ctx.add_tools")
         self.add_tools(value)
@@ -140,7 +158,7 @@ class FunctionInvocationContext:
     def __init__(
         self,
         *,
-        function: FunctionTool,
+        function: _Tool,
         arguments: dict[str, Any] | None = None,
         kwargs: dict[str, Any] | None = None,
         session: AgentSession | None = None,

@@ -1,11 +1,8 @@
 """Function tools: a Python callable, its JSON schema, and validation of the model's arguments.
 
-The schema comes from the signature. Each parameter becomes a field of a msgspec Struct built for
-the tool; the Struct gives both the JSON schema the model sees and a fast validator for the
-arguments it sends. Descriptions come from ``Annotated[T, "text"]``, ``msgspec.Meta`` or, when
-pydantic is installed, ``pydantic.Field``. A parameter annotated ``FunctionInvocationContext``
-(under any name, also inside ``Optional``/``Annotated``) is injected by the run and never shown to
-the model; with an explicit ``schema=``, an unannotated parameter named ``ctx`` is injected too.
+The schema comes from the signature or from an explicit ``schema=`` (see ``_tool_schema``); a
+parameter annotated ``FunctionInvocationContext`` is injected by the run and never shown to the
+model. ``parse_arguments``/``validate`` check what the model sends; ``bind_call`` binds a call.
 """
 
 from __future__ import annotations
@@ -15,14 +12,16 @@ import inspect
 import os
 import re
 import sys
-import types
 import typing
 import warnings
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin, overload
+from typing import Any, Literal, TypeVar, overload
 
+import anyio.to_thread
 import msgspec
 
+from ._tool_schema import read_arguments
+from .context import FunctionInvocationContext
 from .core.events import ToolSpec
 from .errors import ArgumentsError, ToolDefinitionError
 
@@ -46,117 +45,6 @@ def _caller_level() -> int:
     return level
 
 
-def _context_type() -> type:
-    from .context import FunctionInvocationContext
-
-    return FunctionInvocationContext
-
-
-def _mentions_context(annotation: Any, ctx_type: type) -> bool:
-    if annotation is ctx_type:
-        return True
-    if isinstance(annotation, str):  # an annotation that could not be evaluated
-        return re.search(rf"\b{ctx_type.__name__}\b", annotation) is not None
-    origin = get_origin(annotation)
-    if origin is Annotated:
-        return _mentions_context(get_args(annotation)[0], ctx_type)
-    if origin is Union or origin is types.UnionType:
-        return any(_mentions_context(arg, ctx_type) for arg in get_args(annotation))
-    return False
-
-
-def _meta_from_pydantic(field: Any) -> tuple[list[msgspec.Meta], Any]:
-    """msgspec constraints and the default from a ``pydantic.Field(...)``."""
-    default: Any = inspect.Parameter.empty
-    if getattr(field, "default", None) is not None and not _is_undefined(field.default):
-        default = field.default
-    keys = {
-        "ge": "ge",
-        "gt": "gt",
-        "le": "le",
-        "lt": "lt",
-        "min_length": "min_length",
-        "max_length": "max_length",
-        "pattern": "pattern",
-        "multiple_of": "multiple_of",
-    }
-    constraints: dict[str, Any] = {}
-    for item in getattr(field, "metadata", ()):
-        for attr, key in keys.items():
-            if getattr(item, attr, None) is not None:
-                constraints[key] = getattr(item, attr)
-    description = getattr(field, "description", None)
-    if description:
-        constraints["description"] = description
-    return ([msgspec.Meta(**constraints)] if constraints else []), default
-
-
-def _is_undefined(value: Any) -> bool:
-    return type(value).__name__ in ("PydanticUndefinedType", "_Unset")
-
-
-def _is_pydantic_field(obj: Any) -> bool:
-    return type(obj).__name__ == "FieldInfo" and type(obj).__module__.startswith("pydantic")
-
-
-def _field_type(annotation: Any) -> tuple[Any, Any]:
-    """A msgspec-ready type for ``annotation`` and a default taken from a pydantic Field."""
-    if annotation is inspect.Parameter.empty or isinstance(annotation, str):
-        return Any, inspect.Parameter.empty
-    if get_origin(annotation) is not Annotated:
-        return annotation, inspect.Parameter.empty
-    base, *extras = get_args(annotation)
-    metas: list[Any] = []
-    default: Any = inspect.Parameter.empty
-    for extra in extras:
-        if isinstance(extra, msgspec.Meta):
-            metas.append(extra)
-        elif isinstance(extra, str):
-            metas.append(msgspec.Meta(description=extra))
-        elif _is_pydantic_field(extra):
-            found, default = _meta_from_pydantic(extra)
-            metas.extend(found)
-    base, _ = _field_type(base)
-    if not metas:
-        return base, default
-    return Annotated[(base, *metas)], default
-
-
-def _type_hints(func: Callable[..., Any]) -> dict[str, Any]:
-    """Evaluated annotations, parameter by parameter where the whole set does not evaluate.
-
-    ``FunctionInvocationContext`` is always resolvable, even when the tool's module imports it
-    only under ``TYPE_CHECKING``.
-    """
-    target: Any = func if inspect.isroutine(func) else getattr(func, "__call__", func)  # noqa: B004
-    local = {"FunctionInvocationContext": _context_type()}
-    try:
-        return typing.get_type_hints(target, localns=local, include_extras=True)
-    except Exception:  # some annotation does not evaluate: try each on its own
-        pass
-    raw = dict(getattr(target, "__annotations__", {}))
-    namespace = {**getattr(target, "__globals__", {}), **local}
-    hints: dict[str, Any] = {}
-    for name, annotation in raw.items():
-        try:
-            # evaluating an annotation string is what typing.get_type_hints does too
-            hints[name] = eval(annotation, namespace) if isinstance(annotation, str) else annotation
-        except Exception:  # unresolvable: keep the text; the parameter's type becomes Any
-            hints[name] = annotation
-    return hints
-
-
-def _inline_schema(struct: type[msgspec.Struct]) -> dict[str, Any]:
-    schema = msgspec.json.schema(struct)
-    defs: dict[str, Any] = schema.get("$defs", {})
-    main = dict(defs.pop(struct.__name__))
-    main.pop("title", None)
-    main.setdefault("properties", {})
-    if defs:
-        main["$defs"] = defs
-    return main
-
-
 class FunctionTool:
     """A callable the model may call, with its schema and argument validation."""
 
@@ -176,12 +64,13 @@ class FunctionTool:
         doc = inspect.getdoc(func) if inspect.isroutine(func) else None
         self.description = description if description is not None else (doc or "")
         self.approval_mode: ApprovalMode = approval_mode
-        self.context_param: str | None = None
-        self.accepts_kwargs = False
-        self._args_type: type[msgspec.Struct] | None = None
-        self._pydantic: Any = None
-        self._fields: tuple[str, ...] = ()
-        self._build(schema)
+        shape = read_arguments(func, self.name, schema)
+        self.parameters: dict[str, Any] = shape.parameters
+        self.context_param: str | None = shape.context_param
+        self.accepts_kwargs = shape.accepts_kwargs
+        self._args_type: type[msgspec.Struct] | None = shape.struct
+        self._pydantic: Any = shape.pydantic
+        self._fields: tuple[str, ...] = shape.fields
         call = func if inspect.isroutine(func) else getattr(func, "__call__", func)  # noqa: B004
         self.is_async = inspect.iscoroutinefunction(call)
         self.needs_context = self.context_param is not None or self.accepts_kwargs
@@ -198,71 +87,6 @@ class FunctionTool:
                 "an injected FunctionInvocationContext (ctx.kwargs) instead",
                 DeprecationWarning,
                 stacklevel=_caller_level(),
-            )
-
-    # -- definition --------------------------------------------------------------------------
-
-    def _build(self, schema: type | Mapping[str, Any] | None) -> None:
-        ctx_type = _context_type()
-        hints = _type_hints(self.func)
-        fields: list[tuple[str, Any, Any]] = []
-        contexts: list[str] = []
-        params = list(inspect.signature(self.func).parameters.values())
-        if params and params[0].name in ("self", "cls") and inspect.isfunction(self.func):
-            params = params[1:]  # a method decorated in its class body; bound per instance
-        for param in params:
-            if param.kind is param.VAR_KEYWORD:
-                self.accepts_kwargs = True
-                continue
-            if param.kind is param.VAR_POSITIONAL:
-                continue
-            annotation = hints.get(param.name, param.annotation)
-            if _mentions_context(annotation, ctx_type) or (
-                schema is not None and param.name == "ctx" and annotation is inspect.Parameter.empty
-            ):
-                contexts.append(param.name)
-                continue
-            ftype, fdefault = _field_type(annotation)
-            default = param.default if param.default is not param.empty else fdefault
-            fields.append((param.name, ftype, default))
-        if len(contexts) > 1:
-            raise ToolDefinitionError(
-                f"tool {self.name!r} has more than one context parameter: {', '.join(contexts)}"
-            )
-        self.context_param = contexts[0] if contexts else None
-        if schema is None:
-            self._from_fields(fields)
-        else:
-            self._from_schema(schema)
-
-    def _from_fields(self, fields: list[tuple[str, Any, Any]]) -> None:
-        spec = [
-            (name, ftype) if default is inspect.Parameter.empty else (name, ftype, default)
-            for name, ftype, default in fields
-        ]
-        try:
-            self._args_type = msgspec.defstruct(f"{self.name}_arguments", spec, kw_only=True)
-            self.parameters = _inline_schema(self._args_type)
-        except (TypeError, ValueError) as exc:
-            raise ToolDefinitionError(f"tool {self.name!r}: {exc}") from exc
-        self._fields = tuple(name for name, _, _ in fields)
-
-    def _from_schema(self, schema: type | Mapping[str, Any]) -> None:
-        if isinstance(schema, Mapping):
-            self.parameters = dict(schema)
-        elif isinstance(schema, type) and issubclass(schema, msgspec.Struct):
-            self._args_type = schema
-            self._fields = schema.__struct_fields__
-            self.parameters = _inline_schema(schema)
-        elif hasattr(schema, "model_json_schema") and hasattr(schema, "model_validate"):
-            self._pydantic = schema
-            self._fields = tuple(schema.model_fields)  # type: ignore[attr-defined]
-            self.parameters = schema.model_json_schema()
-            self.parameters.pop("title", None)
-        else:
-            raise ToolDefinitionError(
-                f"tool {self.name!r}: schema must be a JSON schema dict, a msgspec Struct type "
-                f"or a pydantic model, not {schema!r}"
             )
 
     # -- validation --------------------------------------------------------------------------
@@ -326,16 +150,25 @@ class FunctionTool:
                 kwargs.setdefault(key, value)
         return functools.partial(self.func, **kwargs)
 
+    async def execute(self, arguments: Mapping[str, Any], context: Any = None) -> Any:
+        """Run the tool on already validated ``arguments`` and return what it returns.
+
+        The one way a tool is run, sync or async: the call is bound by ``bind_call`` (so
+        subclasses that override it run the same way), an async tool is awaited, a sync one runs
+        in a worker thread so that it cannot block the event loop, and an awaitable a sync tool
+        returns is awaited too. What the tool raises propagates. ``context`` is the
+        ``FunctionInvocationContext`` the tool may receive. No validation, middleware or events.
+        """
+        call = self.bind_call(arguments, context)
+        if self.is_async:
+            return await call()
+        result = await anyio.to_thread.run_sync(call)
+        return await result if is_awaitable(result) else result
+
     async def invoke(self, arguments: Mapping[str, Any] | None = None, **kwargs: Any) -> Any:
         """Call the tool directly, outside any run: validated, no middleware, ``ctx.tools`` None."""
-        from .context import FunctionInvocationContext
-
         values = self.validate({**(arguments or {}), **kwargs})
-        context = FunctionInvocationContext(function=self, arguments=values)
-        result = self.bind_call(values, context)()
-        if inspect.isawaitable(result):
-            result = await result
-        return result
+        return await self.execute(values, FunctionInvocationContext(function=self, arguments=values))
 
     def __get__(self, instance: Any, owner: type | None = None) -> FunctionTool:
         """Used on a method of a tool class, each instance gets its own bound tool."""
@@ -417,4 +250,5 @@ def normalize_tools(items: Any) -> list[FunctionTool]:
 
 
 def is_awaitable(value: Any) -> typing.TypeGuard[Awaitable[Any]]:
+    """Whether ``value`` can be awaited (a coroutine, a future, an object with ``__await__``)."""
     return inspect.isawaitable(value)

@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx
 import pytest
 
@@ -306,6 +307,27 @@ async def test_a_log_cut_short_closes_open_spans() -> None:
         s.end_time_unix_nano == cut[-1].at for s in spans if s.attributes.get("agentledger.incomplete")
     )
     assert spans_from_events(events[1:]) == []
+
+
+async def test_a_run_cancelled_mid_call_closes_the_call_span(clock: FixedClock, ids: SequentialIds) -> None:
+    """A run cancelled while a tool runs exports: its call's span closes incomplete, the run's span ERROR."""
+
+    @tool
+    async def stop_the_run() -> str:
+        scope.cancel()
+        await anyio.sleep_forever()
+        return "unreachable"
+
+    store = MemoryEventStore()
+    client = ScriptedChatClient([Call("stop_the_run"), "never"])
+    agent = Agent(client=client, tools=[stop_the_run], clock=clock, ids=ids, store=store)
+    with anyio.CancelScope() as scope:
+        await agent.run("go")
+    spans = {s.name.split()[0]: s for s in spans_from_events(await store.read("run_1"))}
+    assert spans["execute_tool"].attributes["agentledger.incomplete"] is True
+    run = spans["invoke_agent"]
+    assert spans["execute_tool"].end_time_unix_nano == run.end_time_unix_nano
+    assert (run.status_code, run.attributes["error.type"]) == (2, "Cancelled")
 
 
 async def test_content_is_opt_in() -> None:

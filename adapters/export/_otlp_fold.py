@@ -38,11 +38,9 @@ from agentledger.core.events import (
     ToolNotFound,
     ToolReturned,
     ToolsAdded,
-    ToolSpec,
     ToolsRemoved,
 )
 from agentledger.core.messages import result_text
-from agentledger.core.projections import TranscriptProjection
 
 from ._otlp_attrs import (
     dumps,
@@ -64,38 +62,13 @@ from ._otlp_model import (
     SPAN_KIND_INTERNAL,
     STATUS_ERROR,
     Attributes,
-    Closed,
-    Noted,
     Op,
     Opened,
     SpanKey,
 )
+from ._otlp_run import RunSpans, note
 
 __all__ = ("SpanFold",)
-
-
-class _Run:
-    """What the fold knows about one run."""
-
-    def __init__(self, started: RunStarted, root: str, content: bool) -> None:
-        self.started = started
-        self.root = root
-        self.agent = SpanKey(started.run_id, "agent")
-        self.options: dict[str, Any] = dict(started.options)
-        self.specs: dict[str, ToolSpec] = {spec.name: spec for spec in started.tools}
-        self.transcript = TranscriptProjection() if content else None
-        self.chat: SpanKey | None = None
-        self.calls: dict[str, SpanKey] = {}  # open tool spans by call id
-        self.requested: dict[str, str] = {}  # call id -> the tool name the model asked for
-        self.children: dict[str, str] = {}  # child run id -> call id
-        self.seen: dict[str, int] = {}  # how often each call id was requested
-        self.open: dict[SpanKey, None] = {}
-        self.last_at = started.at
-        self.provider: Attributes = {}
-        self.base: Attributes = {"agentledger.run_id": started.run_id}
-        if started.session_id is not None:
-            self.base["gen_ai.conversation.id"] = started.session_id
-            self.base["session.id"] = started.session_id
 
 
 class SpanFold:
@@ -113,7 +86,7 @@ class SpanFold:
         if provider_name is not None:
             self.provider = {"gen_ai.provider.name": provider_name, "gen_ai.system": provider_name}
         self.roots = dict(roots or {})
-        self.runs: dict[str, _Run] = {}
+        self.runs: dict[str, RunSpans] = {}
 
     def apply(self, event: Event) -> list[Op]:
         """The operations one event causes; events of runs whose start was not seen are ignored."""
@@ -135,39 +108,8 @@ class SpanFold:
         """Close the spans still open (a log that ends mid-run) at their run's last event."""
         ops: list[Op] = []
         for run in self.runs.values():
-            for key in reversed(run.open):
-                ops.append(Closed(key=key, at=run.last_at, attributes={"agentledger.incomplete": True}))
-            run.open.clear()
+            ops.extend(run.abandon(run.last_at))
         return ops
-
-    # -- helpers ---------------------------------------------------------------------------------
-
-    def _open(self, run: _Run, key: SpanKey, parent: SpanKey | None, name: str, kind: int, at: int,
-              attributes: Attributes) -> Opened:  # fmt: skip
-        run.open[key] = None
-        return Opened(
-            key=key, parent=parent, root_run_id=run.root, name=name, kind=kind, at=at,
-            attributes={**run.base, **attributes},
-        )  # fmt: skip
-
-    def _close(self, run: _Run, key: SpanKey, at: int, attributes: Attributes, **status: Any) -> Closed:
-        run.open.pop(key, None)
-        return Closed(key=key, at=at, attributes=attributes, **status)
-
-    def _note(self, key: SpanKey, event: Event, name: str, attributes: Attributes) -> Noted:
-        attributes = {"agentledger.seq": event.seq, **attributes}
-        return Noted(key=key, name=f"agentledger.{name}", at=event.at, attributes=attributes)
-
-    def _target(self, run: _Run, call_id: str | None) -> SpanKey:
-        """The innermost open span an event of ``call_id`` belongs to."""
-        if call_id is not None and call_id in run.calls:
-            return run.calls[call_id]
-        return run.chat if run.chat is not None else run.agent
-
-    def _tool_key(self, run: _Run, call_id: str) -> SpanKey:
-        count = run.seen.get(call_id, 0)
-        run.seen[call_id] = count + 1
-        return SpanKey(run.started.run_id, "tool", call_id if count == 0 else f"{call_id}#{count + 1}")
 
     # -- the run ---------------------------------------------------------------------------------
 
@@ -178,7 +120,7 @@ class SpanFold:
             parent = SpanKey(event.parent_run_id, "tool", event.parent_call_id)
             known = self.runs.get(event.parent_run_id)
             root = self.roots.get(event.run_id, known.root if known else event.parent_run_id)
-        run = self.runs[event.run_id] = _Run(event, root, self.content)
+        run = self.runs[event.run_id] = RunSpans(event, root, self.content)
         if self.provider:
             run.provider = self.provider
         elif event.provider_name:  # recorded by the run: the chat client's provider
@@ -202,10 +144,10 @@ class SpanFold:
             attributes["agentledger.library_version"] = event.library_version
         if self.content:
             attributes.update(self._started_content(run, event))
-        return [self._open(run, run.agent, parent, f"invoke_agent {name}", SPAN_KIND_INTERNAL, event.at,
+        return [run.open(run.agent, parent, f"invoke_agent {name}", SPAN_KIND_INTERNAL, event.at,
                            attributes)]  # fmt: skip
 
-    def _started_content(self, run: _Run, event: RunStarted) -> Attributes:
+    def _started_content(self, run: RunSpans, event: RunStarted) -> Attributes:
         assert run.transcript is not None
         run.transcript.apply(event)
         attributes: Attributes = {
@@ -217,22 +159,18 @@ class SpanFold:
             attributes["gen_ai.system_instructions"] = genai_instructions(event.instructions)
         return attributes
 
-    def _rewritten(self, run: _Run, event: RunInputRewritten) -> list[Op]:
+    def _rewritten(self, run: RunSpans, event: RunInputRewritten) -> list[Op]:
         run.options.update(event.options)
         attributes: Attributes = {"agentledger.by": event.by, "agentledger.options": tuple(event.options)}
         if run.transcript is not None:
             attributes["agentledger.messages"] = genai_messages(event.messages)
-        return [self._note(run.agent, event, "run_input_rewritten", attributes)]
+        return [note(run.agent, event, "run_input_rewritten", attributes)]
 
-    def _ended(self, run: _Run, event: RunCompleted | RunFailed) -> list[Op]:
-        ops: list[Op] = [
-            self._close(run, key, event.at, {"agentledger.incomplete": True})
-            for key in reversed(run.open)
-            if key != run.agent
-        ]
+    def _ended(self, run: RunSpans, event: RunCompleted | RunFailed) -> list[Op]:
+        ops: list[Op] = [*run.abandon(event.at, keep=run.agent)]
         if type(event) is RunFailed:
             attributes: Attributes = {"error.type": event.error_type}
-            ops.append(self._close(run, run.agent, event.at, attributes, status_code=STATUS_ERROR,
+            ops.append(run.close(run.agent, event.at, attributes, status_code=STATUS_ERROR,
                                    status_message=event.message))  # fmt: skip
             return ops
         assert type(event) is RunCompleted
@@ -240,12 +178,12 @@ class SpanFold:
         if self.content:
             attributes["gen_ai.output.messages"] = genai_messages(event.messages)
             attributes["output.value"] = event.text
-        ops.append(self._close(run, run.agent, event.at, attributes))
+        ops.append(run.close(run.agent, event.at, attributes))
         return ops
 
     # -- model calls -----------------------------------------------------------------------------
 
-    def _model_called(self, run: _Run, event: ModelCalled) -> list[Op]:
+    def _model_called(self, run: RunSpans, event: ModelCalled) -> list[Op]:
         key = SpanKey(event.run_id, "chat", str(event.seq))
         model = run.options.get("model")
         attributes: Attributes = {
@@ -267,9 +205,9 @@ class SpanFold:
             attributes.update(openinference_messages("llm.input_messages", seen))
         run.chat = key
         name = f"chat {model}" if isinstance(model, str) else "chat"
-        return [self._open(run, key, run.agent, name, SPAN_KIND_CLIENT, event.at, attributes)]
+        return [run.open(key, run.agent, name, SPAN_KIND_CLIENT, event.at, attributes)]
 
-    def _model_responded(self, run: _Run, event: ModelResponded) -> list[Op]:
+    def _model_responded(self, run: RunSpans, event: ModelResponded) -> list[Op]:
         for call in event.message.function_calls:
             call_id = call.call_id or ""
             run.requested[call_id] = call.name or ""
@@ -278,24 +216,24 @@ class SpanFold:
         key, run.chat = run.chat, None
         attributes = response_attributes(event, self.content)
         name = f"chat {event.model}" if event.model and "model" not in run.options else None
-        return [self._close(run, key, event.at, attributes, name=name)]
+        return [run.close(key, event.at, attributes, name=name)]
 
-    def _model_failed(self, run: _Run, event: ModelFailed) -> list[Op]:
+    def _model_failed(self, run: RunSpans, event: ModelFailed) -> list[Op]:
         if run.chat is None:
             return []
         key, run.chat = run.chat, None
-        return [self._close(run, key, event.at, {"error.type": event.error_type}, status_code=STATUS_ERROR,
+        return [run.close(key, event.at, {"error.type": event.error_type}, status_code=STATUS_ERROR,
                             status_message=event.message)]  # fmt: skip
 
     # -- tool calls ------------------------------------------------------------------------------
 
-    def _tool_opened(self, run: _Run, call_id: str, name: str, at: int, executed: bool) -> Opened:
-        key = self._tool_key(run, call_id)
+    def _tool_opened(self, run: RunSpans, call_id: str, name: str, at: int, executed: bool) -> Opened:
+        key = run.tool_key(call_id)
         run.calls[call_id] = key
         attributes = tool_attributes(name, call_id, run.specs.get(name), executed)
-        return self._open(run, key, run.agent, f"execute_tool {name}", SPAN_KIND_INTERNAL, at, attributes)
+        return run.open(key, run.agent, f"execute_tool {name}", SPAN_KIND_INTERNAL, at, attributes)
 
-    def _tool_called(self, run: _Run, event: ToolCalled) -> list[Op]:
+    def _tool_called(self, run: RunSpans, event: ToolCalled) -> list[Op]:
         opened = self._tool_opened(run, event.call_id, event.name, event.at, True)
         if self.content:
             arguments = dumps(event.arguments)
@@ -303,14 +241,14 @@ class SpanFold:
                                       "input.mime_type": "application/json"})  # fmt: skip
         return [opened]
 
-    def _settled(self, run: _Run, call_id: str, name: str, at: int) -> tuple[list[Op], SpanKey]:
+    def _settled(self, run: RunSpans, call_id: str, name: str, at: int) -> tuple[list[Op], SpanKey]:
         """The call's open span, opened here (zero duration) when its tool never ran."""
         if call_id in run.calls:
             return [], run.calls[call_id]
         opened = self._tool_opened(run, call_id, name, at, False)
         return [opened], opened.key
 
-    def _tool_returned(self, run: _Run, event: ToolReturned) -> list[Op]:
+    def _tool_returned(self, run: RunSpans, event: ToolReturned) -> list[Op]:
         ops, key = self._settled(run, event.call_id, event.name, event.at)
         run.calls.pop(event.call_id, None)
         attributes: Attributes = {}
@@ -318,54 +256,54 @@ class SpanFold:
             attributes["agentledger.overridden_by"] = event.overridden_by
         if self.content:
             attributes.update(result_attributes(event.result))
-        return [*ops, self._close(run, key, event.at, attributes)]
+        return [*ops, run.close(key, event.at, attributes)]
 
-    def _tool_failed(self, run: _Run, event: ToolFailed | ArgumentsRejected | ToolNotFound) -> list[Op]:
+    def _tool_failed(self, run: RunSpans, event: ToolFailed | ArgumentsRejected | ToolNotFound) -> list[Op]:
         ops, key = self._settled(run, event.call_id, event.name, event.at)
         run.calls.pop(event.call_id, None)
         if type(event) is ToolFailed:
             error, message = event.error_type, event.message
         else:
             error, message = type(event).__name__, event.reason  # type: ignore[union-attr]
-        return [*ops, self._close(run, key, event.at, {"error.type": error}, status_code=STATUS_ERROR,
+        return [*ops, run.close(key, event.at, {"error.type": error}, status_code=STATUS_ERROR,
                                   status_message=message)]  # fmt: skip
 
-    def _short_circuit(self, run: _Run, event: MiddlewareShortCircuit) -> list[Op]:
+    def _short_circuit(self, run: RunSpans, event: MiddlewareShortCircuit) -> list[Op]:
         attributes: Attributes = {"agentledger.middleware": event.middleware}
         if self.content and event.result is not None:
             attributes["agentledger.result"] = result_text(event.result)
         if event.call_id is None:
-            return [self._note(self._target(run, None), event, "middleware_short_circuit", attributes)]
+            return [note(run.target(None), event, "middleware_short_circuit", attributes)]
         name = run.requested.get(event.call_id, "")
         ops, key = self._settled(run, event.call_id, name, event.at)
         run.calls.pop(event.call_id, None)
         closing: Attributes = {"agentledger.short_circuited_by": event.middleware}
         if self.content:
             closing.update(result_attributes(event.result))
-        note = self._note(key, event, "middleware_short_circuit", attributes)
-        return [*ops, note, self._close(run, key, event.at, closing)]
+        noted = note(key, event, "middleware_short_circuit", attributes)
+        return [*ops, noted, run.close(key, event.at, closing)]
 
     # -- facts recorded as span events -----------------------------------------------------------
 
-    def _tools_added(self, run: _Run, event: ToolsAdded) -> list[Op]:
+    def _tools_added(self, run: RunSpans, event: ToolsAdded) -> list[Op]:
         run.specs.update({spec.name: spec for spec in event.tools})
         attributes: Attributes = {"agentledger.tools": tuple(spec.name for spec in event.tools)}
         if event.by_call_id is not None:
             attributes["agentledger.by_call_id"] = event.by_call_id
-        return [self._note(self._target(run, event.by_call_id), event, "tools_added", attributes)]
+        return [note(run.target(event.by_call_id), event, "tools_added", attributes)]
 
-    def _tools_removed(self, run: _Run, event: ToolsRemoved) -> list[Op]:
+    def _tools_removed(self, run: RunSpans, event: ToolsRemoved) -> list[Op]:
         attributes: Attributes = {"agentledger.tools": event.names}
         if event.by_call_id is not None:
             attributes["agentledger.by_call_id"] = event.by_call_id
-        return [self._note(self._target(run, event.by_call_id), event, "tools_removed", attributes)]
+        return [note(run.target(event.by_call_id), event, "tools_removed", attributes)]
 
-    def _session_updated(self, run: _Run, event: SessionUpdated) -> list[Op]:
+    def _session_updated(self, run: RunSpans, event: SessionUpdated) -> list[Op]:
         call_id = event.by if event.origin_run_id is None else run.children.get(event.by.split("/", 1)[0])
         attributes = session_attributes(event, self.content)
-        return [self._note(self._target(run, call_id), event, "session_updated", attributes)]
+        return [note(run.target(call_id), event, "session_updated", attributes)]
 
-    def _child_started(self, run: _Run, event: ChildRunStarted) -> list[Op]:
+    def _child_started(self, run: RunSpans, event: ChildRunStarted) -> list[Op]:
         run.children[event.child_run_id] = event.call_id
         attributes: Attributes = {
             "agentledger.child_run_id": event.child_run_id,
@@ -373,23 +311,23 @@ class SpanFold:
         }
         if event.agent_name is not None:
             attributes["gen_ai.agent.name"] = event.agent_name
-        return [self._note(self._target(run, event.call_id), event, "child_run_started", attributes)]
+        return [note(run.target(event.call_id), event, "child_run_started", attributes)]
 
-    def _tool_choice_reset(self, run: _Run, event: ToolChoiceReset) -> list[Op]:
+    def _tool_choice_reset(self, run: RunSpans, event: ToolChoiceReset) -> list[Op]:
         attributes: Attributes = {"agentledger.iteration": event.iteration}
         if event.previous is not None:
             previous = event.previous
             attributes["agentledger.previous"] = previous if isinstance(previous, str) else dumps(previous)
-        return [self._note(run.agent, event, "tool_choice_reset", attributes)]
+        return [note(run.agent, event, "tool_choice_reset", attributes)]
 
-    def _fact(self, run: _Run, event: Event) -> list[Op]:
+    def _fact(self, run: RunSpans, event: Event) -> list[Op]:
         """Any other event (approvals, limits, terminations, types added later): a span event with
         the event's scalar fields, on the innermost open span it belongs to."""
-        target = self._target(run, getattr(event, "call_id", None))
-        return [self._note(target, event, snake(type(event).__name__), fact_attributes(event))]
+        target = run.target(getattr(event, "call_id", None))
+        return [note(target, event, snake(type(event).__name__), fact_attributes(event))]
 
 
-_HANDLERS: dict[type, Callable[[SpanFold, _Run, Any], list[Op]]] = {
+_HANDLERS: dict[type, Callable[[SpanFold, RunSpans, Any], list[Op]]] = {
     RunInputRewritten: SpanFold._rewritten,
     ModelCalled: SpanFold._model_called,
     ModelResponded: SpanFold._model_responded,

@@ -1,0 +1,109 @@
+"""FunctionTool.execute: the one way a run calls a tool, sync or async."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Coroutine, Mapping
+from typing import Any
+
+import pytest
+
+from agentledger import FunctionInvocationContext, FunctionTool, tool
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_a_sync_tool_runs_in_a_worker_thread() -> None:
+    """A sync tool runs off the event loop's thread and its result comes back."""
+    seen: list[int] = []
+
+    @tool
+    def where(x: int) -> int:
+        seen.append(threading.get_ident())
+        return x + 1
+
+    assert await where.execute({"x": 1}) == 2
+    [thread] = seen
+    assert thread != threading.get_ident()
+
+
+async def test_an_async_tool_is_awaited_on_the_loop() -> None:
+    """An async tool is awaited in the caller's thread and its result comes back."""
+    seen: list[int] = []
+
+    @tool
+    async def where(x: int) -> int:
+        seen.append(threading.get_ident())
+        return x * 10
+
+    assert await where.execute({"x": 4}) == 40
+    assert seen == [threading.get_ident()]
+
+
+async def test_an_awaitable_from_a_sync_tool_is_awaited() -> None:
+    """A sync tool that returns a coroutine gives the coroutine's result, not the coroutine."""
+
+    async def doubled(x: int) -> int:
+        return 2 * x
+
+    @tool
+    def later(x: int) -> Coroutine[Any, Any, int]:
+        return doubled(x)
+
+    assert await later.execute({"x": 21}) == 42
+
+
+@pytest.mark.parametrize("is_async", [False, True])
+async def test_what_the_tool_raises_propagates(is_async: bool) -> None:
+    """An exception raised by a sync or an async tool reaches the caller unchanged."""
+
+    def fail() -> None:
+        raise LookupError("no such record")
+
+    async def fail_async() -> None:
+        fail()
+
+    broken = FunctionTool(fail_async if is_async else fail, name="broken")
+    with pytest.raises(LookupError, match="no such record"):
+        await broken.execute({})
+
+
+async def test_the_context_reaches_the_context_parameter() -> None:
+    """The context given to execute is the one the tool's context parameter receives."""
+
+    @tool
+    def who(ctx: FunctionInvocationContext) -> str:
+        return str(ctx.call_id)
+
+    context = FunctionInvocationContext(function=who, call_id="call_7")
+    assert await who.execute({}, context) == "call_7"
+
+
+async def test_an_overridden_bind_call_is_what_runs() -> None:
+    """A subclass that binds calls itself (as agent tools do) is run through its bind_call."""
+
+    async def placeholder(task: str) -> str:
+        return "not called"
+
+    class Echo(FunctionTool):
+        def bind_call(self, arguments: Mapping[str, Any], context: Any) -> Callable[[], Any]:
+            async def echo() -> str:
+                return f"echo {arguments['task']}"
+
+            return echo
+
+    assert await Echo(placeholder).execute({"task": "hello"}) == "echo hello"
+
+
+async def test_invoke_validates_then_executes() -> None:
+    """invoke converts the arguments to the declared types, then runs a sync tool off the loop."""
+    seen: list[int] = []
+
+    @tool
+    def add(a: int, b: int) -> int:
+        seen.append(threading.get_ident())
+        return a + b
+
+    assert await add.invoke({"a": "2"}, b=3) == 5
+    [thread] = seen
+    assert thread != threading.get_ident()
