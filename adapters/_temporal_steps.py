@@ -12,7 +12,7 @@ it: ``pending()`` is the model call to make, ``finish()`` records how the run en
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from agentledger.agent import Agent
@@ -175,7 +175,7 @@ async def tool_step(
     """
     name = call.name or ""
     if interrupted:
-        tools = [_Interrupted(t) if t.name == name else t for t in tools]
+        tools = [t.with_body(_interrupted) if t.name == name else t for t in tools]
     binding, recorder = _binding(run_spec(agent, view, tools), view)
     function = binding.registry.by_name[name]
     if gated and arguments_valid(function, call):
@@ -207,15 +207,6 @@ def _offered(spec: ToolSpec) -> FunctionTool:
     return tool
 
 
-class _Interrupted(FunctionTool):
-    """Validates and is wrapped like the tool it stands for, and raises ``ToolInterrupted``."""
-
-    def __init__(self, tool: FunctionTool) -> None:
-        self.__dict__.update(tool.__dict__)
-        self.is_async = True
-
-    def bind_call(self, arguments: Any, context: Any) -> Callable[[], Any]:
-        async def interrupted() -> None:
-            raise ToolInterrupted(INTERRUPTED)
-
-        return interrupted
+async def _interrupted(context: Any, arguments: Mapping[str, Any]) -> None:
+    """Stands in for a call whose worker stopped before its outcome was recorded."""
+    raise ToolInterrupted(INTERRUPTED)

@@ -7,6 +7,7 @@ model. ``parse_arguments``/``validate`` check what the model sends; ``bind_call`
 
 from __future__ import annotations
 
+import copy
 import functools
 import inspect
 import os
@@ -58,6 +59,7 @@ class FunctionTool:
         schema: type | Mapping[str, Any] | None = None,
     ) -> None:
         self.func = func
+        self._body: Callable[[Any, Mapping[str, Any]], Awaitable[Any]] | None = None
         self.name: str = name or str(getattr(func, "__name__", type(func).__name__))
         if not _NAME.match(self.name):
             raise ToolDefinitionError(f"tool name {self.name!r} must be 1-64 letters, digits, '_' or '-'")
@@ -142,6 +144,8 @@ class FunctionTool:
 
     def bind_call(self, arguments: Mapping[str, Any], context: Any) -> Callable[[], Any]:
         """A zero-argument callable that runs the tool with ``arguments`` and the context."""
+        if self._body is not None:
+            return functools.partial(self._body, context, dict(arguments))
         kwargs = dict(arguments)
         if self.context_param is not None:
             kwargs[self.context_param] = context
@@ -164,6 +168,16 @@ class FunctionTool:
             return await call()
         result = await anyio.to_thread.run_sync(call)
         return await result if is_awaitable(result) else result
+
+    def with_body(self, body: Callable[[Any, Mapping[str, Any]], Awaitable[Any]]) -> FunctionTool:
+        """The same tool (name, schema, argument checks, approval mode) whose calls run
+        ``await body(context, arguments)`` instead of the function: a stand-in, such as a
+        rerun's recorded outcome or a call that must not run again."""
+        stand_in = copy.copy(self)
+        stand_in.is_async = True
+        stand_in.needs_context = True
+        stand_in._body = body
+        return stand_in
 
     async def invoke(self, arguments: Mapping[str, Any] | None = None, **kwargs: Any) -> Any:
         """Call the tool directly, outside any run: validated, no middleware, ``ctx.tools`` None."""

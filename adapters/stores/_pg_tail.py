@@ -9,8 +9,9 @@ Positions are handed out in commit order (see ``postgres``), which is what makes
 from __future__ import annotations
 
 import collections
+from contextlib import AbstractAsyncContextManager
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import anyio
 import psycopg
@@ -21,10 +22,7 @@ from agentledger.errors import StoreError
 
 from ._codec import decode_records
 
-if TYPE_CHECKING:
-    from .postgres import PostgresEventStore
-
-__all__ = ("StoredEvent", "Tail")
+__all__ = ("StoredEvent", "Tail", "TailSource")
 
 _PAGE = 500
 _COLUMNS = "SELECT position, stream, seq, data::text FROM {schema}.events"
@@ -38,6 +36,41 @@ class StoredEvent(NamedTuple):
     event: Event
 
 
+class TailSource(Protocol):
+    """What a ``Tail`` needs of the store it follows (``PostgresEventStore`` provides it)."""
+
+    listen: bool
+    """Whether to LISTEN for notifications, or only poll."""
+    poll_interval: float
+    """Seconds to wait for a notification before reading anyway."""
+    channel: str
+    """The channel every append notifies at commit."""
+
+    async def version(self, stream: str) -> int:
+        """How many events ``stream`` holds."""
+        ...
+
+    def connection(self) -> AbstractAsyncContextManager[psycopg.AsyncConnection[Any]]:
+        """A pooled connection to a ready schema, for the ``async with`` block."""
+        ...
+
+    async def open_connection(self) -> psycopg.AsyncConnection[Any]:
+        """A new connection outside the pool, to a ready schema; the caller closes it."""
+        ...
+
+    async def fetch(self, connection: psycopg.AsyncConnection[Any], query: sql.Composed, params: Any) -> Any:
+        """Run ``query`` on ``connection`` and return its rows; errors as ``StoreError``."""
+        ...
+
+    def query(self, template: str) -> sql.Composed:
+        """``template`` as SQL, with ``{schema}`` standing for the store's schema."""
+        ...
+
+    def where(self, stream: str, seq: int) -> str:
+        """Where the event at ``seq`` of ``stream`` is kept, for error messages."""
+        ...
+
+
 class Tail:
     """New events of a schema (or of one stream) as they are appended; see ``tail()``.
 
@@ -45,7 +78,7 @@ class Tail:
     ``after=None`` begins; leaving (or ``aclose()``) releases the connection it listens on.
     """
 
-    def __init__(self, store: PostgresEventStore, stream: str | None, after: int | None) -> None:
+    def __init__(self, store: TailSource, stream: str | None, after: int | None) -> None:
         self.store = store
         self.stream = stream
         self.cursor = after
@@ -98,8 +131,7 @@ class Tail:
 
     async def _listen(self) -> psycopg.AsyncConnection[Any]:
         store = self.store
-        await store.migrate()
-        connection = await store._pool.open()
+        connection = await store.open_connection()
         try:
             await connection.execute(sql.SQL("LISTEN {}").format(sql.Identifier(store.channel)))
         except BaseException:
@@ -111,9 +143,9 @@ class Tail:
     async def _head(self) -> int:
         if self.stream is not None:
             return await self.store.version(self.stream) - 1
-        query = self.store._sql("SELECT coalesce(max(position), 0) FROM {schema}.events")
-        async with self.store._connection() as connection:
-            rows: list[tuple[int]] = await self.store._fetch(connection, query, ())
+        query = self.store.query("SELECT coalesce(max(position), 0) FROM {schema}.events")
+        async with self.store.connection() as connection:
+            rows: list[tuple[int]] = await self.store.fetch(connection, query, ())
         return int(rows[0][0])
 
     async def _since(self, cursor: int) -> list[StoredEvent]:
@@ -124,10 +156,10 @@ class Tail:
         else:
             query = f"{_COLUMNS} WHERE stream = %s AND seq > %s ORDER BY seq LIMIT {_PAGE}"
             params = (self.stream, cursor)
-        async with store._connection() as connection:
-            rows: list[tuple[int, str, int, str]] = await store._fetch(connection, store._sql(query), params)
+        async with store.connection() as connection:
+            rows: list[tuple[int, str, int, str]] = await store.fetch(connection, store.query(query), params)
         events = decode_records(
-            [row[3].encode() for row in rows], lambda i: store._where(rows[i][1], rows[i][2])
+            [row[3].encode() for row in rows], lambda i: store.where(rows[i][1], rows[i][2])
         )
         return [StoredEvent(row[0], row[1], event) for row, event in zip(rows, events, strict=True)]
 

@@ -140,35 +140,35 @@ class PostgresEventStore:
             "data": [encode_event(event).decode() for event in events],
         }
         with anyio.CancelScope(shield=True):  # a cancelled caller still learns nothing half-done
-            async with self._connection() as connection:
+            async with self.connection() as connection:
                 await self._append(connection, params)
         return expected_version + len(events)
 
     async def read(self, stream: str, after: int = -1) -> list[Event]:
         """The stream's events with ``seq > after``, in order ([] for an unknown stream)."""
-        query = self._sql(
+        query = self.query(
             "SELECT seq, data::text FROM {schema}.events WHERE stream = %s AND seq > %s ORDER BY seq"
         )
-        async with self._connection() as connection:
-            rows: list[tuple[int, str]] = await self._fetch(connection, query, (stream, after))
+        async with self.connection() as connection:
+            rows: list[tuple[int, str]] = await self.fetch(connection, query, (stream, after))
         first = max(after + 1, 0)
         for expected, (seq, _) in enumerate(rows, first):
             if seq != expected:
-                raise LogCorruptError(f"expected seq {expected}, found {seq}", where=self._where(stream, seq))
-        return decode_records([row[1].encode() for row in rows], lambda i: self._where(stream, rows[i][0]))
+                raise LogCorruptError(f"expected seq {expected}, found {seq}", where=self.where(stream, seq))
+        return decode_records([row[1].encode() for row in rows], lambda i: self.where(stream, rows[i][0]))
 
     async def streams(self) -> list[str]:
         """Every stream's name, oldest first."""
-        query = self._sql("SELECT name FROM {schema}.streams ORDER BY position")
-        async with self._connection() as connection:
-            rows: list[tuple[str]] = await self._fetch(connection, query, ())
+        query = self.query("SELECT name FROM {schema}.streams ORDER BY position")
+        async with self.connection() as connection:
+            rows: list[tuple[str]] = await self.fetch(connection, query, ())
         return [row[0] for row in rows]
 
     # -- beyond the protocol ----------------------------------------------------------------------
 
     async def version(self, stream: str) -> int:
         """How many events ``stream`` holds (0 for an unknown stream)."""
-        async with self._connection() as connection:
+        async with self.connection() as connection:
             return await self._version(connection, stream)
 
     def tail(self, stream: str | None = None, after: int | None = None) -> Tail:
@@ -181,32 +181,32 @@ class PostgresEventStore:
 
     async def claim_call(self, key: str) -> CallRecord:
         """Count one more attempt at the call ``key``; its outcome if one is recorded."""
-        query = self._sql(
+        query = self.query(
             "INSERT INTO {schema}.call_outcomes AS c (key, attempts) VALUES (%s, 1) "
             "ON CONFLICT (key) DO UPDATE SET attempts = c.attempts + 1 RETURNING attempts, outcome"
         )
-        async with self._connection() as connection:
-            rows: list[tuple[int, bytes | None]] = await self._fetch(connection, query, (key,))
+        async with self.connection() as connection:
+            rows: list[tuple[int, bytes | None]] = await self.fetch(connection, query, (key,))
         attempts, outcome = rows[0]
         return CallRecord(attempts, bytes(outcome) if outcome is not None else None)
 
     async def complete_call(self, key: str, outcome: bytes) -> bytes:
         """Record the outcome of ``key`` unless one already is; returns the recorded outcome."""
-        update = self._sql(
+        update = self.query(
             "UPDATE {schema}.call_outcomes SET outcome = %s, completed_at = now() "
             "WHERE key = %s AND outcome IS NULL"
         )
-        select = self._sql("SELECT outcome FROM {schema}.call_outcomes WHERE key = %s")
-        async with self._connection() as connection:
-            await self._fetch(connection, update, (outcome, key), rows=False)
-            rows: list[tuple[bytes | None]] = await self._fetch(connection, select, (key,))
+        select = self.query("SELECT outcome FROM {schema}.call_outcomes WHERE key = %s")
+        async with self.connection() as connection:
+            await self.fetch(connection, update, (outcome, key), rows=False)
+            rows: list[tuple[bytes | None]] = await self.fetch(connection, select, (key,))
         if not rows or rows[0][0] is None:
             raise StoreError(f"call {key!r} was never claimed")
         return bytes(rows[0][0])
 
     async def migrate(self) -> int:
         """Create or upgrade the schema now (first use does it anyway); returns its version."""
-        async with self._connection():
+        async with self.connection():
             return _pg_schema.SCHEMA_VERSION
 
     async def aclose(self) -> None:
@@ -239,8 +239,8 @@ class PostgresEventStore:
                 await connection.execute("SELECT pg_advisory_xact_lock(%s)", (self._append_key,))
                 if start == 0:
                     insert = "INSERT INTO {schema}.streams (name) VALUES (%s) ON CONFLICT (name) DO NOTHING"
-                    await connection.execute(self._sql(insert), (stream,))
-                cursor = await connection.execute(self._sql(_INSERT), params)
+                    await connection.execute(self.query(insert), (stream,))
+                cursor = await connection.execute(self.query(_INSERT), params)
                 if cursor.rowcount != len(params["data"]):
                     raise _Behind
                 await connection.execute("SELECT pg_notify(%s, %s)", (self.channel, stream))
@@ -254,20 +254,26 @@ class PostgresEventStore:
         """Runs inside an append's transaction just before it commits (a seam for crash tests)."""
 
     async def _version(self, connection: psycopg.AsyncConnection[Any], stream: str) -> int:
-        query = self._sql("SELECT coalesce(max(seq) + 1, 0) FROM {schema}.events WHERE stream = %s")
-        rows: list[tuple[int]] = await self._fetch(connection, query, (stream,))
+        query = self.query("SELECT coalesce(max(seq) + 1, 0) FROM {schema}.events WHERE stream = %s")
+        rows: list[tuple[int]] = await self.fetch(connection, query, (stream,))
         return int(rows[0][0])
 
-    # -- connections and schema -------------------------------------------------------------------
+    # -- connections and queries (``Tail`` reads through these too) -------------------------------
 
     @contextlib.asynccontextmanager
-    async def _connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+    async def connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        """A pooled connection to a ready schema, for the ``async with`` block."""
         if self._closed:
             raise StoreError(f"{self!r} is closed")
         async with self._pool.connection() as connection:
             if not self._migrated:
                 await self._ensure_schema(connection)
             yield connection
+
+    async def open_connection(self) -> psycopg.AsyncConnection[Any]:
+        """A new connection outside the pool, to a ready schema; the caller closes it."""
+        await self.migrate()
+        return await self._pool.open()
 
     async def _ensure_schema(self, connection: psycopg.AsyncConnection[Any]) -> None:
         if self._migrating is None:
@@ -281,17 +287,20 @@ class PostgresEventStore:
                 raise StoreError(f"{self}: cannot create or upgrade the schema: {exc}") from exc
             self._migrated = True
 
-    async def _fetch(
+    async def fetch(
         self, connection: psycopg.AsyncConnection[Any], query: sql.Composed, params: Any, *, rows: bool = True
     ) -> Any:
+        """Run ``query`` on ``connection``: its rows (None with ``rows=False``); errors as ``StoreError``."""
         try:
             cursor = await connection.execute(query, params)
             return await cursor.fetchall() if rows else None
         except psycopg.Error as exc:
             raise StoreError(f"{self}: {exc}") from exc
 
-    def _sql(self, template: str) -> sql.Composed:
+    def query(self, template: str) -> sql.Composed:
+        """``template`` as SQL, with ``{schema}`` standing for this store's schema."""
         return sql.SQL(template).format(schema=sql.Identifier(self.schema))
 
-    def _where(self, stream: str, seq: int) -> str:
+    def where(self, stream: str, seq: int) -> str:
+        """Where the event at ``seq`` of ``stream`` is kept, for error messages."""
         return f"postgresql {self.schema}.events: stream {stream!r} seq {seq}"

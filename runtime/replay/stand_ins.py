@@ -26,7 +26,7 @@ from .client import RecordedOutcome, ReplayExhausted
 from .compare import call_of
 from .state import RecordedRun
 
-__all__ = ("RecordedTools", "StandIn", "apply_session")
+__all__ = ("RecordedTools", "apply_session")
 
 
 class RecordedTools:
@@ -52,6 +52,7 @@ class RecordedTools:
         self.specs = {spec.name: spec for e in recorded.events for spec in _specs(e)}
 
     def stand_in(self, name: str) -> FunctionTool:
+        """``name`` as the rerun calls it: the live tool's argument checks, the recorded outcome."""
         spec = self.specs.get(name)
         live = self.live.get(name)
 
@@ -61,30 +62,20 @@ class RecordedTools:
             if outcome is None or (self.upto is not None and outcome.seq > self.upto):
                 if live is None or not self.run_live:
                     raise ReplayExhausted(f"no recorded outcome for call {call_id} and no live tool {name!r}")
-                value = live.bind_call(arguments, ctx)()
-                return await value if hasattr(value, "__await__") else value
+                return await live.execute(arguments, ctx)
             self._effects(ctx, call_id)
             if type(outcome) is ToolFailed:
                 raise type(outcome.error_type, (RecordedOutcome,), {})(outcome.message)
             assert type(outcome) is ToolReturned
             return outcome.tool_result if outcome.overridden_by else outcome.result
 
-        parameters = spec.parameters if spec is not None else (live.parameters if live else {})
-        stand_in = StandIn(
-            replayed, name=name, description=spec.description if spec else "", schema=parameters
-        )
         if live is not None:
-            stand_in.approval_mode = live.approval_mode
-            stand_in.spec = live.spec
-            stand_in._args_type, stand_in._fields, stand_in._pydantic = (
-                live._args_type,
-                live._fields,
-                live._pydantic,
-            )
-        elif spec is not None:
-            stand_in.spec = spec
-            stand_in.approval_mode = spec.approval_mode  # type: ignore[assignment]
-        return stand_in
+            return live.with_body(replayed)
+        assert spec is not None, name
+        stand_in = FunctionTool(_recorded, name=name, description=spec.description, schema=spec.parameters)
+        stand_in.spec = spec
+        stand_in.approval_mode = spec.approval_mode  # type: ignore[assignment]
+        return stand_in.with_body(replayed)
 
     def _effects(self, ctx: FunctionInvocationContext, call_id: str) -> None:
         caller = current_run_context()
@@ -102,18 +93,8 @@ class RecordedTools:
                 caller.record(ChildRunStarted, **fields)
 
 
-class StandIn(FunctionTool):
-    def __init__(self, replayed: Any, *, name: str, description: str, schema: Mapping[str, Any]) -> None:
-        async def signature(ctx: FunctionInvocationContext) -> None:
-            """Placeholder: calls go through bind_call."""
-
-        super().__init__(signature, name=name, description=description, schema=schema)
-        self.context_param = None
-        self.needs_context = True
-        self._replayed = replayed
-
-    def bind_call(self, arguments: Mapping[str, Any], context: Any) -> Any:
-        return lambda: self._replayed(context, arguments)
+def _recorded(ctx: FunctionInvocationContext) -> None:
+    """A tool known from the log only: its calls are answered from the log."""
 
 
 def apply_session(session: AgentSession, event: SessionUpdated, caller: RunContext | None) -> None:

@@ -153,7 +153,7 @@ async def _run(
                 context.arguments = values
         binding.recorder.record(ToolCalled, call_id=call_id, name=function.name, arguments=to_json(values))
         try:
-            value = await _call_tool(function, values, context)
+            value = await function.execute(values, context)
         except MiddlewareTermination:
             outcome.tool_raised = True
             raise
@@ -205,14 +205,6 @@ def record_outcome(
         )
     else:
         record(ToolReturned, call_id=call_id, name=name, result=to_json(outcome.result))
-
-
-async def _call_tool(function: FunctionTool, values: Any, context: Any) -> Any:
-    value = function.bind_call(values, context)
-    result = await (value() if function.is_async else anyio.to_thread.run_sync(value))
-    if function.is_async is False and hasattr(result, "__await__"):
-        result = await result
-    return result
 
 
 async def _all_on_asyncio(calls: list[Coroutine[Any, Any, None]]) -> None:
