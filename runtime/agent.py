@@ -12,7 +12,7 @@ from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any, Literal, overload
 
 from ._sources import Clock, IdSource, RandomIds
-from .clients import BaseChatClient
+from .chat import ChatClient
 from .core.events import Event, RunConfig
 from .core.messages import Content, Message
 from .middleware import Layer, split_middleware
@@ -23,6 +23,7 @@ from .run.spec import Layers, RunSpec, merge_options
 from .session import AgentSession
 from .store import EventStore, MemoryEventStore
 from .streaming import RunStream
+from .subagents import agent_tool
 from .tools import FunctionTool, normalize_tools
 
 __all__ = ("Agent", "AgentResponse", "AgentResponseUpdate", "RunStream")
@@ -58,7 +59,7 @@ class Agent:
 
     def __init__(
         self,
-        client: BaseChatClient | None = None,
+        client: ChatClient | None = None,
         instructions: str | None = None,
         *,
         name: str | None = None,
@@ -260,8 +261,6 @@ class Agent:
         propagate_session: bool = False,
     ) -> FunctionTool:
         """This agent as a tool of another agent; see ``agentledger.subagents``."""
-        from .subagents import agent_tool
-
         return agent_tool(
             self,
             name=name,

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol, overload
 from .errors import ExperimentalWarning
 
 if TYPE_CHECKING:
-    from .clients import BaseChatClient, ChatOptions, ChatResponse
+    from .chat import ChatClient, ChatOptions, ChatResponse
     from .core.events import Event, EventBase, StateChange, ToolSpec
     from .core.messages import Message
     from .session import AgentSession
@@ -248,7 +248,7 @@ class ChatContext:
     def __init__(
         self,
         *,
-        client: BaseChatClient,
+        client: ChatClient,
         messages: list[Message],
         options: ChatOptions,
         client_kwargs: dict[str, Any],

@@ -12,19 +12,45 @@ from __future__ import annotations
 
 import contextvars
 import re
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Literal
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal, Protocol
 
+from ._sources import IdSource
 from .context import FunctionInvocationContext, current_run_context
 from .core.events import ChildRunStarted
 from .errors import AgentLedgerError
 from .run.lifecycle import AgentRun
+from .run.spec import RunSpec
+from .session import AgentSession
+from .store import EventStore
 from .tools import FunctionTool
 
-if TYPE_CHECKING:
-    from .agent import Agent
 
-__all__ = ("MAX_DEPTH", "SubAgentApprovalError", "SubAgentDepthError", "agent_tool")
+class SubAgent(Protocol):
+    """What a sub-agent tool needs of the agent it runs (``Agent`` is one)."""
+
+    name: str | None
+    description: str
+    ids: IdSource
+    store: EventStore | None
+    tools: list[FunctionTool]
+
+    def create_session(self, *, session_id: str | None = None) -> AgentSession: ...
+
+    def run_spec(
+        self,
+        *,
+        options: Mapping[str, Any] | None = None,
+        function_invocation_kwargs: Mapping[str, Any] | None = None,
+        client_kwargs: Mapping[str, Any] | None = None,
+        middleware: Sequence[Any] | None = None,
+        tools: Any = None,
+        parent: tuple[str, str] | None = None,
+        share_history: bool = True,
+    ) -> RunSpec: ...
+
+
+__all__ = ("MAX_DEPTH", "AgentTool", "SubAgent", "SubAgentApprovalError", "SubAgentDepthError", "agent_tool")
 
 MAX_DEPTH = 8
 _depth: contextvars.ContextVar[int] = contextvars.ContextVar("agentledger_depth", default=0)
@@ -43,7 +69,7 @@ class AgentTool(FunctionTool):
 
     def __init__(
         self,
-        agent: Agent,
+        agent: SubAgent,
         *,
         name: str,
         description: str,
@@ -115,7 +141,7 @@ class AgentTool(FunctionTool):
 
 
 def agent_tool(
-    agent: Agent,
+    agent: SubAgent,
     *,
     name: str | None,
     description: str | None,

@@ -147,15 +147,17 @@ def _reach_ins(module: str) -> list[str]:
     for target, names in _imports(module):
         found += [f"{path.name}: from {target} import {n}" for n in names if _private(n)]
     for node in ast.walk(tree):
-        if isinstance(node, ast.Attribute) and _private(node.attr) and node.attr not in owned:
-            if node.attr not in ALLOWED_PRIVATE and not _own(node.value):
-                found.append(f"{path.name}:{node.lineno}: .{node.attr}")
+        if not isinstance(node, ast.Attribute) or not _private(node.attr):
+            continue
+        if node.attr not in owned and node.attr not in ALLOWED_PRIVATE and not _own(node.value):
+            found.append(f"{path.name}:{node.lineno}: .{node.attr}")
     return found
 
 
 def test_modules_are_found() -> None:
     """The walk sees the package's modules (a broken walk would pass everything below)."""
-    assert {"agentledger.core.machine", "agentledger.run.spec", "agentledger.adapters.temporal"} <= set(MODULES)
+    expected = {"agentledger.core.machine", "agentledger.run.spec", "agentledger.adapters.temporal"}
+    assert expected <= set(MODULES)
     assert "agentledger.run.spec" in _graph()["agentledger.agent"]
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..clients import BaseChatClient, ChatOptions, ChatResponse
+from ..chat import ChatClient, ChatOptions, ChatResponse
+from ..clients import BaseChatClient
 from ..core.events import (
     ModelFailed,
     ModelResponded,
@@ -28,7 +29,7 @@ class ReplayClient(BaseChatClient):
     def __init__(
         self,
         responses: Sequence[ModelResponded | ModelFailed],
-        live: BaseChatClient | None = None,
+        live: ChatClient | None = None,
         *,
         provider_name: str = "",
     ) -> None:

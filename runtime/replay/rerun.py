@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from ..agent import Agent
-from ..clients import BaseChatClient
+from ..chat import ChatClient
 from ..context import replaying
 from ..core.errors import TransitionError
 from ..core.events import (
@@ -52,7 +52,7 @@ def _pend_caller_writes(session: AgentSession, events: Sequence[Event]) -> None:
 async def _drive(
     recorded: RecordedRun,
     agent: Agent,
-    client: BaseChatClient,
+    client: ChatClient,
     tools: Literal["recorded", "live"],
     upto: int | None,
     run_id: str | None,
@@ -114,7 +114,7 @@ async def fork(
     agent: Agent,
     *,
     at: int,
-    client: BaseChatClient,
+    client: ChatClient,
     function_invocation_kwargs: Mapping[str, Any] | None = None,
 ) -> AgentResponse:
     """Replay the run up to ``at`` from the log, then continue live with ``client`` as a new run.

@@ -14,7 +14,7 @@ from typing import Any
 
 import anyio
 
-from ..clients import ChatResponseUpdate, normalize_messages
+from ..chat import ChatResponseUpdate, normalize_messages
 from ..context import AgentContext, SessionSink
 from ..core.commands import FinishRun
 from ..core.events import (

@@ -13,7 +13,7 @@ from typing import Any
 
 import msgspec
 
-from ..clients import ChatResponse, merge_updates
+from ..chat import ChatResponse, merge_updates
 from ..context import ChatContext
 from ..core.commands import CallModel
 from ..core.events import (

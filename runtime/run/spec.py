@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from .._version import __version__
-from ..clients import BaseChatClient
+from ..chat import ChatClient
 from ..core.approvals import unmatched_approvals
 from ..core.events import RunConfig, RunStarted
 from ..core.messages import Message
@@ -66,7 +66,7 @@ class RunSpec:
     """The agent object itself, as ``AgentContext.agent`` and ``current_run_context().agent``."""
     agent_id: str
     agent_name: str | None
-    client: BaseChatClient
+    client: ChatClient
     tools: tuple[FunctionTool, ...]
     layers: Layers
     options: Mapping[str, Any]
