@@ -32,6 +32,8 @@ __all__ = (
     "RunContext",
     "SessionSink",
     "current_run_context",
+    "enter_run",
+    "leave_run",
     "running",
 )
 
@@ -335,11 +337,21 @@ def current_run_context() -> RunContext | None:
     return _current.get()
 
 
+def enter_run(context: RunContext) -> contextvars.Token[RunContext | None]:
+    """Make ``context`` the current run; ``leave_run`` with the token undoes it."""
+    return _current.set(context)
+
+
+def leave_run(token: contextvars.Token[RunContext | None]) -> None:
+    """The run current before ``enter_run`` is current again."""
+    _current.reset(token)
+
+
 @contextlib.contextmanager
 def running(context: RunContext) -> Iterator[RunContext]:
     """Make ``context`` the current run inside the block (what a driver does around a run)."""
-    token = _current.set(context)
+    token = enter_run(context)
     try:
         yield context
     finally:
-        _current.reset(token)
+        leave_run(token)

@@ -9,11 +9,10 @@ holds it for the whole run, a Temporal step for one model or tool call.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
-from ..context import RunContext, SessionSink, running
+from ..context import RunContext, SessionSink, enter_run, leave_run
 from ..core.events import SessionUpdated, StateChange
 from ..errors import RunError
 from ..session import AgentSession
@@ -71,17 +70,9 @@ class RunBinding:
         if self.session is not None:
             self.session.state.checkpoint()
 
-    @contextlib.contextmanager
-    def bound(self) -> Iterator[RunContext]:
+    def bound(self) -> _Bound:
         """The session records into this run, and the run is the current one, inside the block."""
-        session, sink = self.session, self.session_sink
-        unbind = session.bind(sink) if session is not None and sink is not None else None
-        try:
-            with running(self.context):
-                yield self.context
-        finally:
-            if unbind is not None:
-                unbind()
+        return _Bound(self)
 
     def _session_sink(self, session: AgentSession) -> SessionSink:
         """Record session changes in this run, and copy them to a caller sharing the session."""
@@ -97,3 +88,27 @@ class RunBinding:
                     parent(f"{event.run_id}/{by}", changes, origin or (event.run_id, event.seq))
 
         return sink
+
+
+class _Bound:
+    """``RunBinding.bound()``: a plain context manager (it is entered once per run)."""
+
+    __slots__ = ("binding", "token", "unbind")
+
+    def __init__(self, binding: RunBinding) -> None:
+        self.binding = binding
+        self.unbind: Callable[[], None] | None = None
+        self.token: Any = None
+
+    def __enter__(self) -> RunContext:
+        binding = self.binding
+        session, sink = binding.session, binding.session_sink
+        if session is not None and sink is not None:
+            self.unbind = session.bind(sink)
+        self.token = enter_run(binding.context)
+        return binding.context
+
+    def __exit__(self, *exc_info: object) -> None:
+        leave_run(self.token)
+        if self.unbind is not None:
+            self.unbind()

@@ -8,6 +8,8 @@ until the machine says the loop is over. It decides nothing: the steps record wh
 
 from __future__ import annotations
 
+import functools
+import typing
 from collections.abc import Callable, Sequence
 
 from ..core.commands import CallModel, FinishRun, InvokeTools
@@ -21,6 +23,13 @@ from .tool_step import invoke_tools
 __all__ = ("LocalDriver",)
 
 
+@functools.cache
+def _appends_nowait(kind: type) -> bool:
+    """Whether stores of this type are ``SupportsAppendNowait`` (asked once per type: a protocol
+    check walks the protocol's members each time)."""
+    return issubclass(kind, SupportsAppendNowait)
+
+
 class LocalDriver:
     """Drives one run's loop and appends its log to the run's store as it goes."""
 
@@ -30,7 +39,9 @@ class LocalDriver:
         self.store = store
         self.stored = 0
         self._append_nowait: Callable[[str, Sequence[Event], int], int] | None = (
-            store.append_nowait if isinstance(store, SupportsAppendNowait) else None
+            typing.cast(SupportsAppendNowait, store).append_nowait
+            if store is not None and _appends_nowait(type(store))
+            else None
         )
 
     async def drive(self) -> FinishRun:

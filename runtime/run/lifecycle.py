@@ -79,10 +79,23 @@ class AgentRun:
             binding = RunBinding(spec, recorder, session, parent_sink=self.parent_sink, on_update=on_update)
             driver = LocalDriver(binding, recorder, spec.store)
             with binding.bound():
+                if not spec.layers["agent"]:
+                    return await self._run_loop(binding, driver)
                 return await self._run_agent_layers(binding, driver, inputs, stream)
         finally:
             if token is not None:
                 capture_sinks.reset(token)
+
+    async def _run_loop(self, binding: RunBinding, driver: LocalDriver) -> AgentResponse:
+        """The loop alone (no agent middleware): nothing can change the run's input."""
+        recorder = driver.recorder
+        try:
+            recorder.begin()
+            response = self._response(recorder, await driver.drive())
+        except BaseException as exc:
+            await self._failed(driver, exc)
+            raise
+        return await self._complete(binding, driver, response, response)
 
     async def _run_agent_layers(
         self, binding: RunBinding, driver: LocalDriver, inputs: list[Message], stream: bool
@@ -110,12 +123,9 @@ class AgentRun:
             own.append(self._response(recorder, finish[0]))
             context.result = own[0]
 
-        layers = self.spec.layers["agent"]
         token = writer.set("agent_middleware")
         try:
-            outcome = await run_chain(layers, context, inner, binding.checkpoint) if layers else None
-            if outcome is None:
-                await inner()
+            outcome = await run_chain(self.spec.layers["agent"], context, inner, binding.checkpoint)
         except MiddlewareTermination as exc:
             if not finish:
                 recorder.record(RunTerminated, iteration=0, reason=str(exc), by="agent_middleware")

@@ -9,9 +9,10 @@ first event from it, so ``RunStarted`` is made in one place.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
+
+import msgspec
 
 from .._version import __version__
 from ..chat import ChatClient
@@ -58,8 +59,7 @@ def check_approvals(history: Sequence[Message], inputs: Sequence[Message]) -> No
         )
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class RunSpec:
+class RunSpec(msgspec.Struct, frozen=True, kw_only=True):
     """One run, before it starts (see the module docstring)."""
 
     agent: Any
@@ -85,7 +85,7 @@ class RunSpec:
 
     def replace(self, **changes: Any) -> RunSpec:
         """The same run with some fields changed (a rerun: another client, no store...)."""
-        return dataclasses.replace(self, **changes)
+        return msgspec.structs.replace(self, **changes)
 
     def started_fields(
         self, *, messages: Sequence[Message], session_id: str | None, history_length: int
