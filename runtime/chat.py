@@ -23,6 +23,7 @@ __all__ = (
     "ChatResponse",
     "ChatResponseUpdate",
     "ToolMode",
+    "merge_updates",
     "normalize_messages",
 )
 

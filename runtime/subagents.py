@@ -97,6 +97,8 @@ class AgentTool(FunctionTool):
         self.needs_context = True
 
     def bind_call(self, arguments: Mapping[str, Any], context: Any) -> Any:
+        if self._body is not None:  # a stand-in made by with_body: its body, not the child
+            return super().bind_call(arguments, context)
         return lambda: self._run_child(context, arguments)
 
     async def _run_child(self, ctx: FunctionInvocationContext, arguments: Mapping[str, Any]) -> str:

@@ -154,8 +154,8 @@ class FunctionTool:
                 kwargs.setdefault(key, value)
         return functools.partial(self.func, **kwargs)
 
-    async def execute(self, arguments: Mapping[str, Any], context: Any = None) -> Any:
-        """Run the tool on already validated ``arguments`` and return what it returns.
+    def execute(self, arguments: Mapping[str, Any], context: Any = None) -> Awaitable[Any]:
+        """Run the tool on already validated ``arguments``: await it for what the tool returns.
 
         The one way a tool is run, sync or async: the call is bound by ``bind_call`` (so
         subclasses that override it run the same way), an async tool is awaited, a sync one runs
@@ -165,9 +165,8 @@ class FunctionTool:
         """
         call = self.bind_call(arguments, context)
         if self.is_async:
-            return await call()
-        result = await anyio.to_thread.run_sync(call)
-        return await result if is_awaitable(result) else result
+            return typing.cast(Awaitable[Any], call())  # the tool's own coroutine: no extra frame
+        return _in_thread(call)
 
     def with_body(self, body: Callable[[Any, Mapping[str, Any]], Awaitable[Any]]) -> FunctionTool:
         """The same tool (name, schema, argument checks, approval mode) whose calls run
@@ -266,3 +265,8 @@ def normalize_tools(items: Any) -> list[FunctionTool]:
 def is_awaitable(value: Any) -> typing.TypeGuard[Awaitable[Any]]:
     """Whether ``value`` can be awaited (a coroutine, a future, an object with ``__await__``)."""
     return inspect.isawaitable(value)
+
+
+async def _in_thread(call: Callable[[], Any]) -> Any:
+    result = await anyio.to_thread.run_sync(call)
+    return await result if is_awaitable(result) else result

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from agentledger.testing import FixedClock, SequentialIds
+# The shipped contract suites assert with plain ``assert``: have pytest explain their failures.
+# This must happen before any test module imports them, so here rather than in those modules.
+pytest.register_assert_rewrite("agentledger.testing.stores", "agentledger.testing.clients")
+
+from agentledger.testing import FixedClock, SequentialIds  # noqa: E402
 
 
 @pytest.fixture

@@ -24,10 +24,7 @@ from agentledger.adapters.chat.openai import (
 from agentledger.adapters.chat.scripted import ScriptedChatClient, ScriptExhausted
 from agentledger.clients import BaseChatClient, ChatResponse
 from agentledger.core.messages import Message
-
-pytest.register_assert_rewrite("agentledger.testing.clients")
-
-from agentledger.testing.clients import (  # noqa: E402 (after the rewrite hook)
+from agentledger.testing.clients import (
     ChatClientContract,
     FunctionCall,
     ModelAnswer,

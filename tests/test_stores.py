@@ -18,10 +18,7 @@ from agentledger.adapters.stores.sqlite import SqliteEventStore
 from agentledger.core.events import encode_event
 from agentledger.errors import ConflictError, LogCorruptError, StoreError
 from agentledger.store import EventStore, MemoryEventStore
-
-pytest.register_assert_rewrite("agentledger.testing.stores")
-
-from agentledger.testing.stores import (  # noqa: E402 (after the rewrite hook)
+from agentledger.testing.stores import (
     CrashOutcome,
     DurableStoreContract,
     StoreContract,

@@ -18,16 +18,13 @@ import pytest
 
 from agentledger.errors import LogCorruptError, StoreError
 from agentledger.store import EventStore
-
-from ._temporal_env import drop_schema, require_postgres, unique_schema
-
-pytest.register_assert_rewrite("agentledger.testing.stores")
-
-from agentledger.testing.stores import (  # noqa: E402 (after the rewrite hook)
+from agentledger.testing.stores import (
     CrashOutcome,
     DurableStoreContract,
     make_events,
 )
+
+from ._temporal_env import drop_schema, require_postgres, unique_schema
 
 
 @pytest.fixture(scope="module")

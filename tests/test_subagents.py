@@ -9,6 +9,7 @@ from agentledger import Agent, AgentSession, FunctionInvocationContext, timeline
 from agentledger.adapters.chat.scripted import Call, ScriptedChatClient, ScriptedRequest
 from agentledger.core import ChildRunStarted, RunFailed, RunStarted, SessionUpdated, ToolFailed
 from agentledger.core.events import Event
+from agentledger.replay import RecordedRun, rerun
 from agentledger.testing import FixedClock, SequentialIds, capture_events, event_types
 
 pytestmark = pytest.mark.anyio
@@ -251,3 +252,16 @@ async def test_child_waiting_for_approval_fails_the_call(clock: FixedClock, ids:
     [failed] = [e for e in response.events if isinstance(e, ToolFailed)]
     assert failed.error_type == "SubAgentApprovalError"
     assert "wire_money" in failed.message
+
+
+async def test_recorded_rerun_leaves_the_child_alone(clock: FixedClock, ids: SequentialIds) -> None:
+    """A rerun answers a sub-agent call from the log: the child's model is not asked again."""
+    parent, child_client = _research(True, clock, ids)
+    session = parent.create_session()
+    response = await parent.run("Look into tides.", session=session)
+    asked = len(child_client.requests)
+    recorded = RecordedRun(response.events)
+    rerun_response = await rerun(recorded, parent)
+    assert rerun_response is not None
+    assert rerun_response.text == "Research done."
+    assert len(child_client.requests) == asked

@@ -44,6 +44,9 @@ from .projections import ToolsProjection, TranscriptProjection
 __all__ = ("BY_PHASE", "TRANSITIONS", "Transitions")
 
 
+_GATED = "always_require"
+
+
 def _is_required(choice: ToolChoice | None) -> bool:
     if isinstance(choice, dict):
         return choice.get("mode") == "required"
@@ -114,13 +117,9 @@ class Transitions:
     def _invoke(self, calls: tuple[Content, ...], *, approved: bool) -> None:
         """Issue the batch; calls of tools that require approval are gated unless approved."""
         specs = self.tools.specs
-        gated = (
-            ()
-            if approved
-            else tuple(
-                c.call_id or "" for c in calls if specs[c.name or ""].approval_mode == "always_require"
-            )
-        )
+        gated: tuple[str, ...] = ()
+        if not approved:
+            gated = tuple([c.call_id or "" for c in calls if specs[c.name or ""].approval_mode == _GATED])
         self.calls_made += len(calls)
         self._batch = InvokeTools(iteration=self.iteration, calls=calls, gated=gated)
         self._commands.append(self._batch)

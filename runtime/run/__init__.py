@@ -18,7 +18,14 @@ from .model_step import call_model
 from .recorder import LiveRecorder, Sink, StepRecorder, capture_sinks, watching
 from .registry import ToolRegistry
 from .spec import Layers, RunSpec, check_approvals, merge_options, options_record
-from .tool_step import CallOutcome, hold_for_approval, invoke_call, invoke_tools, record_outcome
+from .tool_step import (
+    CallOutcome,
+    arguments_valid,
+    hold_for_approval,
+    invoke_call,
+    invoke_tools,
+    record_outcome,
+)
 from .values import to_json
 
 __all__ = (
@@ -32,6 +39,7 @@ __all__ = (
     "Sink",
     "StepRecorder",
     "ToolRegistry",
+    "arguments_valid",
     "call_model",
     "capture_sinks",
     "check_approvals",

@@ -12,11 +12,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ..context import RunContext, SessionSink, enter_run, leave_run
+from ..context import Recorder, RunContext, SessionSink, enter_run, leave_run
 from ..core.events import SessionUpdated, StateChange
 from ..errors import RunError
 from ..session import AgentSession
-from .recorder import Recorder
 from .registry import ToolRegistry
 from .spec import RunSpec
 

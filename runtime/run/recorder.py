@@ -17,12 +17,11 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from ..context import Recorder
 from ..core.commands import Command, FinishRun
 from ..core.events import Event, EventBase
 from ..core.machine import RunMachine, Step
 
-__all__ = ("LiveRecorder", "Recorder", "Sink", "StepRecorder", "capture_sinks", "watching")
+__all__ = ("LiveRecorder", "Sink", "StepRecorder", "capture_sinks", "watching")
 
 Sink = Callable[[Event], None]
 
@@ -55,9 +54,15 @@ class LiveRecorder:
         self.lock = threading.RLock()
 
     def record(self, cls: type[EventBase], **fields: Any) -> Event:
-        with self.lock:
+        with self.lock:  # the body of _take, inlined: this runs for every input event
             event: Any = cls(run_id=self.run_id, seq=self.machine.next_seq, at=self.clock(), **fields)
-            self._take(self.machine.handle(event))
+            events, commands = self.machine.handle(event)
+            self.log.extend(events)
+            if commands:
+                self.commands.extend(commands)
+            for sink in self.sinks:
+                for each in events:
+                    sink(each)
         return event  # type: ignore[no-any-return]
 
     def begin(self) -> None:

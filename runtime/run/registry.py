@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from ..context import Recorder
 from ..core.events import ToolsAdded, ToolsRemoved
 from ..errors import ToolDefinitionError
 from ..tools import FunctionTool, normalize_tools
-from .recorder import Recorder
 
 __all__ = ("ToolRegistry",)
 

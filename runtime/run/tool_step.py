@@ -63,7 +63,8 @@ async def invoke_tools(binding: RunBinding, command: InvokeTools) -> None:
     """Carry out a batch: hold the gated calls, run the others."""
     iteration, by_name = command.iteration, binding.registry.by_name
     # Resolved now: a tool removed by an earlier call of this batch still runs in it.
-    calls = [(call, by_name[call.name or ""]) for call in hold_for_approval(binding, command)]
+    held = hold_for_approval(binding, command) if command.gated else command.calls
+    calls = [(call, by_name[call.name or ""]) for call in held]
     if binding.spec.config.sequential_tools or len(calls) < 2:
         for call, function in calls:
             await invoke_call(binding, iteration, call, function)
@@ -130,7 +131,10 @@ async def invoke_call(
     token = writer.set(call_id) if layers or binding.session is not None else None  # only sessions ask
     try:
         try:
-            await _run(binding, function, call_id, arguments, outcome)
+            if layers:
+                await _run_chain(binding, function, call_id, arguments, outcome)
+            else:
+                await _call(binding, function, call_id, arguments, outcome)
         except Exception as exc:
             outcome.error = exc
         record_outcome(binding, iteration, call_id, function.name, outcome)
@@ -139,42 +143,49 @@ async def invoke_call(
             writer.reset(token)
 
 
-async def _run(
+async def _run_chain(
     binding: RunBinding, function: FunctionTool, call_id: str, arguments: dict[str, Any], outcome: CallOutcome
 ) -> None:
+    """Function middleware around the call; the arguments are checked again if it changed them."""
     context, layers = outcome.context, binding.spec.layers["function"]
-    snapshot = dict(arguments) if layers else None
+    assert context is not None
+    snapshot = dict(arguments)
 
     async def final() -> None:
-        values = context.arguments if context is not None else arguments
-        if snapshot is not None and (values is not arguments or values != snapshot):
-            values = function.validate(values)  # middleware changed them: check them again
-            if context is not None:
-                context.arguments = values
-        binding.recorder.record(ToolCalled, call_id=call_id, name=function.name, arguments=to_json(values))
-        try:
-            value = await function.execute(values, context)
-        except MiddlewareTermination:
-            outcome.tool_raised = True
-            raise
-        outcome.returned, outcome.value = True, value
-        if context is not None:
-            context.result = value
+        values = context.arguments
+        if values is not arguments or values != snapshot:
+            values = context.arguments = function.validate(values)  # changed by middleware: check again
+        await _call(binding, function, call_id, values, outcome)
 
-    if layers:
-        assert context is not None
-        outcome.chain = await run_chain(layers, context, final, binding.checkpoint)
-    else:
-        await final()
+    outcome.chain = await run_chain(layers, context, final, binding.checkpoint)
+
+
+async def _call(
+    binding: RunBinding, function: FunctionTool, call_id: str, values: dict[str, Any], outcome: CallOutcome
+) -> None:
+    """Record ``ToolCalled`` and run the tool; what it returns is the call's value."""
+    binding.recorder.record(ToolCalled, call_id=call_id, name=function.name, arguments=to_json(values))
+    context = outcome.context
+    try:
+        value = await function.execute(values, context)
+    except MiddlewareTermination:
+        outcome.tool_raised = True
+        raise
+    outcome.returned, outcome.value = True, value
+    if context is not None:
+        context.result = value
 
 
 def record_outcome(
     binding: RunBinding, iteration: int, call_id: str, name: str, outcome: CallOutcome
 ) -> None:
     """The one mapping from how a call ended to the events that record it."""
-    binding.checkpoint()  # in-place session changes of this call, while the writer is still the call
+    if binding.session is not None:  # in-place session changes of this call, while the writer is it
+        binding.session.state.checkpoint()
     record, error = binding.recorder.record, outcome.error
-    if isinstance(error, MiddlewareTermination):
+    if error is None and outcome.chain is None:  # the common case first: the tool returned
+        record(ToolReturned, call_id=call_id, name=name, result=to_json(outcome.value))
+    elif isinstance(error, MiddlewareTermination):
         record(RunTerminated, iteration=iteration, reason=str(error), by=call_id)
         if outcome.returned or outcome.tool_raised:
             result = outcome.result if outcome.returned else error.result
