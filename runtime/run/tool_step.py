@@ -37,18 +37,23 @@ from .values import to_json
 __all__ = (
     "CallOutcome",
     "arguments_valid",
-    "hold_for_approval", "invoke_call", "invoke_tools", "record_outcome")
+    "hold_for_approval",
+    "invoke_call",
+    "invoke_tools",
+    "record_outcome",
+)
 
 
 class CallOutcome:
     """How one call ended: what the tool returned, what middleware did, or what was raised."""
 
-    __slots__ = ("chain", "context", "error", "returned", "tool_raised", "value")
+    __slots__ = ("chain", "context", "error", "middleware", "returned", "tool_raised", "value")
 
-    def __init__(self, context: FunctionInvocationContext | None) -> None:
+    def __init__(self, context: FunctionInvocationContext | None, *, middleware: bool = False) -> None:
         self.context = context
+        self.middleware = middleware  # the call ran inside function middleware
         self.returned = False
-        self.tool_raised = False  # the error came from the tool itself, not from middleware
+        self.tool_raised = not middleware  # whether an error came from the tool, not middleware
         self.value: Any = None
         self.chain: ChainOutcome | None = None
         self.error: BaseException | None = None
@@ -127,14 +132,18 @@ async def invoke_call(
             iteration=iteration,
         )
         context.bind_registry(binding.registry, call_id)
-    outcome = CallOutcome(context)
+    outcome = CallOutcome(context, middleware=bool(layers))
     token = writer.set(call_id) if layers or binding.session is not None else None  # only sessions ask
     try:
         try:
             if layers:
                 await _run_chain(binding, function, call_id, arguments, outcome)
-            else:
-                await _call(binding, function, call_id, arguments, outcome)
+            else:  # without middleware, whatever is raised comes from the tool itself
+                binding.recorder.record(
+                    ToolCalled, call_id=call_id, name=function.name, arguments=to_json(arguments)
+                )
+                outcome.value = await function.execute(arguments, context)
+                outcome.returned = True
         except Exception as exc:
             outcome.error = exc
         record_outcome(binding, iteration, call_id, function.name, outcome)
@@ -155,25 +164,15 @@ async def _run_chain(
         values = context.arguments
         if values is not arguments or values != snapshot:
             values = context.arguments = function.validate(values)  # changed by middleware: check again
-        await _call(binding, function, call_id, values, outcome)
+        binding.recorder.record(ToolCalled, call_id=call_id, name=function.name, arguments=to_json(values))
+        try:
+            outcome.value = context.result = await function.execute(values, context)
+        except MiddlewareTermination:
+            outcome.tool_raised = True
+            raise
+        outcome.returned = True
 
     outcome.chain = await run_chain(layers, context, final, binding.checkpoint)
-
-
-async def _call(
-    binding: RunBinding, function: FunctionTool, call_id: str, values: dict[str, Any], outcome: CallOutcome
-) -> None:
-    """Record ``ToolCalled`` and run the tool; what it returns is the call's value."""
-    binding.recorder.record(ToolCalled, call_id=call_id, name=function.name, arguments=to_json(values))
-    context = outcome.context
-    try:
-        value = await function.execute(values, context)
-    except MiddlewareTermination:
-        outcome.tool_raised = True
-        raise
-    outcome.returned, outcome.value = True, value
-    if context is not None:
-        context.result = value
 
 
 def record_outcome(
