@@ -957,3 +957,18 @@ def test_derived_events_take_at_from_their_input() -> None:
         elif not isinstance(event, RunCompleted | RunFailed):
             cause = event.at
     assert len({e.at for e in run.log}) > 5
+
+
+@pytest.mark.parametrize("kind", ["stranger", "twice"])
+def test_result_for_a_call_not_awaiting_one_is_refused(kind: str) -> None:
+    """A result for a call outside the open batch, or a second one for a call, changes nothing."""
+    run = Run()
+    run.start()
+    run.respond(call("c1"), call("c2"))
+    if kind == "twice":
+        run.returned("c1")
+    before = snapshot(run.machine)
+    stray = run.make(ToolReturned, call_id="c1" if kind == "twice" else "c9", name="t", result="ok")
+    with pytest.raises(TransitionError, match="not awaiting a result"):
+        run.machine.handle(stray)
+    assert snapshot(run.machine) == before

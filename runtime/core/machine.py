@@ -24,19 +24,24 @@ from .errors import TransitionError
 from .events import (
     ApprovalRequested,
     ApprovalResolved,
+    ArgumentsRejected,
     CallsSkipped,
     Event,
     EventBase,
     IterationLimitReached,
+    MiddlewareShortCircuit,
     ModelCalled,
     ModelFailed,
     RunCompleted,
     RunConfig,
     RunFailed,
     RunStarted,
+    ToolCalled,
     ToolChoice,
     ToolChoiceReset,
+    ToolFailed,
     ToolNotFound,
+    ToolReturned,
     ToolsAdded,
     ToolsRemoved,
 )
@@ -105,7 +110,10 @@ class RunMachine(Transitions):
                 f"{event.run_id!r}",
                 event,
             )
-        if type(event) is ApprovalRequested:
+        kind = type(event)
+        if kind in _CALL_INPUTS:
+            self._check_call(event)
+        elif isinstance(event, ApprovalRequested):
             self._check_gated(event)
         self._out = [event]
         self._commands = []
@@ -221,6 +229,14 @@ class RunMachine(Transitions):
     def _refuse(self, message: str, event: Event) -> TransitionError:
         return TransitionError(message, run_id=self.run_id, seq=event.seq)
 
+    def _check_call(self, event: Any) -> None:
+        """A call's start or result must belong to the open batch, and a result come only once."""
+        call_id = event.call_id
+        if call_id is None or self._phase is not Phase.RUNNING_TOOLS:
+            return  # agent or chat middleware answering outside a batch: not a call's result
+        if call_id not in self.transcript.pending:
+            raise self._refuse(f"call {call_id!r} is not awaiting a result in this batch", event)
+
     def _check_gated(self, event: ApprovalRequested) -> None:
         gated = self._batch.gated if self._batch is not None else ()
         stray = [c for c in event.call_ids if c not in gated]
@@ -267,6 +283,7 @@ def _response_text(messages: Sequence[Message]) -> str:
     return ""
 
 
+_CALL_INPUTS = frozenset({ToolCalled, ToolReturned, ToolFailed, ArgumentsRejected, MiddlewareShortCircuit})
 _TOOL_EVENTS = frozenset({RunStarted, ToolsAdded, ToolsRemoved})
 
 DERIVED: tuple[type, ...] = (
