@@ -155,11 +155,11 @@ class Agent:
         ``await agent.run(...)`` gives the ``AgentResponse``; ``agent.run(..., stream=True)`` is
         ``agent.run_stream(...)``: iterate it for updates as they happen.
         """
-        fik = self._legacy_kwargs(function_invocation_kwargs, kwargs)
+        tool_kwargs = self._legacy_kwargs(function_invocation_kwargs, kwargs)
         _check_session(session)
         spec = self.run_spec(
             options=options,
-            function_invocation_kwargs=fik,
+            function_invocation_kwargs=tool_kwargs,
             client_kwargs=client_kwargs,
             middleware=middleware,
             tools=tools,
@@ -239,16 +239,16 @@ class Agent:
             share_history=share_history,
         )
 
-    def _legacy_kwargs(self, fik: Mapping[str, Any] | None, kwargs: dict[str, Any]) -> dict[str, Any]:
+    def _legacy_kwargs(self, given: Mapping[str, Any] | None, kwargs: dict[str, Any]) -> dict[str, Any]:
         if not kwargs:
-            return dict(fik or {})
+            return dict(given or {})
         warnings.warn(
             "passing runtime values as **kwargs to run() is deprecated; "
             "use function_invocation_kwargs= (tools) or client_kwargs= (the chat client)",
             DeprecationWarning,
             stacklevel=3,
         )
-        return {**kwargs, **(fik or {})}
+        return {**kwargs, **(given or {})}
 
     def as_tool(
         self,

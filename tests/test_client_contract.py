@@ -55,9 +55,10 @@ class TestScripted(ChatClientContract):
         return self.client
 
     def _response(self, answer: ModelAnswer) -> ChatResponse:
+        # A model other than the client's default: a stream must report the answer's own model.
         message = Message("assistant", answer.contents)
         return ChatResponse(
-            message, model="scripted-1", usage=answer.usage, finish_reason=answer.finish_reason
+            message, model="scripted-answer", usage=answer.usage, finish_reason=answer.finish_reason
         )
 
     def failing_client(self) -> BaseChatClient:

@@ -87,18 +87,19 @@ class ScriptedChatClient(BaseChatClient):
     ) -> AsyncIterator[ChatResponseUpdate]:
         """Text arrives word by word; function calls arrive whole, after the text."""
         response = await self.get_response(messages, options=options, client_kwargs=client_kwargs)
+        model = response.model  # the answer's own model, as the whole response reports it
         for message in response.messages:
             for content in message.contents:
                 if content.type == "text" and content.text:
                     for word in _words(content.text):
-                        yield ChatResponseUpdate(contents=(Content.from_text(word),), model=self.model)
+                        yield ChatResponseUpdate(contents=(Content.from_text(word),), model=model)
                 else:
-                    yield ChatResponseUpdate(contents=(content,), model=self.model)
+                    yield ChatResponseUpdate(contents=(content,), model=model)
         yield ChatResponseUpdate(
             usage=response.usage,
             finish_reason=response.finish_reason,
             response_id=response.response_id,
-            model=self.model,
+            model=model,
         )
 
     @property
@@ -111,7 +112,7 @@ class ScriptedChatClient(BaseChatClient):
         messages: Sequence[Message],
         options: ChatOptions | None,
         client_kwargs: Mapping[str, Any] | None,
-        fik: Mapping[str, Any] | None,
+        tool_kwargs: Mapping[str, Any] | None,
     ) -> ScriptedRequest:
         opts = dict(options or {})
         specs: tuple[ToolSpec, ...] = tuple(opts.pop("tools", None) or ())  # type: ignore[arg-type]
@@ -122,7 +123,7 @@ class ScriptedChatClient(BaseChatClient):
             tool_choice=opts.get("tool_choice"),
             options=opts,
             client_kwargs=dict(client_kwargs or {}),
-            function_invocation_kwargs=dict(fik) if fik is not None else None,
+            function_invocation_kwargs=dict(tool_kwargs) if tool_kwargs is not None else None,
         )
         self.requests.append(request)
         return request
