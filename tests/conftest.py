@@ -6,7 +6,7 @@ import pytest
 
 # The shipped contract suites assert with plain ``assert``: have pytest explain their failures.
 # This must happen before any test module imports them, so here rather than in those modules.
-pytest.register_assert_rewrite("agentledger.testing.stores", "agentledger.testing.clients")
+pytest.register_assert_rewrite("agentledger.testing")
 
 from agentledger.testing import FixedClock, SequentialIds  # noqa: E402
 
