@@ -65,7 +65,6 @@ class FunctionTool:
             raise ToolDefinitionError(f"tool name {self.name!r} must be 1-64 letters, digits, '_' or '-'")
         doc = inspect.getdoc(func) if inspect.isroutine(func) else None
         self.description = description if description is not None else (doc or "")
-        self.approval_mode: ApprovalMode = approval_mode
         shape = read_arguments(func, self.name, schema)
         self.parameters: dict[str, Any] = shape.parameters
         self.context_param: str | None = shape.context_param
@@ -83,6 +82,7 @@ class FunctionTool:
             parameters=self.parameters,
             approval_mode=approval_mode,
         )
+        """What the model is offered and the run records; ``approval_mode`` is read from it."""
         if self.accepts_kwargs:
             warnings.warn(
                 f"tool {self.name!r} declares **kwargs to receive runtime values; read them from "
@@ -90,6 +90,18 @@ class FunctionTool:
                 DeprecationWarning,
                 stacklevel=_caller_level(),
             )
+
+    @property
+    def approval_mode(self) -> ApprovalMode:
+        """``always_require``: no call runs before a human approves it (see the spec)."""
+        return typing.cast(ApprovalMode, self.spec.approval_mode)
+
+    @approval_mode.setter
+    def approval_mode(self, mode: ApprovalMode) -> None:
+        """Changing it changes the spec a run offers and gates on, so the gate follows it."""
+        if mode not in ("always_require", "never_require"):
+            raise ValueError(f"approval_mode must be 'always_require' or 'never_require', not {mode!r}")
+        self.spec = msgspec.structs.replace(self.spec, approval_mode=mode)
 
     # -- validation --------------------------------------------------------------------------
 

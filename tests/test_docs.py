@@ -136,6 +136,19 @@ def test_example_runs_and_prints_what_the_page_says(block: Block) -> None:
         assert result.stdout == block.output, f"{block} printed:\n{result.stdout}"
 
 
+def test_examples_type_check() -> None:
+    """Every complete example passes mypy (default settings), as a user's copy of it would."""
+    from mypy import api
+
+    with tempfile.TemporaryDirectory() as workdir:
+        for block in PROGRAMS:
+            name = f"{block.page.replace('/', '_').replace('.', '_')}_{block.line}.py"
+            (Path(workdir) / name).write_text(block.code, encoding="utf-8")
+        options = ["--config-file", "", "--no-incremental", "--ignore-missing-imports", workdir]
+        report, errors, status = api.run(options)  # mypy defaults, not this project's strict settings
+    assert status == 0, report + errors
+
+
 @pytest.mark.parametrize("block", FRAGMENTS, ids=str)
 def test_fragment_compiles(block: Block) -> None:
     """A python fragment is valid Python (a top-level await is allowed)."""

@@ -330,7 +330,7 @@ def test_begin_calls_the_model_with_the_started_tools() -> None:
     """begin() derives ModelCalled with RunStarted's tools and issues CallModel with history then input."""
     history = (user("earlier"), assistant("before"))
     run = Run(history)
-    run.start(begin=False, tools=(U, T), options={"tool_choice": "auto"})
+    run.start(begin=False, tools=(U, T), options={"tool_choice": "auto"}, history_length=len(history))
     events, commands = run.begin()
     called = only(events, ModelCalled)
     assert (called.iteration, called.tools, called.tool_choice) == (1, ("u", "t"), "auto")

@@ -103,7 +103,7 @@ class Transitions:
         self.model_calls += 1
         self.final_call = final
         choice = "none" if final else self.tool_choice
-        count = len(self.history) + len(self.transcript.messages)
+        count = self.transcript.history_length + len(self.transcript.messages)  # as RunStarted says
         names = self.tools.names
         self._derive(
             ModelCalled, iteration=self.iteration, tools=names, tool_choice=choice, message_count=count

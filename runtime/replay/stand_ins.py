@@ -12,6 +12,7 @@ from ..core.events import (
     ChildRunStarted,
     Event,
     RunStarted,
+    RunTerminated,
     SessionUpdated,
     ToolCalled,
     ToolFailed,
@@ -20,6 +21,7 @@ from ..core.events import (
     ToolSpec,
     ToolsRemoved,
 )
+from ..errors import MiddlewareTermination
 from ..session import AgentSession
 from ..tools import FunctionTool
 from .client import RecordedOutcome, ReplayExhausted
@@ -38,10 +40,13 @@ class RecordedTools:
         self.run_live = run_live
         self.effects: dict[str, list[Event]] = {}
         self.outcome: dict[str, Event] = {}
+        self.terminations: dict[str, RunTerminated] = {}  # by the call that ended the run
         self.live = {t.name: t for t in live}
         self.upto = upto
         children = {e.child_run_id: e.call_id for e in recorded.events if type(e) is ChildRunStarted}
         for event in recorded.events:
+            if type(event) is RunTerminated and event.by:
+                self.terminations[event.by] = event
             call_id = call_of(event, children)
             if call_id is None:
                 continue
@@ -67,14 +72,17 @@ class RecordedTools:
             if type(outcome) is ToolFailed:
                 raise type(outcome.error_type, (RecordedOutcome,), {})(outcome.message)
             assert type(outcome) is ToolReturned
-            return outcome.tool_result if outcome.overridden_by else outcome.result
+            value = outcome.tool_result if outcome.overridden_by else outcome.result
+            ended = self.terminations.get(call_id)
+            if ended is not None:  # the call ended the run: end it again, with the same answer
+                raise MiddlewareTermination(ended.reason, result=value)
+            return value
 
         if live is not None:
             return live.with_body(replayed)
         assert spec is not None, name
         stand_in = FunctionTool(_recorded, name=name, description=spec.description, schema=spec.parameters)
-        stand_in.spec = spec
-        stand_in.approval_mode = spec.approval_mode  # type: ignore[assignment]
+        stand_in.spec = spec  # the recorded spec, its approval mode included
         return stand_in.with_body(replayed)
 
     def _effects(self, ctx: FunctionInvocationContext, call_id: str) -> None:

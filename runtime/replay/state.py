@@ -8,6 +8,7 @@ from typing import Any
 import msgspec
 
 from ..context import replaying
+from ..core.errors import TransitionError
 from ..core.events import (
     Event,
     MiddlewareShortCircuit,
@@ -73,9 +74,18 @@ class RecordedRun:
         session = SessionProjection(self.session_id)
         for event in self.prior:
             session.apply(event)
-        for event in self.events[: seq + 1]:
-            machine.observe(event)
-            session.apply(event)
+        try:
+            for event in self.events[: seq + 1]:
+                machine.observe(event)
+                session.apply(event)
+        except TransitionError as exc:
+            if self.started.history_length and not self.prior:
+                raise AgentLedgerError(
+                    f"run {self.run_id} continues a conversation of {self.started.history_length} "
+                    "messages held by its session's earlier runs: load it with them "
+                    f"(agentledger.replay.load(store, run_id)) to fold it: {exc}"
+                ) from exc
+            raise
         transcript = machine.transcript
         pending = {*transcript.pending, *machine.awaiting_approval}
         calls = tuple(c for m in transcript.messages for c in m.function_calls if c.call_id in pending)

@@ -9,6 +9,7 @@ holds it for the whole run, a Temporal step for one model or tool call.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import Any
 
@@ -69,7 +70,7 @@ class RunBinding:
         if self.session is not None:
             self.session.state.checkpoint()
 
-    def bound(self) -> _Bound:
+    def bound(self) -> contextlib.AbstractContextManager[RunContext]:
         """The session records into this run, and the run is the current one, inside the block."""
         return _Bound(self)
 

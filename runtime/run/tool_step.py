@@ -61,7 +61,7 @@ class CallOutcome:
     @property
     def result(self) -> Any:
         """What the model is answered with: middleware's final word, else the tool's value."""
-        return self.context.result if self.chain is not None and self.context is not None else self.value
+        return self.context.result if self.middleware and self.context is not None else self.value
 
 
 async def invoke_tools(binding: RunBinding, command: InvokeTools) -> None:
@@ -167,8 +167,8 @@ async def _run_chain(
         binding.recorder.record(ToolCalled, call_id=call_id, name=function.name, arguments=to_json(values))
         try:
             outcome.value = context.result = await function.execute(values, context)
-        except MiddlewareTermination:
-            outcome.tool_raised = True
+        except Exception:
+            outcome.tool_raised = True  # the tool's own error, not middleware's or validation's
             raise
         outcome.returned = True
 
@@ -192,7 +192,7 @@ def record_outcome(
         else:
             result = error.result if error.result is not None else outcome.result
             record(MiddlewareShortCircuit, call_id=call_id, middleware="termination", result=to_json(result))
-    elif isinstance(error, ArgumentsError):
+    elif isinstance(error, ArgumentsError) and not outcome.tool_raised:
         record(ArgumentsRejected, call_id=call_id, name=name, reason=str(error))
     elif error is not None:
         record(ToolFailed, call_id=call_id, name=name, error_type=type(error).__name__, message=str(error))
