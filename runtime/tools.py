@@ -177,7 +177,8 @@ class FunctionTool:
         """
         call = self.bind_call(arguments, context)
         if self.is_async:
-            return typing.cast(Awaitable[Any], call())  # the tool's own coroutine: no extra frame
+            running: Awaitable[Any] = call()  # the tool's own coroutine: no extra frame
+            return running
         return _in_thread(call)
 
     def with_body(self, body: Callable[[Any, Mapping[str, Any]], Awaitable[Any]]) -> FunctionTool:

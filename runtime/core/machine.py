@@ -111,8 +111,10 @@ class RunMachine(Transitions):
                 event,
             )
         kind = type(event)
-        if kind in _CALL_INPUTS:
-            self._check_call(event)
+        if kind in _CALL_INPUTS and self._phase is Phase.RUNNING_TOOLS:
+            call_id = event.call_id  # type: ignore[union-attr]
+            if call_id is not None and not self.transcript.awaits(call_id):
+                raise self._refuse(f"call {call_id!r} is not awaiting a result in this batch", event)
         elif isinstance(event, ApprovalRequested):
             self._check_gated(event)
         self._out = [event]
@@ -228,14 +230,6 @@ class RunMachine(Transitions):
 
     def _refuse(self, message: str, event: Event) -> TransitionError:
         return TransitionError(message, run_id=self.run_id, seq=event.seq)
-
-    def _check_call(self, event: Any) -> None:
-        """A call's start or result must belong to the open batch, and a result come only once."""
-        call_id = event.call_id
-        if call_id is None or self._phase is not Phase.RUNNING_TOOLS:
-            return  # agent or chat middleware answering outside a batch: not a call's result
-        if call_id not in self.transcript.pending:
-            raise self._refuse(f"call {call_id!r} is not awaiting a result in this batch", event)
 
     def _check_gated(self, event: ApprovalRequested) -> None:
         gated = self._batch.gated if self._batch is not None else ()

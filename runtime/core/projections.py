@@ -63,10 +63,12 @@ def apply_changes(state: dict[str, Any], changes: Iterable[StateChange]) -> None
 class ToolsProjection:
     """The tools offered to the model: ``RunStarted.tools``, then ``ToolsAdded``/``ToolsRemoved``."""
 
-    __slots__ = ("specs",)
+    __slots__ = ("gated", "specs")
 
     def __init__(self) -> None:
         self.specs: dict[str, ToolSpec] = {}
+        self.gated = 0
+        """How many of the tools require approval (a batch with none needs no gating look-up)."""
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -83,6 +85,7 @@ class ToolsProjection:
         elif type(event) is ToolsRemoved:
             for name in event.names:
                 self.specs.pop(name, None)
+        self.gated = sum(1 for spec in self.specs.values() if spec.approval_mode == "always_require")
 
     @classmethod
     def rebuild(cls, events: Iterable[Event]) -> ToolsProjection:
@@ -177,6 +180,10 @@ class TranscriptProjection:
     def pending(self) -> tuple[str, ...]:
         """Call ids of the open batch that have no result yet."""
         return tuple(call_id for call_id in self.batch if call_id not in self._results)
+
+    def awaits(self, call_id: str) -> bool:
+        """Whether ``call_id`` is a call of the open batch with no result yet (no copy made)."""
+        return call_id not in self._results and call_id in self.batch
 
     def apply(self, event: Event) -> None:
         handler = TRANSCRIPT_FOLDS.get(type(event))

@@ -118,7 +118,7 @@ class Transitions:
         """Issue the batch; calls of tools that require approval are gated unless approved."""
         specs = self.tools.specs
         gated: tuple[str, ...] = ()
-        if not approved:
+        if not approved and self.tools.gated:
             gated = tuple([c.call_id or "" for c in calls if specs[c.name or ""].approval_mode == _GATED])
         self.calls_made += len(calls)
         self._batch = InvokeTools(iteration=self.iteration, calls=calls, gated=gated)

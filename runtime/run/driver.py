@@ -50,9 +50,9 @@ class LocalDriver:
         What happened so far is stored before each model call and each batch of tool calls, so
         a crash in either loses nothing already decided; the end of the run stores the rest.
         """
-        recorder = self.recorder
+        next_command = self.recorder.commands.popleft
         while True:
-            command = recorder.next_command()
+            command = next_command()
             if type(command) is FinishRun:
                 return command
             await self.flush()
