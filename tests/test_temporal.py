@@ -255,7 +255,7 @@ async def test_workflow_history_replays_deterministically(temporal: TemporalServ
 
 
 def _tool_request(run_id: str, call_id: str = "c1") -> Any:
-    from agentledger.adapters._temporal_types import RunView, ToolRequest
+    from agentledger.adapters.temporal.types import RunView, ToolRequest
 
     call = Content.from_function_call(call_id, "lookup", arguments={"key": "k"})
     return ToolRequest(view=RunView(agent="ledger", run_id=run_id), iteration=1, call=call, tools=("lookup",))
@@ -306,7 +306,7 @@ async def test_retried_append_is_idempotent_and_conflicts_stay_final() -> None:
     from temporalio.exceptions import ApplicationError
     from temporalio.testing import ActivityEnvironment
 
-    from agentledger.adapters._temporal_types import AppendRequest
+    from agentledger.adapters.temporal.types import AppendRequest
 
     activities, environment = _activities(), ActivityEnvironment()
     events: list[Event] = [RunFailed(run_id="run_a", seq=0, at=1, error_type="X", message="m")]

@@ -38,7 +38,7 @@ with workflow.unsafe.imports_passed_through():
     from agentledger.core.messages import Content
     from agentledger.core.projections import SessionProjection
 
-    from ._temporal_types import (
+    from .types import (
         APPEND_EVENTS,
         CALL_MODEL,
         FINISH_RUN,

@@ -33,7 +33,7 @@ from agentledger.store import EventStore
 from agentledger.subagents import AgentTool
 from agentledger.tools import FunctionTool, normalize_tools
 
-from ._temporal_steps import (
+from .steps import (
     StepError,
     ToolUnavailable,
     UnsupportedAgent,
@@ -42,7 +42,7 @@ from ._temporal_steps import (
     started_events,
     tool_step,
 )
-from ._temporal_types import (
+from .types import (
     APPEND_EVENTS,
     CALL_MODEL,
     FINISH_RUN,

@@ -1,40 +1,8 @@
-"""Agent runs on Temporal: the run machine inside a workflow, model and tool calls as activities.
-
-What runs where (``docs/scale.md`` has the whole picture):
-
-* the **workflow** (``agentledger.AgentRun``) holds the pure ``RunMachine`` and nothing else: it
-  decides, stamps events with workflow time, and schedules activities;
-* **activities** do the IO, on any worker of the task queue: ``agentledger.call_model`` (chat
-  middleware and the client), ``agentledger.invoke_tool`` (one per tool call: function middleware
-  and the tool, at most once per idempotency key) and ``agentledger.run_subagent``; the short,
-  idempotent store steps ``agentledger.start_run``, ``agentledger.append_events``,
-  ``agentledger.finish_run`` and ``agentledger.load_events`` run as local activities, on the
-  worker running the workflow task;
-* the **event store** (PostgreSQL when workers are several) receives the run's log as the
-  workflow advances, in the same shape as a local run's, so ``agentledger.replay``, the CLI and
-  the exporters read it like any other.
-
-A worker process::
-
-    registry = AgentRegistry()
-    registry.register("planner", build_planner)
-    client = await connect("temporal.internal:7233")
-    async with PostgresEventStore(DSN) as store:
-        await serve(client, registry, store, task_queue="agents")
-
-or ``python -m agentledger.adapters.temporal worker --registry app.agents:registry --postgres DSN``.
-A client::
-
-    runner = TemporalRunner(client, store, task_queue="agents")
-    response = await runner.run("planner", "Plan a trip to Lisbon.")
-"""
+"""Running agents on Temporal from a client: connecting, workers, and ``TemporalRunner``."""
 
 from __future__ import annotations
 
-import argparse
-import importlib
 import signal
-import sys
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -59,9 +27,7 @@ from agentledger.run import check_approvals
 from agentledger.session import AgentSession
 from agentledger.store import EventStore
 
-from ._temporal_steps import ToolInterrupted, ToolUnavailable, UnsupportedAgent
-from ._temporal_types import (
-    ACTIVITIES,
+from .types import (
     DATA_CONVERTER,
     WORKFLOW,
     Limits,
@@ -70,32 +36,15 @@ from ._temporal_types import (
     SessionInput,
     Timeouts,
 )
-from ._temporal_worker import Activities, AgentFactory, AgentRegistry, CallLedger, MemoryCallLedger
-from ._temporal_workflow import AgentRunWorkflow
+from .worker import Activities, AgentRegistry, CallLedger
+from .workflow import AgentRunWorkflow
 
 __all__ = (
-    "ACTIVITIES",
-    "DATA_CONVERTER",
     "PASSTHROUGH_MODULES",
     "TASK_QUEUE",
-    "WORKFLOW",
-    "Activities",
-    "AgentFactory",
-    "AgentRegistry",
-    "AgentRunWorkflow",
-    "CallLedger",
-    "Limits",
-    "MemoryCallLedger",
-    "RunInput",
-    "RunResult",
     "TemporalRunner",
-    "Timeouts",
-    "ToolInterrupted",
-    "ToolUnavailable",
-    "UnsupportedAgent",
     "connect",
     "create_worker",
-    "main",
     "serve",
     "workflow_runner",
 )
@@ -304,56 +253,3 @@ def _run_error(result: RunResult, events: Sequence[Event]) -> RunError:
 
 
 # -- the worker command ---------------------------------------------------------------------------
-
-
-def _registry(spec: str) -> AgentRegistry:
-    module, _, attr = spec.partition(":")
-    registry = getattr(importlib.import_module(module), attr or "registry")
-    if not isinstance(registry, AgentRegistry):
-        raise SystemExit(f"{spec} is a {type(registry).__name__}, not an AgentRegistry")
-    return registry
-
-
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m agentledger.adapters.temporal")
-    commands = parser.add_subparsers(dest="command", required=True)
-    worker = commands.add_parser("worker", help="serve agentledger runs until SIGINT/SIGTERM")
-    worker.add_argument("--registry", required=True, help="module:attribute of an AgentRegistry")
-    worker.add_argument("--postgres", required=True, help="PostgreSQL connection string of the event store")
-    worker.add_argument("--schema", default="agentledger", help="PostgreSQL schema of the event store")
-    worker.add_argument("--address", default="localhost:7233", help="Temporal frontend address")
-    worker.add_argument("--namespace", default="default")
-    worker.add_argument("--task-queue", default=TASK_QUEUE)
-    worker.add_argument("--max-concurrent-activities", type=int, default=None)
-    worker.add_argument(
-        "--rerun-interrupted", action="store_true", help="run again tool calls whose worker died"
-    )
-    return parser
-
-
-async def _serve(args: argparse.Namespace) -> None:
-    from agentledger.adapters.stores.postgres import PostgresEventStore
-
-    registry = _registry(args.registry)
-    client = await connect(args.address, namespace=args.namespace)
-    async with PostgresEventStore(args.postgres, schema=args.schema) as store:
-        await store.migrate()
-        await serve(
-            client,
-            registry,
-            store,
-            task_queue=args.task_queue,
-            rerun_interrupted=args.rerun_interrupted,
-            max_concurrent_activities=args.max_concurrent_activities,
-            on_ready=lambda: print(f"worker ready on task queue {args.task_queue!r}", flush=True),
-        )
-
-
-def main(argv: Sequence[str] | None = None) -> None:
-    """``python -m agentledger.adapters.temporal worker ...``"""
-    args = _parser().parse_args(argv)
-    anyio.run(_serve, args)
-
-
-if __name__ == "__main__":
-    main(sys.argv[1:])

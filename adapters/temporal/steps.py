@@ -27,7 +27,7 @@ from agentledger.run.tool_step import arguments_valid
 from agentledger.session import AgentSession
 from agentledger.tools import FunctionTool
 
-from ._temporal_types import RunView, StartRequest, StepOutcome
+from .types import RunView, StartRequest, StepOutcome
 
 __all__ = (
     "StepError",
@@ -70,8 +70,10 @@ def run_spec(agent: Agent, view: RunView, tools: Sequence[FunctionTool] | None =
         function_invocation_kwargs=view.function_invocation_kwargs,
         client_kwargs=view.client_kwargs,
     )
-    return spec.replace(store=None, sinks=()) if tools is None else spec.replace(
-        tools=tuple(tools), store=None, sinks=()
+    return (
+        spec.replace(store=None, sinks=())
+        if tools is None
+        else spec.replace(tools=tuple(tools), store=None, sinks=())
     )
 
 

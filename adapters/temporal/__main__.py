@@ -1,0 +1,5 @@
+"""``python -m agentledger.adapters.temporal worker ...``."""
+
+from .cli import main
+
+main()
