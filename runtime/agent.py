@@ -54,6 +54,8 @@ class Agent:
         max_function_calls: an optional cap on tool calls per run.
         include_detailed_errors: tell the model the exception of a failed tool, not just that it failed.
         sequential_tools: run a batch's calls one after another instead of concurrently.
+        terminate_on_unknown_calls: a call of a tool that is not offered fails the run
+            (``UnknownToolError``) instead of being answered with an error result.
         event_sinks: live consumers of every event (also of sub-agent runs).
     """
 
@@ -77,6 +79,7 @@ class Agent:
         max_function_calls: int | None = None,
         include_detailed_errors: bool = False,
         sequential_tools: bool = False,
+        terminate_on_unknown_calls: bool = False,
         event_sinks: Sequence[Callable[[Event], None]] = (),
     ) -> None:
         if client is None:
@@ -103,6 +106,7 @@ class Agent:
             max_function_calls=max_function_calls,
             detailed_errors=include_detailed_errors,
             sequential_tools=sequential_tools,
+            terminate_on_unknown_calls=terminate_on_unknown_calls,
         )
 
     def create_session(self, *, session_id: str | None = None) -> AgentSession:

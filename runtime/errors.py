@@ -10,7 +10,9 @@
     ├── ApprovalError (also ValueError)         an approval answers no call awaiting approval
     ├── RunError                                a run ended without an answer (run_id, seq)
     │   ├── ModelCallError                      the chat client raised; ModelFailed is recorded
-    │   └── ModelResponseError                  the model's output is malformed
+    │   ├── ModelResponseError                  the model's output is malformed
+    │   └── UnknownToolError (also KeyError)    the model called a tool that does not exist
+    │                                           (with terminate_on_unknown_calls)
     ├── StoreError
     │   ├── RunNotFoundError (also LookupError) a store has no run by that id
     │   ├── ConflictError                       a stale expected_version (stream, expected, actual)
@@ -57,6 +59,7 @@ __all__ = (
     "ToolDefinitionError",
     "TornTailWarning",
     "TransitionError",
+    "UnknownToolError",
 )
 
 
@@ -99,6 +102,13 @@ class ModelCallError(RunError):
 
 class ModelResponseError(RunError):
     """The model answered with output the run cannot use (duplicate or missing call ids...)."""
+
+
+class UnknownToolError(RunError, KeyError):
+    """The model called a tool that is not offered, and the agent ends runs on that
+    (``terminate_on_unknown_calls=True``); no call of that batch ran."""
+
+    __str__ = Exception.__str__  # the message as it is, not quoted as KeyError would
 
 
 class StoreError(AgentLedgerError):

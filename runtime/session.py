@@ -23,6 +23,7 @@ from typing import Any
 
 import msgspec
 
+from .core.approvals import conversation
 from .core.errors import TransitionError
 from .core.events import Event, RunCompleted, RunInputRewritten, RunStarted, SessionUpdated, StateChange
 from .core.messages import Message
@@ -303,9 +304,9 @@ class AgentSession:
             view.apply(event)
             if isinstance(event, RunStarted):
                 if event.session_id == session_id and event.session_history:
-                    runs[event.run_id] = list(event.messages)
+                    runs[event.run_id] = conversation(event.messages)
             elif isinstance(event, RunInputRewritten) and event.run_id in runs:
-                runs[event.run_id] = list(event.messages)
+                runs[event.run_id] = conversation(event.messages)
             elif isinstance(event, RunCompleted) and event.run_id in runs:
                 messages = runs.pop(event.run_id) + list(event.messages)
                 completed.append((event.at, len(completed), messages))

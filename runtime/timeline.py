@@ -8,6 +8,7 @@ from .core.events import (
     ApprovalRequested,
     ApprovalResolved,
     ArgumentsRejected,
+    BatchResumed,
     CallsSkipped,
     ChildRunStarted,
     Event,
@@ -66,7 +67,7 @@ def describe(event: Event) -> str:
             sent = f"{len(event.messages)} messages, tools {list(event.tools)}"
             return f"model call {event.iteration} rewritten by {event.by}: {sent}"
         case CallsSkipped():
-            return f"calls not run ({event.reason} limit): {list(event.call_ids)}"
+            return f"calls dropped at the {event.reason} limit: {list(event.call_ids)}"
         case ModelFailed():
             return f"model failed: {event.error_type}: {event.message}"
         case ToolCalled():
@@ -101,6 +102,8 @@ def describe(event: Event) -> str:
             return f"call {event.call_id} started sub-agent run {event.child_run_id}{shared}"
         case ApprovalRequested():
             return f"approval requested for {list(event.call_ids)}"
+        case BatchResumed():
+            return f"paused batch resumed: {list(event.call_ids)}"
         case ApprovalResolved():
             return f"call {event.call_id} {'approved' if event.approved else 'rejected'}"
         case IterationLimitReached():

@@ -24,9 +24,10 @@ import msgspec
 from ._tool_schema import read_arguments
 from .context import FunctionInvocationContext
 from .core.events import ToolSpec
+from .core.messages import Content
 from .errors import ArgumentsError, ToolDefinitionError
 
-__all__ = ("ApprovalMode", "ArgumentsError", "FunctionTool", "normalize_tools", "tool")
+__all__ = ("ApprovalMode", "ArgumentsError", "FunctionTool", "arguments_valid", "normalize_tools", "tool")
 
 ApprovalMode = Literal["always_require", "never_require"]
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -283,3 +284,12 @@ def is_awaitable(value: Any) -> typing.TypeGuard[Awaitable[Any]]:
 async def _in_thread(call: Callable[[], Any]) -> Any:
     result = await anyio.to_thread.run_sync(call)
     return await result if is_awaitable(result) else result
+
+
+def arguments_valid(function: FunctionTool, call: Content) -> bool:
+    """Whether ``call``'s arguments pass ``function``'s validation (the rule gating applies)."""
+    try:
+        function.arguments_from(call.arguments)
+    except ArgumentsError:
+        return False
+    return True

@@ -29,14 +29,16 @@ def _agent(client: ScriptedChatClient, clock: FixedClock, ids: SequentialIds, ra
 
 
 async def test_approval_pauses_and_resumes(clock: FixedClock, ids: SequentialIds) -> None:
-    """A gated call pauses the run; approving it on the same session runs it and the loop goes on."""
+    """A gated call holds its whole batch; approving it on the same session runs the batch, and the
+    model is sent each call followed by its result, without the approval in between."""
     ran: list[str] = []
     client = ScriptedChatClient([[Call("wire_money", {"amount": 5}), Call("balance")], "Sent 5."])
     agent = _agent(client, clock, ids, ran)
     session = agent.create_session()
     paused = await agent.run("send 5", session=session)
-    assert ran == ["balance"]
+    assert ran == []
     assert paused.finish_reason == "awaiting_approval"
+    assert [m.role for m in paused.messages] == ["assistant"]
     [request] = paused.user_input_requests
     assert (request.type, request.name, request.call_id) == (
         "function_approval_request",
@@ -45,13 +47,14 @@ async def test_approval_pauses_and_resumes(clock: FixedClock, ids: SequentialIds
     )
     assert [e.call_ids for e in paused.events if isinstance(e, ApprovalRequested)] == [("call_1",)]
     resumed = await agent.run(Message("user", (request.to_approval_response(True),)), session=session)
-    assert ran == ["balance", "wire 5"]
+    assert sorted(ran) == ["balance", "wire 5"]
     assert resumed.text == "Sent 5."
     resolved = [e for e in resumed.events if isinstance(e, ApprovalResolved)]
     assert [(e.call_id, e.approved) for e in resolved] == [("call_1", True)]
     seen = client.requests[1].messages
-    results = {c.call_id: c.result for m in seen if m.role == "tool" for c in m.contents}
-    assert results == {"call_2": "100", "call_1": "sent 5"}
+    assert [m.role for m in seen] == ["user", "assistant", "tool"]
+    assert [(c.call_id, c.result) for c in seen[2].contents] == [("call_1", "sent 5"), ("call_2", "100")]
+    assert [m.role for m in session.history] == ["user", "assistant", "tool", "assistant"]
 
 
 async def test_rejection_reaches_the_model(clock: FixedClock, ids: SequentialIds) -> None:

@@ -31,6 +31,7 @@ from agentledger.core.events import (
     IterationLimitReached,
     ModelCalled,
     ModelFailed,
+    ModelResponded,
     RunFailed,
     RunStarted,
     ToolCalled,
@@ -331,7 +332,8 @@ async def test_a_good_batch_resets_the_error_streak(clock: FixedClock, ids: Sequ
 async def test_max_iterations_ends_with_one_final_call_without_tools(
     clock: FixedClock, ids: SequentialIds
 ) -> None:
-    """At max_iterations the model gets one final call with tool_choice none; calls it makes don't run."""
+    """At max_iterations the model gets one final call with tool_choice none; calls it makes are
+    dropped (the log keeps them) and the answer says the limit was reached."""
     script = [Call("square", {"n": 2}), Call("square", {"n": 3}), Call("square", {"n": 4})]
     agent, client = agent_for(script, [square], clock, ids, max_iterations=2)
 
@@ -353,9 +355,11 @@ async def test_max_iterations_ends_with_one_final_call_without_tools(
     (skipped,) = only(response.events, CallsSkipped)
     assert (skipped.call_ids, skipped.reason) == (("call_3",), "max_iterations")
     assert response.finish_reason == "limit_reached"
-    last = response.messages[-1]
-    assert last.role == "tool"
-    assert last.contents[0].result == "Error: not run: the max_iterations limit was reached."
+    assert [m.role for m in response.messages] == ["assistant", "tool", "assistant", "tool", "assistant"]
+    assert response.text == "Function invocation limit reached before a final answer could be produced."
+    assert not response.messages[-1].function_calls
+    (final,) = [e for e in only(response.events, ModelResponded) if e.iteration == 3]
+    assert [c.call_id for c in final.message.function_calls] == ["call_3"]
 
 
 def test_default_iteration_limit_is_40() -> None:

@@ -15,12 +15,14 @@ import pytest
 
 from agentledger.core import (
     DERIVED,
+    LIMIT_REACHED,
     REJECTED_BY_USER,
     TRANSITIONS,
     ApprovalRequested,
     ApprovalResolved,
     ArgumentsRejected,
     CallModel,
+    BatchResumed,
     CallsSkipped,
     ChildRunStarted,
     Command,
@@ -205,6 +207,7 @@ SAMPLES: dict[type[EventBase], dict[str, Any]] = {
     ApprovalResolved: {"call_id": "c2", "approved": True},
     IterationLimitReached: {"iteration": 1, "reason": "max_iterations", "limit": 1},
     CallsSkipped: {"iteration": 1, "call_ids": ("c1",), "reason": "max_iterations"},
+    BatchResumed: {"call_ids": ("c1",)},
     RunTerminated: {"iteration": 1, "reason": "user stop"},
     RunCompleted: {},
     RunFailed: {"error_type": "Crash", "message": "boom"},
@@ -234,7 +237,7 @@ ACCEPTED: dict[tuple[Phase, type[EventBase]], tuple[Phase, tuple[type, ...]]] = 
     (R, SessionUpdated): (R, ()),
     (R, ChildRunStarted): (R, ()),
     (R, RunTerminated): (R, ()),
-    (R, ApprovalRequested): (R, ()),
+    (R, ApprovalRequested): (F, (FinishRun,)),
     (F, SessionUpdated): (F, ()),
 }
 """(phase, input) -> (phase after the sample input, commands it issues)."""
@@ -392,21 +395,24 @@ def test_short_circuit_naming_a_call_in_started_is_only_recorded() -> None:
 # -- approvals carried in the input ---------------------------------------------------------------
 
 
-def resumed(*answers: tuple[str, bool]) -> tuple[Run, Step]:
-    """A run whose history holds calls a1 (danger), a2 (danger), a3 (gone) and whose input answers them."""
-    history = (user("hi"), assistant(call("a1", "danger"), call("a2", "danger"), call("a3", "gone")))
+def resumed(*answers: tuple[str, bool], extra: tuple[Content, ...] = ()) -> tuple[Run, Step]:
+    """A run whose history holds the paused batch a1 (danger), a2 (danger) and ``extra``, and
+    whose input answers some of them."""
+    history = (user("hi"), assistant(call("a1", "danger"), call("a2", "danger"), *extra))
     responses = tuple(Content.from_approval_response(cid, approved=ok) for cid, ok in answers)
     run = Run(history)
-    run.start(begin=False, messages=(Message("user", responses),))
+    run.start(begin=False, messages=(Message("user", responses),), history_length=len(history))
     return run, run.begin()
 
 
 def test_begin_resumes_approved_calls_without_gating() -> None:
     """Approval responses resume: ApprovalResolved per answer, InvokeTools of the approved calls, ungated."""
-    run, (events, commands) = resumed(("a1", True))
-    assert events == [ApprovalResolved(run_id=RUN, seq=1, at=1000, call_id="a1", approved=True)]
-    assert commands == [InvokeTools(iteration=1, calls=(call("a1", "danger"),), gated=())]
+    run, (events, commands) = resumed(("a1", True), ("a2", True))
+    assert names(events) == ["ApprovalResolved", "ApprovalResolved"]
+    batch = (call("a1", "danger"), call("a2", "danger"))
+    assert commands == [InvokeTools(iteration=1, calls=batch, gated=())]
     assert run.machine.phase is R
+    assert run.machine.transcript.messages == []  # the answers are not conversation
 
 
 def test_a_rejected_call_gets_the_rejection_result() -> None:
@@ -417,24 +423,47 @@ def test_a_rejected_call_gets_the_rejection_result() -> None:
     assert commands == [InvokeTools(iteration=1, calls=(call("a1", "danger"),))]
     _, after = run.returned("a1", "danger", "done")
     assert isinstance(after[0], CallModel)
+    assert [m.role for m in after[0].messages] == ["user", "assistant", "tool"]
     results = [(c.call_id, c.result) for c in after[0].messages[-1].contents]
     assert results == [("a1", "done"), ("a2", REJECTED_BY_USER)]
 
 
 def test_only_rejections_call_the_model_at_once() -> None:
     """When every answer is a rejection nothing is invoked and the model is asked again."""
-    _, (events, commands) = resumed(("a1", False))
-    assert names(events) == ["ApprovalResolved", "ModelCalled"]
+    _, (events, commands) = resumed(("a1", False), ("a2", False))
+    assert names(events) == ["ApprovalResolved", "ApprovalResolved", "ModelCalled"]
     assert [type(c) for c in commands] == [CallModel]
 
 
+def test_the_rest_of_a_resumed_batch_runs_with_it() -> None:
+    """Calls nobody was asked about run with the approved ones; one tool message, in call order."""
+    run, (events, commands) = resumed(("a1", True), ("a2", True), extra=(call("a3"),))
+    assert names(events) == ["BatchResumed", "ApprovalResolved", "ApprovalResolved"]
+    assert only(events, BatchResumed).call_ids == ("a1", "a2", "a3")
+    batch = (call("a1", "danger"), call("a2", "danger"), call("a3"))
+    assert commands == [InvokeTools(iteration=1, calls=batch, gated=())]
+    run.returned("a3")
+    run.returned("a1", "danger")
+    _, after = run.returned("a2", "danger")
+    assert isinstance(after[0], CallModel)
+    assert [c.call_id for c in after[0].messages[-1].contents] == ["a1", "a2", "a3"]
+
+
+def test_an_unanswered_gated_call_of_a_resumed_batch_stays_gated() -> None:
+    """A call of the batch that still needs approval is gated again, not run unasked."""
+    _, (events, commands) = resumed(("a1", True))
+    assert names(events) == ["BatchResumed", "ApprovalResolved"]
+    batch = (call("a1", "danger"), call("a2", "danger"))
+    assert commands == [InvokeTools(iteration=1, calls=batch, gated=("a2",))]
+
+
 def test_an_approved_call_of_a_tool_not_offered_is_tool_not_found() -> None:
-    """An approved call whose tool this run does not offer becomes ToolNotFound, not an invocation."""
-    _, (events, commands) = resumed(("a1", True), ("a3", True))
+    """A call of the resumed batch whose tool this run does not offer becomes ToolNotFound."""
+    _, (events, commands) = resumed(("a1", True), ("a2", True), extra=(call("a3", "gone"),))
     missing = only(events, ToolNotFound)
     assert (missing.call_id, missing.name) == ("a3", "gone")
     assert missing.reason == "not in the tools offered to this run"
-    assert commands == [InvokeTools(iteration=1, calls=(call("a1", "danger"),))]
+    assert commands == [InvokeTools(iteration=1, calls=(call("a1", "danger"), call("a2", "danger")))]
 
 
 # -- model responses -----------------------------------------------------------------------------
@@ -531,15 +560,15 @@ def test_calls_of_approval_tools_are_gated() -> None:
     assert commands == [InvokeTools(iteration=1, calls=(call("c1"), call("c2", "danger")), gated=("c2",))]
 
 
-def test_held_calls_pause_the_run_once_the_rest_is_answered() -> None:
-    """ApprovalRequested holds its calls; the last other result finishes the run awaiting_approval."""
+def test_held_calls_pause_the_whole_batch() -> None:
+    """ApprovalRequested holds the whole batch: the run finishes awaiting_approval at once, no result."""
     run, _ = gated_batch()
-    assert run.feed(ApprovalRequested, call_ids=("c2",))[1] == []
-    events, commands = run.returned("c1")
-    assert (names(events), commands) == (["ToolReturned"], [FinishRun(reason="awaiting_approval")])
+    events, commands = run.feed(ApprovalRequested, call_ids=("c2",))
+    assert (names(events), commands) == (["ApprovalRequested"], [FinishRun(reason="awaiting_approval")])
     assert run.machine.approval_requests() == [
         Content("function_approval_request", call_id="c2", name="danger", arguments="{}")
     ]
+    assert [m.role for m in run.machine.response_messages()] == ["assistant"]
 
 
 def test_approval_requested_after_the_rest_pauses_at_once() -> None:
@@ -551,11 +580,11 @@ def test_approval_requested_after_the_rest_pauses_at_once() -> None:
     assert run.machine.awaiting_approval == ("c2",)
 
 
-def test_pending_batch_leaves_out_held_calls() -> None:
-    """pending() in a batch lists the calls that still need a result, not those held for approval."""
+def test_a_held_batch_leaves_nothing_pending_but_the_finish() -> None:
+    """pending() of a paused batch is the FinishRun: none of its calls is to be run now."""
     run, _ = gated_batch()
     run.feed(ApprovalRequested, call_ids=("c2",))
-    assert run.machine.pending() == InvokeTools(iteration=1, calls=(call("c1"),), gated=())
+    assert run.machine.pending() == FinishRun(reason="awaiting_approval")
 
 
 @pytest.mark.parametrize("call_ids", [("c1",), ("c1", "c2"), ("zz",)])
@@ -583,8 +612,9 @@ def test_max_iterations_makes_a_final_call_without_tools() -> None:
     assert (commands[0].iteration, commands[0].tool_choice) == (2, "none")
 
 
-def test_calls_on_the_final_call_are_skipped() -> None:
-    """Calls the model still returns on the final call become CallsSkipped and FinishRun(limit_reached)."""
+def test_calls_on_the_final_call_are_dropped() -> None:
+    """Calls the model still returns on the final call become CallsSkipped and FinishRun(limit_reached);
+    the conversation keeps the answer's text without the calls."""
     run = limited(max_iterations=1)
     run.respond(call("c1"))
     run.returned("c1")
@@ -592,8 +622,16 @@ def test_calls_on_the_final_call_are_skipped() -> None:
     skipped = only(events, CallsSkipped)
     assert (skipped.call_ids, skipped.reason) == (("c2", "c3"), "max_iterations")
     assert commands == [FinishRun(reason="limit_reached", text="last words")]
-    results = [c.result for c in run.machine.transcript.messages[-1].contents]
-    assert results == ["Error: not run: the max_iterations limit was reached."] * 2
+    assert run.machine.transcript.messages[-1] == assistant("last words")
+
+
+def test_a_final_answer_of_calls_only_says_the_limit_was_reached() -> None:
+    """With nothing but calls on the final call, the answer is the limit's message."""
+    run = limited(max_iterations=1)
+    run.respond(call("c1"))
+    run.returned("c1")
+    _, commands = run.respond(call("c2"))
+    assert commands == [FinishRun(reason="limit_reached", text=LIMIT_REACHED)]
 
 
 def test_an_answer_on_the_final_call_finishes_limit_reached() -> None:
@@ -870,13 +908,13 @@ def test_refold_reproduces_a_paused_and_a_resumed_run() -> None:
     """A run paused for approval, and one resumed with its history, refold to the same state."""
     paused, _ = gated_batch()
     paused.feed(ApprovalRequested, call_ids=("c2",))
-    paused.returned("c1")
     again = refold(paused.log)
     assert (again.phase, again.approval_requests()) == (F, paused.machine.approval_requests())
     assert again.pending() == FinishRun(reason="awaiting_approval")
-    run, _ = resumed(("a1", True), ("a2", False), ("a3", True))
+    run, _ = resumed(("a1", True), ("a2", False), extra=(call("a3"),))
     history = run.machine.history
-    assert refold(run.log, history).pending() == InvokeTools(iteration=1, calls=(call("a1", "danger"),))
+    expected = InvokeTools(iteration=1, calls=(call("a1", "danger"), call("a3")))
+    assert refold(run.log, history).pending() == expected
 
 
 def _tamper(log: list[Event], cls: type[E], **fields: Any) -> list[Event]:

@@ -19,9 +19,10 @@ except ImportError:  # pragma: no cover - exercised only without the extra
     ) from None
 
 from agentledger.clients import normalize_messages
+from agentledger.core.approvals import conversation
 from agentledger.core.events import Event, ModelFailed, RunCompleted, RunStarted
 from agentledger.core.messages import Content, Message
-from agentledger.errors import ModelCallError, ModelResponseError, RunError
+from agentledger.errors import ModelCallError, ModelResponseError, RunError, UnknownToolError
 from agentledger.response import AgentResponse
 from agentledger.run import check_approvals
 from agentledger.session import AgentSession
@@ -194,7 +195,7 @@ class TemporalRunner:
         completed = events[-1]
         assert isinstance(completed, RunCompleted), completed
         if session is not None and isinstance(events[0], RunStarted):
-            session.history.extend(events[0].messages)
+            session.history.extend(conversation(events[0].messages))
             session.history.extend(completed.messages)
         return AgentResponse(
             messages=completed.messages,
@@ -243,6 +244,8 @@ def _apply_session(session: AgentSession, events: Sequence[Event]) -> None:
 
 def _run_error(result: RunResult, events: Sequence[Event]) -> RunError:
     failed = next((e for e in reversed(events) if type(e) is ModelFailed), None)
+    if result.error_type == "UnknownToolError":
+        return UnknownToolError(result.error_message or "", run_id=result.run_id, seq=len(events) - 1)
     kind = {"ModelCallError": ModelCallError, "ModelResponseError": ModelResponseError}.get(
         result.error_type or "", RunError
     )

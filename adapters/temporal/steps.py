@@ -114,7 +114,7 @@ def started_events(agent: Agent, request: StartRequest) -> list[Event]:
             f"agent {view.agent!r} has agent middleware, which wraps a whole run in one "
             "process; on Temporal use function or chat middleware"
         )
-    check_approvals(view.history, request.messages)
+    check_approvals(view.history, request.messages, spec.tools)
     started = spec.run_started(
         run_id=view.run_id,
         at=request.at,
@@ -172,16 +172,16 @@ async def tool_step(
 ) -> StepOutcome:
     """Run one call through the function middleware and the tool (or its interrupted stand-in).
 
-    A ``gated`` call whose arguments are valid is not run: the outcome says it is held for
-    approval (a call that cannot run is rejected at once, as locally).
+    A ``gated`` call is not run: the outcome says whether it waits for approval (its arguments
+    are valid); the workflow then holds the whole batch, or runs it, as a local run does.
     """
     name = call.name or ""
     if interrupted:
         tools = [t.with_body(_interrupted) if t.name == name else t for t in tools]
     binding, recorder = _binding(run_spec(agent, view, tools), view)
     function = binding.registry.by_name[name]
-    if gated and arguments_valid(function, call):
-        return StepOutcome(held=True)
+    if gated:  # only asked whether it waits for approval: nothing runs
+        return StepOutcome(held=arguments_valid(function, call))
     with binding.bound():
         await invoke_call(binding, iteration, call, function)
     return _outcome(binding, recorder)

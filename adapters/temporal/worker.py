@@ -255,16 +255,16 @@ class Activities:
 
     async def _call(self, request: ToolRequest) -> StepOutcome:
         view, call = request.view, request.call
+        built = self._agent(view.agent)
+        tools = self._tools(built, request.tools, call.name or "")
+        if request.gated:  # only asks whether the call waits for approval: no effect to keep once
+            return await tool_step(built.agent, view, request.iteration, call, tools, gated=True)
         key = f"{view.run_id}/{request.iteration}/{call.call_id}"
         attempts, recorded = await self.ledger.claim_call(key)
         if recorded is not None:
             return _decode_outcome(recorded)
-        built = self._agent(view.agent)
-        tools = self._tools(built, request.tools, call.name or "")
         interrupted = attempts > 1 and not self.rerun_interrupted
-        outcome = await tool_step(
-            built.agent, view, request.iteration, call, tools, gated=request.gated, interrupted=interrupted
-        )
+        outcome = await tool_step(built.agent, view, request.iteration, call, tools, interrupted=interrupted)
         outcome = _fit(outcome, view.limits.payload_bytes)
         return _decode_outcome(await self.ledger.complete_call(key, msgspec.json.encode(outcome)))
 

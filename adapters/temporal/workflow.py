@@ -97,7 +97,6 @@ class _WorkflowRun:
         self.commands: collections.deque[Command] = collections.deque()
         self.pending: list[Event] = []
         self.version = 0
-        self.failure: tuple[str, str] | None = None
         self.sequential = False
         self.subagents: frozenset[str] = frozenset()
         self.executions = job.resume.executions if job.resume is not None else 1
@@ -225,14 +224,11 @@ class _WorkflowRun:
         self.model_calls += 1
         for event in outcome.events:
             self._feed(event)
-        if outcome.error_type is not None:
-            self.failure = (outcome.error_type, outcome.error_message or "")
 
     async def _invoke_tools(self, command: InvokeTools) -> None:
         calls = list(command.calls)
-        if command.gated:
-            await self._hold_for_approval(command)
-            calls = [c for c in calls if (c.call_id or "") not in command.gated]
+        if command.gated and await self._hold_for_approval(command):
+            return  # the whole batch waits for the answer
         if self.sequential or len(calls) < 2:
             for call in calls:
                 self._feed_all(await self._tool(command.iteration, call))
@@ -241,16 +237,15 @@ class _WorkflowRun:
         for outcome in outcomes:  # in the model's order, whatever order they finished in
             self._feed_all(outcome)
 
-    async def _hold_for_approval(self, command: InvokeTools) -> None:
-        """The machine's gated calls: held for approval where their arguments are valid (a
-        worker checks them), rejected at once where they are not."""
+    async def _hold_for_approval(self, command: InvokeTools) -> bool:
+        """Whether the batch waits for approval: a worker checks the gated calls' arguments, and
+        the valid ones are named in ``ApprovalRequested`` (the rule a local run applies)."""
         gated = [c for c in command.calls if (c.call_id or "") in command.gated]
         outcomes = await asyncio.gather(*(self._tool(command.iteration, c, gated=True) for c in gated))
         held = tuple(c.call_id or "" for c, o in zip(gated, outcomes, strict=True) if o.held)
         if held:
             self._feed(ApprovalRequested(run_id=self.run_id, seq=0, at=0, call_ids=held))
-        for outcome in outcomes:
-            self._feed_all(outcome)
+        return bool(held)
 
     def _feed_all(self, outcome: StepOutcome) -> None:
         for event in outcome.events:
@@ -284,8 +279,8 @@ class _WorkflowRun:
         self.pending.clear()
         self.version = outcome.version
         usage = self.machine.usage
-        if self.failure is not None:
-            error_type, message = self.failure
+        if self.machine.failure is not None:  # RunFailed, as the finishing step recorded it
+            error_type, message = self.machine.failure
             return RunResult(
                 run_id=self.run_id,
                 status="failed",

@@ -6,7 +6,14 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from .messages import Content, Message
 
-__all__ = ("answered_calls", "approval_requests", "approval_responses", "unmatched_approvals")
+__all__ = (
+    "answered_calls",
+    "approval_requests",
+    "approval_responses",
+    "conversation",
+    "resumed_batch",
+    "unmatched_approvals",
+)
 
 
 def approval_responses(messages: Iterable[Message]) -> list[Content]:
@@ -17,6 +24,31 @@ def approval_responses(messages: Iterable[Message]) -> list[Content]:
 def answered_calls(messages: Iterable[Message], responses: Mapping[str | None, bool]) -> list[Content]:
     """The function calls in ``messages`` that an approval response answers, in call order."""
     return [c for m in messages for c in m.contents if c.type == "function_call" and c.call_id in responses]
+
+
+def resumed_batch(messages: Sequence[Message], responses: Mapping[str | None, bool]) -> list[Content]:
+    """The paused batch the responses answer: every call of the assistant message holding the
+    answered calls that has no result yet, in call order (approved, rejected or never asked)."""
+    for index in range(len(messages) - 1, -1, -1):
+        calls = messages[index].function_calls
+        if any(c.call_id in responses for c in calls):
+            later = messages[index + 1 :]
+            done = {c.call_id for m in later for c in m.contents if c.type == "function_result"}
+            return [c for c in calls if c.call_id not in done]
+    return []
+
+
+def conversation(messages: Iterable[Message]) -> list[Message]:
+    """Messages as the model and the session's history see them: approval responses are answers
+    to the run, not conversation, so they are left out (and a message holding only them)."""
+    kept = []
+    for message in messages:
+        contents = tuple(c for c in message.contents if c.type != "function_approval_response")
+        if len(contents) == len(message.contents):
+            kept.append(message)
+        elif contents:
+            kept.append(Message(message.role, contents))
+    return kept
 
 
 def approval_requests(messages: Iterable[Message], awaiting: Iterable[str]) -> list[Content]:

@@ -21,6 +21,7 @@ __all__ = (
     "ApprovalRequested",
     "ApprovalResolved",
     "ArgumentsRejected",
+    "BatchResumed",
     "CallsSkipped",
     "ChildRunStarted",
     "Event",
@@ -85,6 +86,7 @@ class RunConfig(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, g
     max_function_calls: int | None = None
     detailed_errors: bool = False
     sequential_tools: bool = False
+    terminate_on_unknown_calls: bool = False
 
 
 class EventBase(
@@ -139,6 +141,13 @@ class ModelRequestRewritten(EventBase, frozen=True, kw_only=True):
     messages: tuple[Message, ...] = ()
     tools: tuple[str, ...] = ()
     options: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+class BatchResumed(EventBase, frozen=True, kw_only=True):
+    """A run resuming a batch paused for approval: the calls of that batch still without a
+    result, in call order (recorded when the batch holds calls nobody was asked to approve)."""
+
+    call_ids: tuple[str, ...]
 
 
 class CallsSkipped(EventBase, frozen=True, kw_only=True):
@@ -317,6 +326,7 @@ Event = (
     | ApprovalResolved
     | IterationLimitReached
     | CallsSkipped
+    | BatchResumed
     | RunTerminated
     | RunCompleted
     | RunFailed

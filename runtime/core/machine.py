@@ -18,20 +18,20 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .approvals import approval_requests, approval_responses
+from .approvals import approval_requests
 from .commands import CallModel, Command, FinishRun, InvokeTools, Phase
 from .errors import TransitionError
 from .events import (
     ApprovalRequested,
     ApprovalResolved,
     ArgumentsRejected,
+    BatchResumed,
     CallsSkipped,
     Event,
     EventBase,
     IterationLimitReached,
     MiddlewareShortCircuit,
     ModelCalled,
-    ModelFailed,
     RunCompleted,
     RunConfig,
     RunFailed,
@@ -46,7 +46,7 @@ from .events import (
     ToolsRemoved,
 )
 from .messages import Content, Message, Usage
-from .projections import TRANSCRIPT_FOLDS, ToolsProjection, TranscriptProjection
+from .projections import TRANSCRIPT_FOLDS, ModelCall, ToolsProjection, TranscriptProjection
 from .transitions import BY_PHASE, TRANSITIONS, Transitions
 
 __all__ = ("DERIVED", "TRANSITIONS", "RunMachine", "Step", "refold", "transition_table")
@@ -79,7 +79,8 @@ class RunMachine(Transitions):
         self.finish_reason = ""
         self.input_count = 0
         self.awaiting_approval: tuple[str, ...] = ()
-        self.failure: ModelFailed | None = None
+        self.failure: tuple[str, str] | None = None  # (error type, message) RunFailed will carry
+        self.approvals: tuple[Content, ...] = ()  # approval responses in the run's input
         self._batch: InvokeTools | None = None
         self._batch_failed = False
         self._at = 0
@@ -131,9 +132,8 @@ class RunMachine(Transitions):
             raise TransitionError(f"begin is not accepted in phase {self._phase.value}", run_id=self.run_id)
         self._open_step()
         self.input_count = len(self.transcript.messages)
-        approvals = approval_responses(self.transcript.messages)
-        if approvals:
-            self._resume_approvals(approvals)
+        if self.approvals:
+            self._resume_approvals(self.approvals)
         else:
             self._call_model()
         return self._out, self._commands
@@ -153,8 +153,8 @@ class RunMachine(Transitions):
             raise TransitionError(f"finish is not accepted in phase {self._phase.value}", run_id=self.run_id)
         self._open_step(at)
         if self.failure is not None:
-            error_type = "ModelResponseError" if self.failure.error_type == "ModelResponseError" else None
-            self._derive(RunFailed, error_type=error_type or "ModelCallError", message=self.failure.message)
+            error_type, message = self.failure
+            self._derive(RunFailed, error_type=error_type, message=message)
         else:
             own = self.response_messages() if messages is None else list(messages)
             final_text = text if text is not None else _response_text(own)
@@ -177,16 +177,19 @@ class RunMachine(Transitions):
         self._phase_to(Phase.DONE)
         return self._out, self._commands
 
-    def observe(self, event: Event) -> None:
+    def observe(self, event: Event, *, strict: bool = True) -> None:
         """Fold one recorded event, checking it is what this machine would have recorded there.
 
         Input events take their transition; a derived event must equal the one the machine
         derives at that point. Raises ``TransitionError`` where the log and the machine disagree.
+        ``strict=False`` (reading a log, not resuming it) takes a derived event that differs from
+        the machine's only in its fields as recorded: an older version may have counted the
+        messages a model saw differently.
         """
         if isinstance(event, DERIVED):
             if not self._expected and self._phase is Phase.STARTED:
                 self._expected = self.begin()[0]
-            self._expect(event)
+            self._expect(event, strict)
         elif type(event) is RunCompleted and self._phase is Phase.FINISHING and not self._expected:
             self._expected = self.finish(
                 event.at, messages=event.messages, text=event.text, usage=event.usage
@@ -237,11 +240,17 @@ class RunMachine(Transitions):
         if stray:
             raise self._refuse(f"calls {stray} were not gated for approval in this batch", event)
 
-    def _expect(self, event: Event) -> None:
+    def _expect(self, event: Event, strict: bool = True) -> None:
         expected = self._expected.pop(0) if self._expected else None
-        if expected != event:
-            self._expected = []
-            raise self._refuse(f"recorded {event!r} but the machine derives {expected!r}", event)
+        if expected == event:
+            return
+        if not strict and type(expected) is type(event):
+            if isinstance(event, ModelCalled):  # the transcript keeps what the log says was sent
+                calls = self.transcript.calls
+                calls[-1] = ModelCall(event.iteration, event.message_count, event.tools, event.tool_choice)
+            return
+        self._expected = []
+        raise self._refuse(f"recorded {event!r} but the machine derives {expected!r}", event)
 
     def _open_step(self, at: int | None = None) -> None:
         self._out = []
@@ -287,6 +296,7 @@ DERIVED: tuple[type, ...] = (
     ToolNotFound,
     ApprovalResolved,
     CallsSkipped,
+    BatchResumed,
 )
 """Event types the machine derives from an input; ``RunCompleted``/``RunFailed`` it derives on
 ``finish``/``fail``. Every other event is an input."""

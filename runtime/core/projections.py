@@ -12,10 +12,12 @@ from typing import Any, NamedTuple
 
 import msgspec
 
+from .approvals import conversation
 from .events import (
     ApprovalRequested,
     ApprovalResolved,
     ArgumentsRejected,
+    BatchResumed,
     CallsSkipped,
     Event,
     MiddlewareShortCircuit,
@@ -37,6 +39,7 @@ from .events import (
 from .messages import Content, Message, result_text
 
 __all__ = (
+    "LIMIT_REACHED",
     "REJECTED_BY_USER",
     "ModelCall",
     "SessionProjection",
@@ -45,10 +48,12 @@ __all__ = (
     "Views",
     "apply_changes",
     "error_text",
+    "exception_text",
     "fold_views",
 )
 
 REJECTED_BY_USER = "Error: Tool call invocation was rejected by user."
+LIMIT_REACHED = "Function invocation limit reached before a final answer could be produced."
 
 
 def apply_changes(state: dict[str, Any], changes: Iterable[StateChange]) -> None:
@@ -145,6 +150,16 @@ class ModelCall(msgspec.Struct, frozen=True):
     tool_choice: Any
 
 
+def exception_text(event: ToolFailed | ArgumentsRejected | ToolNotFound) -> str:
+    """What a failed call's result carries as its ``exception``: why it failed."""
+    if type(event) is ToolNotFound:
+        return f'Function "{event.name}" not found.'
+    if type(event) is ArgumentsRejected:
+        return event.reason
+    assert type(event) is ToolFailed
+    return event.message or event.error_type
+
+
 def error_text(event: ToolFailed | ArgumentsRejected | ToolNotFound, detailed: bool) -> str:
     """What the model sees for a failed call; details only when the run opted in."""
     if type(event) is ToolNotFound:
@@ -191,12 +206,12 @@ class TranscriptProjection:
             handler(self, event)
 
     def _started(self, event: RunStarted) -> None:
-        self.messages = list(event.messages)
+        self.messages = conversation(event.messages)
         self.history_length = event.history_length
         self.config = event.config
 
     def _rewritten(self, event: RunInputRewritten) -> None:
-        self.messages = list(event.messages)
+        self.messages = conversation(event.messages)
 
     def _called(self, event: ModelCalled) -> None:
         self.calls.append(ModelCall(event.iteration, event.message_count, event.tools, event.tool_choice))
@@ -211,19 +226,29 @@ class TranscriptProjection:
             self.resolve(event.call_id, result_text(event.result))
 
     def _failed(self, event: ToolFailed | ArgumentsRejected | ToolNotFound) -> None:
-        self.resolve(event.call_id, error_text(event, self.config.detailed_errors))
+        self.resolve(event.call_id, error_text(event, self.config.detailed_errors), exception_text(event))
 
     def _request_rewritten(self, event: ModelRequestRewritten) -> None:
         self.rewritten[event.iteration] = event.messages
 
     def _skipped(self, event: CallsSkipped) -> None:
-        for call_id in event.call_ids:
-            self.resolve(call_id, f"Error: not run: the {event.reason} limit was reached.")
+        """The calls of the final call are dropped; with nothing else to say, the answer says so."""
+        last = self.messages[-1]
+        kept = tuple(c for c in last.contents if c.type != "function_call")
+        if not any(c.type == "text" and c.text for c in kept):
+            kept = (Content.from_text(LIMIT_REACHED),)
+        self.messages[-1] = Message("assistant", kept)
+        self.batch = ()
+        self._results = {}
 
     def _approval_requested(self, event: ApprovalRequested) -> None:
-        deferred = set(event.call_ids)
-        self.batch = tuple(c for c in self.batch if c not in deferred)
-        self._close_if_whole()
+        """The whole batch waits for the answer: none of its calls has a result yet."""
+        self.batch = ()
+        self._results = {}
+
+    def _batch_resumed(self, event: BatchResumed) -> None:
+        self.batch = event.call_ids
+        self._results = {}
 
     def _approval_resolved(self, event: ApprovalResolved) -> None:
         if event.call_id not in self.batch:
@@ -231,11 +256,12 @@ class TranscriptProjection:
         if not event.approved:
             self.resolve(event.call_id, REJECTED_BY_USER)
 
-    def resolve(self, call_id: str, text: str) -> None:
-        """Give ``call_id`` its result; the batch's tool message is appended when it is whole."""
+    def resolve(self, call_id: str, text: str, exception: str | None = None) -> None:
+        """Give ``call_id`` its result (``exception`` marks a failed call); the batch's tool
+        message is appended when it is whole."""
         if call_id not in self.batch:
             return
-        self._results[call_id] = Content("function_result", call_id=call_id, result=text)
+        self._results[call_id] = Content("function_result", call_id=call_id, result=text, exception=exception)
         if len(self._results) >= len(self.batch):
             self._close_if_whole()
 
@@ -283,6 +309,7 @@ TRANSCRIPT_FOLDS: dict[type, Any] = {
     ApprovalResolved: TranscriptProjection._approval_resolved,
     ModelRequestRewritten: TranscriptProjection._request_rewritten,
     CallsSkipped: TranscriptProjection._skipped,
+    BatchResumed: TranscriptProjection._batch_resumed,
 }
 
 

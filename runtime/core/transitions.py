@@ -6,14 +6,16 @@ one table: which inputs each phase accepts, and what each input makes the run do
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
-from .approvals import answered_calls
+from .approvals import approval_responses, resumed_batch
 from .commands import CallModel, Command, FinishRun, InvokeTools, Phase
 from .events import (
     ApprovalRequested,
     ApprovalResolved,
     ArgumentsRejected,
+    BatchResumed,
     CallsSkipped,
     ChildRunStarted,
     Event,
@@ -81,7 +83,8 @@ class Transitions:
     finish_reason: str
     input_count: int
     awaiting_approval: tuple[str, ...]
-    failure: ModelFailed | None
+    failure: tuple[str, str] | None
+    approvals: tuple[Content, ...]
     _phase: Phase
     _batch: InvokeTools | None
     _batch_failed: bool
@@ -114,12 +117,18 @@ class Transitions:
         )
         self._phase_to(Phase.AWAITING_MODEL)
 
-    def _invoke(self, calls: tuple[Content, ...], *, approved: bool) -> None:
-        """Issue the batch; calls of tools that require approval are gated unless approved."""
+    def _invoke(self, calls: tuple[Content, ...], *, approved: frozenset[str | None] = frozenset()) -> None:
+        """Issue the batch; calls of tools that require approval are gated unless ``approved``."""
         specs = self.tools.specs
         gated: tuple[str, ...] = ()
-        if not approved and self.tools.gated:
-            gated = tuple([c.call_id or "" for c in calls if specs[c.name or ""].approval_mode == _GATED])
+        if self.tools.gated:
+            gated = tuple(
+                [
+                    c.call_id or ""
+                    for c in calls
+                    if specs[c.name or ""].approval_mode == _GATED and c.call_id not in approved
+                ]
+            )
         self.calls_made += len(calls)
         self._batch = InvokeTools(iteration=self.iteration, calls=calls, gated=gated)
         self._commands.append(self._batch)
@@ -136,12 +145,14 @@ class Transitions:
         self.run_id = event.run_id
         self.config = event.config
         self.tool_choice = event.options.get("tool_choice")
-        self.input_count = len(event.messages)
+        self.input_count = len(self.transcript.messages)  # the input as conversation
+        self.approvals = tuple(approval_responses(event.messages))
         self._phase_to(Phase.STARTED)
 
     def _on_rewritten(self, event: RunInputRewritten) -> None:
         """Agent middleware replaced the input; a new tool_choice takes effect."""
-        self.input_count = len(event.messages)
+        self.input_count = len(self.transcript.messages)
+        self.approvals = tuple(approval_responses(event.messages))
         if "tool_choice" in event.options:
             self.tool_choice = event.options["tool_choice"]
 
@@ -156,8 +167,9 @@ class Transitions:
     def _on_model_responded(self, event: ModelResponded) -> None:
         """No calls: finish. Calls: reset a required tool_choice, refuse unknown tools, run the rest.
 
-        Calls of tools that require approval are gated: the driver asks for approval of those
-        whose arguments are valid instead of running them."""
+        Calls of tools that require approval are gated: when one of them has valid arguments the
+        whole batch waits for the answer. On the final call after a limit, calls are dropped.
+        With ``terminate_on_unknown_calls``, an unknown tool fails the run before any call runs."""
         if event.usage is not None:
             self.usage = self.usage + event.usage
         calls = event.message.function_calls
@@ -188,13 +200,19 @@ class Transitions:
                 self._batch_failed = True
                 reason = "not in the tools offered" if known else "no tools are offered"
                 self._derive(ToolNotFound, call_id=call.call_id, name=call.name, reason=reason)
+                if self.config.terminate_on_unknown_calls and self.failure is None:
+                    self.failure = ("UnknownToolError", f'Error: Requested function "{call.name}" not found.')
+        if self.failure is not None:
+            self._finish("failed")
+            return
         if runnable:
-            self._invoke(tuple(runnable), approved=False)
+            self._invoke(tuple(runnable))
         self._after_result()
 
     def _on_model_failed(self, event: ModelFailed) -> None:
         """Finish as failed: ``finish`` then records RunFailed."""
-        self.failure = event
+        kind = "ModelResponseError" if event.error_type == "ModelResponseError" else "ModelCallError"
+        self.failure = (kind, event.message)
         self._finish("failed")
 
     def _on_call_failed(self, event: ToolFailed | ArgumentsRejected) -> None:
@@ -249,23 +267,32 @@ class Transitions:
                 return True
         return False
 
-    def _resume_approvals(self, approvals: list[Content]) -> None:
-        """A run that carries approval responses first settles the calls it answers."""
+    def _resume_approvals(self, approvals: Sequence[Content]) -> None:
+        """A run that carries approval responses resumes the batch they answer: rejected calls
+        get the rejection, the others run (approved ones without asking again)."""
         self.iteration = 1
         self._phase_to(Phase.RUNNING_TOOLS)
         self._batch_failed = False
         responses = {c.call_id: bool(c.approved) for c in approvals}
-        pending = answered_calls((*self.history, *self.transcript.messages), responses)
-        for call in pending:
-            self._derive(ApprovalResolved, call_id=call.call_id or "", approved=responses[call.call_id])
-        approved = tuple(c for c in pending if responses[c.call_id] and c.name in self.tools.specs)
-        for call in pending:  # approved, but its tool is not offered in this run (added at run time)
-            if responses[call.call_id] and call.name not in self.tools.specs:
+        batch = resumed_batch((*self.history, *self.transcript.messages), responses)
+        if any(c.call_id not in responses for c in batch):
+            self._derive(BatchResumed, call_ids=tuple(c.call_id or "" for c in batch))
+        for call in batch:
+            if call.call_id in responses:
+                self._derive(ApprovalResolved, call_id=call.call_id or "", approved=responses[call.call_id])
+        offered = self.tools.specs
+        runnable = []
+        for call in batch:
+            if not responses.get(call.call_id, True):
+                continue  # rejected: answered with the rejection
+            if call.name in offered:
+                runnable.append(call)
+            else:  # its tool is not offered in this run (it was added at run time)
                 self._batch_failed = True
                 reason = "not in the tools offered to this run"
                 self._derive(ToolNotFound, call_id=call.call_id or "", name=call.name or "", reason=reason)
-        if approved:
-            self._invoke(approved, approved=True)
+        if runnable:
+            self._invoke(tuple(runnable), approved=frozenset(c for c, ok in responses.items() if ok))
         self._after_result()
 
     def _on_session_updated(self, event: SessionUpdated) -> None:

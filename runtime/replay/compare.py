@@ -9,7 +9,9 @@ from typing import Any
 import msgspec
 
 from ..core.events import (
+    ApprovalResolved,
     ArgumentsRejected,
+    BatchResumed,
     ChildRunStarted,
     Event,
     MiddlewareShortCircuit,
@@ -73,9 +75,18 @@ def _diff(expected: Event | None, actual: Event | None) -> str:
 def _lane(event: Event, children: Mapping[str, str]) -> str | None:
     if isinstance(event, RunTerminated):
         return event.by or None
-    if isinstance(event, ArgumentsRejected | ToolNotFound | MiddlewareShortCircuit):
+    if isinstance(event, ArgumentsRejected | ToolNotFound | MiddlewareShortCircuit | ApprovalResolved):
         return event.call_id
     return call_of(event, children)
+
+
+def _opens_batch(event: Event) -> tuple[str | None, ...] | None:
+    """The call ids of the batch ``event`` opens, in call order, or None."""
+    if type(event) is ModelResponded and event.message.function_calls:
+        return tuple(c.call_id for c in event.message.function_calls)
+    if type(event) is BatchResumed:
+        return event.call_ids
+    return None
 
 
 def canonical(events: Sequence[Event]) -> list[Event]:
@@ -85,12 +96,15 @@ def canonical(events: Sequence[Event]) -> list[Event]:
     batch: list[Event] = []
     order: dict[str | None, int] = {}
     for event in events:
-        if type(event) is ModelResponded and event.message.function_calls:
+        opened = _opens_batch(event)
+        if opened is not None:
             out.extend(_sorted(batch, order, children))
             out.append(event)
             batch = []
-            order = {c.call_id: i for i, c in enumerate(event.message.function_calls)}
+            order = {call_id: i for i, call_id in enumerate(opened)}
             continue
+        if type(event) is ApprovalResolved and event.call_id not in order:
+            order[event.call_id] = len(order)  # a resumed batch, in the order its answers settle
         lane = _lane(event, children) if order else None
         if order and lane in order:
             batch.append(event)

@@ -31,7 +31,7 @@ from ..core.events import (
 from ..core.machine import RunMachine
 from ..core.messages import Content, Message, result_text
 from ..core.projections import error_text
-from ..errors import MiddlewareError, MiddlewareTermination, RunError, StoreError
+from ..errors import MiddlewareError, MiddlewareTermination, RunError, StoreError, UnknownToolError
 from ..middleware import run_chain
 from ..response import AgentResponse, AgentResponseUpdate
 from ..session import AgentSession, writer
@@ -71,7 +71,7 @@ class AgentRun:
                 RunMachine(history), self.run_id, spec.clock, [self._stream_sink] if self.on_update else []
             )
             inputs = normalize_messages(messages)
-            check_approvals(history, inputs)
+            check_approvals(history, inputs, spec.tools)
             session_id = session.session_id if session is not None else None
             fields = spec.started_fields(messages=inputs, session_id=session_id, history_length=len(history))
             recorder.record(RunStarted, **fields)
@@ -188,11 +188,13 @@ class AgentRun:
         recorder = driver.recorder
         if self.session is not None:
             self.session.state.checkpoint(every=True)
-        if binding.error is not None:
-            recorder.finish()  # the machine records the model failure as RunFailed
+        failure = recorder.machine.failure
+        if failure is not None:
+            recorder.finish()  # the machine records the failure as RunFailed
             with anyio.CancelScope(shield=True), contextlib.suppress(StoreError):
                 await driver.flush()
-            raise binding.error
+            seq = recorder.log[-1].seq
+            raise binding.error or UnknownToolError(failure[1], run_id=self.run_id, seq=seq)
         response = result if isinstance(result, AgentResponse) else self._coerce(recorder, result)
         if response is own:
             recorder.finish()

@@ -16,13 +16,13 @@ import msgspec
 
 from .._version import __version__
 from ..chat import ChatClient
-from ..core.approvals import unmatched_approvals
+from ..core.approvals import approval_responses, resumed_batch, unmatched_approvals
 from ..core.events import RunConfig, RunStarted
 from ..core.messages import Message
 from ..errors import ApprovalError
 from ..middleware import Layer
 from ..store import EventStore
-from ..tools import FunctionTool
+from ..tools import FunctionTool, arguments_valid
 from .recorder import Sink
 from .values import to_json
 
@@ -49,13 +49,29 @@ def options_record(options: Mapping[str, Any]) -> dict[str, Any]:
     return {k: to_json(v) for k, v in options.items() if k not in _RUN_OPTION_KEYS and v is not None}
 
 
-def check_approvals(history: Sequence[Message], inputs: Sequence[Message]) -> None:
-    """Refuse approval responses that answer no call awaiting approval in this conversation."""
+def check_approvals(
+    history: Sequence[Message], inputs: Sequence[Message], tools: Sequence[FunctionTool] = ()
+) -> None:
+    """Refuse approval responses that answer no call awaiting approval in this conversation, and
+    (given the run's ``tools``) a resume that leaves a request of the paused batch unanswered."""
     unmatched = unmatched_approvals(history, inputs)
     if unmatched:
         raise ApprovalError(
             f"approval responses for {unmatched} match no call awaiting approval; "
             "resume on the session of the run that asked for them"
+        )
+    responses = {c.call_id: bool(c.approved) for c in approval_responses(inputs)}
+    if not responses or not tools:
+        return
+    gated = {t.name: t for t in tools if t.approval_mode == "always_require"}
+    missing = [
+        c.call_id
+        for c in resumed_batch([*history, *inputs], responses)
+        if c.call_id not in responses and c.name in gated and arguments_valid(gated[c.name], c)
+    ]
+    if missing:
+        raise ApprovalError(
+            f"the paused batch also waits for approval of {missing}: answer every request it made"
         )
 
 

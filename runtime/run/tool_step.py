@@ -10,7 +10,7 @@ mapping from how the call ended to the events that record it (``record_outcome``
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Sequence
 from typing import Any
 
 import anyio
@@ -30,7 +30,7 @@ from ..core.messages import Content
 from ..errors import MiddlewareTermination
 from ..middleware import ChainOutcome, run_chain
 from ..session import writer
-from ..tools import ArgumentsError, FunctionTool
+from ..tools import ArgumentsError, FunctionTool, arguments_valid
 from .binding import RunBinding
 from .values import to_json
 
@@ -81,29 +81,20 @@ async def invoke_tools(binding: RunBinding, command: InvokeTools) -> None:
                 group.start_soon(invoke_call, binding, iteration, call, function)
 
 
-def hold_for_approval(binding: RunBinding, command: InvokeTools) -> list[Content]:
-    """Record ``ApprovalRequested`` for the gated calls whose arguments are valid; return the
-    calls to run now. A call that cannot run is rejected at once, never shown to a human."""
-    if not command.gated:
-        return list(command.calls)
-    gated, held, runnable = set(command.gated), [], []
-    for call in command.calls:
-        if call.call_id in gated and arguments_valid(binding.registry.by_name[call.name or ""], call):
-            held.append(call.call_id or "")
-        else:
-            runnable.append(call)
-    if held:
-        binding.recorder.record(ApprovalRequested, call_ids=tuple(held))
-    return runnable
-
-
-def arguments_valid(function: FunctionTool, call: Content) -> bool:
-    """Whether ``call``'s arguments pass ``function``'s validation (the rule gating applies)."""
-    try:
-        function.arguments_from(call.arguments)
-    except ArgumentsError:
-        return False
-    return True
+def hold_for_approval(binding: RunBinding, command: InvokeTools) -> Sequence[Content]:
+    """The calls to run now: none when a gated call has valid arguments (``ApprovalRequested``
+    names those: the whole batch waits for the answer), else all of them (a gated call whose
+    arguments cannot run is rejected when it runs, never shown to a human)."""
+    by_name = binding.registry.by_name
+    held = [
+        c.call_id or ""
+        for c in command.calls
+        if c.call_id in command.gated and arguments_valid(by_name[c.name or ""], c)
+    ]
+    if not held:
+        return command.calls
+    binding.recorder.record(ApprovalRequested, call_ids=tuple(held))
+    return ()
 
 
 async def invoke_call(

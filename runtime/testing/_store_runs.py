@@ -154,8 +154,9 @@ class _Scenarios:
             await planner.run("Plan Lisbon.", session=self.session, options={"tool_choice": "required"})
 
     async def approve(self) -> None:
-        """A call that waits for approval, approved by the next run."""
-        cashier = self.agent(Call("pay", {"amount": 5}, call_id="call_pay"), "Paid 5.")
+        """A batch that waits for one call's approval, resumed whole by the next run."""
+        batch = [Call("pay", {"amount": 5}, call_id="call_pay"), Call("lookup", {"city": "Lima"}, "c_lima")]
+        cashier = self.agent(batch, "Paid 5.")
         paused = await cashier.run("Pay 5.", session=self.session)
         answer = paused.user_input_requests[0].to_approval_response(True)
         await cashier.run(Message("user", (answer,)), session=self.session)
