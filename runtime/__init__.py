@@ -35,6 +35,7 @@ from .errors import (
     MiddlewareTermination,
     ModelCallError,
     ModelResponseError,
+    OptionsError,
     ReplayDivergence,
     RunError,
     RunNotFoundError,
@@ -43,6 +44,7 @@ from .errors import (
     ToolDefinitionError,
     TornTailWarning,
     TransitionError,
+    UnknownToolError,
 )
 from .middleware import (
     AgentMiddleware,
@@ -92,6 +94,7 @@ __all__ = (
     "MiddlewareTermination",
     "ModelCallError",
     "ModelResponseError",
+    "OptionsError",
     "ReplayDivergence",
     "RunContext",
     "RunError",
@@ -107,6 +110,7 @@ __all__ = (
     "ToolSpec",
     "TornTailWarning",
     "TransitionError",
+    "UnknownToolError",
     "Usage",
     "__version__",
     "agent_middleware",

@@ -19,7 +19,7 @@ from .middleware import Layer, split_middleware
 from .redaction import Redactor, default_redactor
 from .response import AgentResponse, AgentResponseUpdate
 from .run.lifecycle import AgentRun
-from .run.spec import Layers, RunSpec, merge_options
+from .run.spec import Layers, RunSpec, check_tool_choice, merge_options
 from .session import AgentSession
 from .store import EventStore, MemoryEventStore
 from .streaming import RunStream
@@ -220,6 +220,9 @@ class Agent:
     ) -> RunSpec:
         """The specification of one run of this agent with these arguments (what ``run`` builds;
         drivers other than the local one start from it too)."""
+        merged = merge_options(self.default_options, self.instructions, options)
+        offered = tuple(self.tools + normalize_tools(tools) if tools is not None else self.tools)
+        check_tool_choice(merged.get("tool_choice"), offered)
         layers = self._layers
         if middleware:
             extra = split_middleware(middleware)
@@ -229,9 +232,9 @@ class Agent:
             agent_id=self.id,
             agent_name=self.name,
             client=self.client,
-            tools=tuple(self.tools + normalize_tools(tools) if tools is not None else self.tools),
+            tools=offered,
             layers=layers,
-            options=merge_options(self.default_options, self.instructions, options),
+            options=merged,
             function_invocation_kwargs=dict(function_invocation_kwargs or {}),
             client_kwargs=dict(client_kwargs or {}),
             config=self.config,

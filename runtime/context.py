@@ -150,7 +150,9 @@ class LiveTools(MutableSequence[_Tool]):
 class FunctionInvocationContext:
     """One tool call as tools and function middleware see it.
 
-    ``arguments`` are the validated arguments (mutations before ``call_next()`` reach the tool),
+    ``arguments`` are, in function middleware, what the model sent (typed where valid, without
+    defaults; as sent where invalid, to be repaired); they are checked again, defaults filled in,
+    before the tool runs (mutations before ``call_next()`` reach the tool),
     ``kwargs`` a per-call copy of the run's ``function_invocation_kwargs``, ``session`` the run's
     session, ``result`` the tool's result once ``call_next()`` returned (set it without calling
     ``call_next()`` to answer in the tool's place), and ``tools`` the live tool list (None outside

@@ -4,6 +4,7 @@
 
     AgentLedgerError
     ├── ToolDefinitionError (also ValueError)   a tool cannot be built from what was given
+    ├── OptionsError (also ValueError)          run options that cannot be sent (tool_choice)
     ├── ArgumentsError (also ValueError)        arguments are not JSON or fail the tool's schema
     ├── MiddlewareError (also TypeError)        a middleware cannot be classified
     ├── SessionStateError (also TypeError)      a session value cannot be recorded as JSON
@@ -51,6 +52,7 @@ __all__ = (
     "MiddlewareTermination",
     "ModelCallError",
     "ModelResponseError",
+    "OptionsError",
     "ReplayDivergence",
     "RunError",
     "RunNotFoundError",
@@ -65,6 +67,10 @@ __all__ = (
 
 class ToolDefinitionError(AgentLedgerError, ValueError):
     """A tool cannot be built: two context parameters, an unsupported schema, a bad name."""
+
+
+class OptionsError(AgentLedgerError, ValueError):
+    """Run options that cannot be sent as they are (a ``tool_choice`` no model would accept)."""
 
 
 class ArgumentsError(AgentLedgerError, ValueError):

@@ -30,6 +30,7 @@ from .errors import ArgumentsError, ToolDefinitionError
 __all__ = ("ApprovalMode", "ArgumentsError", "FunctionTool", "arguments_valid", "normalize_tools", "tool")
 
 ApprovalMode = Literal["always_require", "never_require"]
+_APPROVAL_MODES = ("always_require", "never_require")
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -64,6 +65,8 @@ class FunctionTool:
         self.name: str = name or str(getattr(func, "__name__", type(func).__name__))
         if not _NAME.match(self.name):
             raise ToolDefinitionError(f"tool name {self.name!r} must be 1-64 letters, digits, '_' or '-'")
+        if approval_mode not in _APPROVAL_MODES:
+            raise ToolDefinitionError(_approval_mode_error(self.name, approval_mode))
         doc = inspect.getdoc(func) if inspect.isroutine(func) else None
         self.description = description if description is not None else (doc or "")
         shape = read_arguments(func, self.name, schema)
@@ -100,8 +103,8 @@ class FunctionTool:
     @approval_mode.setter
     def approval_mode(self, mode: ApprovalMode) -> None:
         """Changing it changes the spec a run offers and gates on, so the gate follows it."""
-        if mode not in ("always_require", "never_require"):
-            raise ValueError(f"approval_mode must be 'always_require' or 'never_require', not {mode!r}")
+        if mode not in _APPROVAL_MODES:
+            raise ToolDefinitionError(_approval_mode_error(self.name, mode))
         self.spec = msgspec.structs.replace(self.spec, approval_mode=mode)
 
     # -- validation --------------------------------------------------------------------------
@@ -293,3 +296,7 @@ def arguments_valid(function: FunctionTool, call: Content) -> bool:
     except ArgumentsError:
         return False
     return True
+
+
+def _approval_mode_error(name: str, mode: object) -> str:
+    return f"tool {name!r}: approval_mode must be 'always_require' or 'never_require', not {mode!r}"

@@ -17,7 +17,7 @@ from .lifecycle import AgentRun
 from .model_step import call_model
 from .recorder import LiveRecorder, Sink, StepRecorder, capture_sinks, watching
 from .registry import ToolRegistry
-from .spec import Layers, RunSpec, check_approvals, merge_options, options_record
+from .spec import Layers, RunSpec, check_approvals, check_tool_choice, merge_options, options_record
 from .tool_step import (
     CallOutcome,
     arguments_valid,
@@ -43,6 +43,7 @@ __all__ = (
     "call_model",
     "capture_sinks",
     "check_approvals",
+    "check_tool_choice",
     "hold_for_approval",
     "invoke_call",
     "invoke_tools",

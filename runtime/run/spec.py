@@ -19,14 +19,14 @@ from ..chat import ChatClient
 from ..core.approvals import approval_responses, resumed_batch, unmatched_approvals
 from ..core.events import RunConfig, RunStarted
 from ..core.messages import Message
-from ..errors import ApprovalError
+from ..errors import ApprovalError, OptionsError
 from ..middleware import Layer
 from ..store import EventStore
 from ..tools import FunctionTool, arguments_valid
 from .recorder import Sink
 from .values import to_json
 
-__all__ = ("Layers", "RunSpec", "check_approvals", "merge_options", "options_record")
+__all__ = ("Layers", "RunSpec", "check_approvals", "check_tool_choice", "merge_options", "options_record")
 
 Layers = Mapping[str, Sequence[Layer]]
 """Middleware by kind: ``"function"``, ``"agent"`` and ``"chat"``, outermost first."""
@@ -42,6 +42,26 @@ def merge_options(
     if instructions and "instructions" not in merged:
         merged["instructions"] = instructions
     return merged
+
+
+_MODES = ("auto", "required", "none")
+
+
+def check_tool_choice(choice: Any, tools: Sequence[FunctionTool]) -> None:
+    """Refuse a ``tool_choice`` no model would accept: an unknown mode, or a required function
+    the run does not offer."""
+    if choice is None or choice in _MODES:
+        return
+    if not isinstance(choice, Mapping):
+        raise OptionsError(f"tool_choice must be one of {_MODES}, a mode mapping or None, not {choice!r}")
+    mode, name = choice.get("mode"), choice.get("required_function_name")
+    if mode not in _MODES or set(choice) - {"mode", "required_function_name"}:
+        raise OptionsError(f"tool_choice {dict(choice)!r}: 'mode' must be one of {_MODES}")
+    if name is not None and (mode != "required" or name not in {t.name for t in tools}):
+        offered = sorted(t.name for t in tools)
+        raise OptionsError(
+            f"tool_choice requires {name!r}, which this run does not offer (it offers {offered})"
+        )
 
 
 def options_record(options: Mapping[str, Any]) -> dict[str, Any]:

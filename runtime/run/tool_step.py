@@ -104,12 +104,12 @@ async def invoke_call(
     of that name), and record how it ended."""
     call_id = call.call_id or ""
     function = function or binding.registry.by_name[call.name or ""]
+    layers = binding.spec.layers["function"]
     try:
-        arguments = function.arguments_from(call.arguments)
+        arguments = function.arguments_from(call.arguments) if not layers else _as_sent(function, call)
     except ArgumentsError as exc:
         binding.recorder.record(ArgumentsRejected, call_id=call_id, name=function.name, reason=str(exc))
         return
-    layers = binding.spec.layers["function"]
     context = None
     if layers or function.needs_context:
         context = FunctionInvocationContext(
@@ -128,7 +128,7 @@ async def invoke_call(
     try:
         try:
             if layers:
-                await _run_chain(binding, function, call_id, arguments, outcome)
+                await _run_chain(binding, function, call_id, outcome)
             else:  # without middleware, whatever is raised comes from the tool itself
                 binding.recorder.record(
                     ToolCalled, call_id=call_id, name=function.name, arguments=to_json(arguments)
@@ -143,18 +143,25 @@ async def invoke_call(
             writer.reset(token)
 
 
-async def _run_chain(
-    binding: RunBinding, function: FunctionTool, call_id: str, arguments: dict[str, Any], outcome: CallOutcome
-) -> None:
-    """Function middleware around the call; the arguments are checked again if it changed them."""
+def _as_sent(function: FunctionTool, call: Content) -> dict[str, Any]:
+    """The arguments function middleware sees: what the model sent, typed where it is valid, with
+    no defaults filled in; as sent (to be repaired) where it is not. Only text that is no JSON
+    object is rejected before middleware runs."""
+    sent = function.parse_arguments(call.arguments)
+    try:
+        valid = function.validate(sent)
+    except ArgumentsError:
+        return sent
+    return {key: valid[key] for key in sent if key in valid}
+
+
+async def _run_chain(binding: RunBinding, function: FunctionTool, call_id: str, outcome: CallOutcome) -> None:
+    """Function middleware around the call; the arguments it hands on are checked before the tool."""
     context, layers = outcome.context, binding.spec.layers["function"]
     assert context is not None
-    snapshot = dict(arguments)
 
     async def final() -> None:
-        values = context.arguments
-        if values is not arguments or values != snapshot:
-            values = context.arguments = function.validate(values)  # changed by middleware: check again
+        values = context.arguments = function.validate(context.arguments)  # defaults filled in
         binding.recorder.record(ToolCalled, call_id=call_id, name=function.name, arguments=to_json(values))
         try:
             outcome.value = context.result = await function.execute(values, context)

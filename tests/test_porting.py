@@ -1,0 +1,217 @@
+"""Code written for the reference framework behaves as it did there (see docs/differences.md for
+where it deliberately does not): failed calls are marked, approval holds the whole batch, limits
+end with a plain answer, unknown tools can end a run, middleware may repair arguments, and
+definitions are checked."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from agentledger import (
+    Agent,
+    FunctionInvocationContext,
+    Message,
+    OptionsError,
+    ToolDefinitionError,
+    UnknownToolError,
+    function_middleware,
+    tool,
+)
+from agentledger.adapters.chat.scripted import Call, ScriptedChatClient, ScriptEntry
+from agentledger.core.events import ArgumentsRejected, RunFailed, ToolCalled, ToolNotFound
+from agentledger.testing import FixedClock, SequentialIds, event_types, events_of
+
+pytestmark = pytest.mark.anyio
+CallNext = Any
+ran: list[str] = []
+
+
+@tool
+def divide(a: int, b: int) -> float:
+    """a / b."""
+    ran.append("divide")
+    return a / b
+
+
+@tool
+def greet(name: str, greeting: str = "hello") -> str:
+    """Greet someone."""
+    ran.append("greet")
+    return f"{greeting} {name}"
+
+
+@tool(approval_mode="always_require")
+def pay(amount: int) -> str:
+    """Pay (a person approves first)."""
+    ran.append("pay")
+    return f"paid {amount}"
+
+
+def _agent(script: list[ScriptEntry], tools: list[Any], **options: Any) -> tuple[Agent, ScriptedChatClient]:
+    ran.clear()
+    client = ScriptedChatClient(script)
+    agent = Agent(client=client, tools=tools, clock=FixedClock(), ids=SequentialIds(), **options)
+    return agent, client
+
+
+async def test_failed_calls_carry_an_exception() -> None:
+    """A raising tool, an unknown tool and bad arguments each get a result marked with exception,
+    in the response and in what the client is sent; a good result has none."""
+    calls = [Call("divide", {"a": 1, "b": 0}), Call("ghost"), Call("divide", {"a": "x", "b": 1})]
+    agent, client = _agent([[*calls, Call("greet", {"name": "ada"})], "done"], [divide, greet])
+    response = await agent.run("go")
+    sent = {
+        c.call_id: c for m in client.requests[1].messages for c in m.contents if c.type == "function_result"
+    }
+    kept = {c.call_id: c for m in response.messages for c in m.contents if c.type == "function_result"}
+    assert sent == kept
+    assert sent["call_1"].exception == "division by zero"
+    assert sent["call_2"].exception == 'Function "ghost" not found.'
+    assert "int" in (sent["call_3"].exception or "")
+    assert sent["call_4"].exception is None
+    assert sent["call_1"].result == "Error: Function failed."  # the text is unchanged
+
+
+async def test_a_rejected_approval_stops_only_its_call() -> None:
+    """Nothing of a gated batch runs before the answer; after a rejection the other calls run."""
+    agent, client = _agent([[Call("pay", {"amount": 5}), Call("greet", {"name": "ada"})], "ok"], [pay, greet])
+    session = agent.create_session()
+    paused = await agent.run("pay and greet", session=session)
+    assert ran == []
+    assert [m.role for m in paused.messages] == ["assistant"]
+    answers = tuple(r.to_approval_response(False) for r in paused.user_input_requests)
+    resumed = await agent.run(Message("user", answers), session=session)
+    assert ran == ["greet"]
+    results = [(c.call_id, c.exception) for c in resumed.messages[0].contents]
+    assert results == [("call_1", None), ("call_2", None)]
+    assert [m.role for m in client.requests[1].messages] == ["user", "assistant", "tool"]
+
+
+async def test_a_resume_must_answer_every_request_of_the_batch() -> None:
+    """Answering one of two approval requests is refused before anything runs."""
+    script: list[ScriptEntry] = [[Call("pay", {"amount": 1}), Call("pay", {"amount": 2})], "ok"]
+    agent, _ = _agent(script, [pay])
+    session = agent.create_session()
+    paused = await agent.run("pay twice", session=session)
+    first = paused.user_input_requests[0].to_approval_response(True)
+    with pytest.raises(ValueError, match="answer every request"):
+        await agent.run(Message("user", (first,)), session=session)
+    assert ran == []
+
+
+async def test_a_limit_ends_with_a_plain_answer() -> None:
+    """Erroring batches up to the limit end with the limit's message, not an invented tool result."""
+    script: list[ScriptEntry] = [Call("divide", {"a": 1, "b": 0})] * 3
+    agent, client = _agent(script, [divide], max_consecutive_errors=2)
+    response = await agent.run("go")
+    assert [r.tool_choice for r in client.requests][-1] == "none"
+    assert response.text == "Function invocation limit reached before a final answer could be produced."
+    assert not response.messages[-1].function_calls
+
+
+async def test_terminate_on_unknown_calls_fails_the_run_before_the_batch_runs() -> None:
+    """With terminate_on_unknown_calls a hallucinated tool raises UnknownToolError (a KeyError)."""
+    agent, client = _agent(
+        [[Call("greet", {"name": "ada"}), Call("ghost")], "x"], [greet], terminate_on_unknown_calls=True
+    )
+    with pytest.raises(UnknownToolError) as info:
+        await agent.run("go")
+    assert isinstance(info.value, KeyError)
+    assert str(info.value) == 'Error: Requested function "ghost" not found.'
+    assert ran == []
+    assert len(client.requests) == 1
+    events = await agent.store.read(info.value.run_id)  # type: ignore[union-attr]
+    assert event_types(events)[-2:] == ["ToolNotFound", "RunFailed"]
+    assert events_of(events, RunFailed)[0].error_type == "UnknownToolError"
+
+
+async def test_unknown_calls_are_answered_by_default() -> None:
+    """Without the setting an unknown tool is an error result and the run goes on."""
+    agent, _ = _agent([Call("ghost"), "fine"], [greet])
+    response = await agent.run("go")
+    assert response.text == "fine"
+    assert events_of(response.events, ToolNotFound)
+
+
+async def test_middleware_sees_what_the_model_sent() -> None:
+    """Function middleware sees the arguments as sent, typed, without defaults filled in."""
+    seen: list[dict[str, Any]] = []
+
+    @function_middleware
+    async def look(context: FunctionInvocationContext, call_next: CallNext) -> None:
+        seen.append(dict(context.arguments))
+        await call_next()
+
+    agent, _ = _agent(
+        [Call("greet", {"name": "ada"}), Call("divide", '{"a": "6", "b": 3}'), "x"],
+        [greet, divide],
+        middleware=[look],
+    )
+    await agent.run("go")
+    assert seen == [{"name": "ada"}, {"a": 6, "b": 3}]
+
+
+async def test_middleware_may_supply_a_missing_argument() -> None:
+    """A call missing a required argument still reaches middleware, which may repair it."""
+
+    @function_middleware
+    async def repair(context: FunctionInvocationContext, call_next: CallNext) -> None:
+        context.arguments.setdefault("name", "repaired")
+        context.arguments.setdefault("greeting", "hi")  # the seed's "add only if missing"
+        await call_next()
+
+    agent, _ = _agent([Call("greet", {}), "x"], [greet], middleware=[repair])
+    response = await agent.run("go")
+    [called] = events_of(response.events, ToolCalled)
+    assert called.arguments == {"name": "repaired", "greeting": "hi"}
+    assert response.messages[1].contents[0].result == "hi repaired"
+
+
+async def test_arguments_middleware_does_not_repair_are_rejected() -> None:
+    """Arguments still invalid after middleware are rejected; the tool does not run."""
+
+    @function_middleware
+    async def passthrough(context: FunctionInvocationContext, call_next: CallNext) -> None:
+        await call_next()
+
+    agent, _ = _agent([Call("greet", {}), "x"], [greet], middleware=[passthrough])
+    response = await agent.run("go")
+    assert events_of(response.events, ArgumentsRejected)
+    assert not events_of(response.events, ToolCalled)
+    assert ran == []
+
+
+def test_a_misspelt_approval_mode_is_refused() -> None:
+    """approval_mode="always_required" fails at definition instead of running unapproved."""
+    misspelt: Any = "always_required"
+
+    def wire(amount: int) -> str:
+        return "sent"
+
+    with pytest.raises(ToolDefinitionError, match="always_required"):
+        tool(approval_mode=misspelt)(wire)
+
+
+@pytest.mark.parametrize(
+    "choice",
+    ["requird", {"mode": "bogus"}, {"mode": "required", "required_function_name": "not_offered"}],
+    ids=["typo", "bad-mode", "not-offered"],
+)
+async def test_a_tool_choice_no_model_accepts_is_refused(choice: Any) -> None:
+    """An invalid tool_choice fails run() with OptionsError before anything is recorded."""
+    agent, client = _agent(["x"], [greet])
+    with pytest.raises(OptionsError):
+        await agent.run("go", options={"tool_choice": choice})
+    assert client.requests == []
+
+
+@pytest.mark.parametrize(
+    "choice", [None, "auto", "none", "required", {"mode": "required", "required_function_name": "greet"}]
+)
+async def test_valid_tool_choices_are_sent(choice: Any) -> None:
+    """Every valid tool_choice form reaches the client on the first call."""
+    agent, client = _agent([Call("greet", {"name": "ada"}), "x"], [greet])
+    await agent.run("go", options={"tool_choice": choice})
+    assert client.requests[0].tool_choice == choice
