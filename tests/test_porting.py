@@ -215,3 +215,22 @@ async def test_valid_tool_choices_are_sent(choice: Any) -> None:
     agent, client = _agent([Call("greet", {"name": "ada"}), "x"], [greet])
     await agent.run("go", options={"tool_choice": choice})
     assert client.requests[0].tool_choice == choice
+
+
+async def test_a_gated_call_that_middleware_may_repair_waits_for_approval() -> None:
+    """With function middleware, a gated call with incomplete arguments is asked about, not run."""
+
+    @function_middleware
+    async def complete(context: FunctionInvocationContext, call_next: CallNext) -> None:
+        context.arguments.setdefault("amount", 1)
+        await call_next()
+
+    agent, _ = _agent([Call("pay", {}), "paid"], [pay], middleware=[complete])
+    session = agent.create_session()
+    paused = await agent.run("pay", session=session)
+    assert paused.finish_reason == "awaiting_approval"
+    assert ran == []
+    answers = tuple(r.to_approval_response(True) for r in paused.user_input_requests)
+    resumed = await agent.run(Message("user", answers), session=session)
+    assert ran == ["pay"]
+    assert resumed.text == "paid"

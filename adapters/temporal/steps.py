@@ -23,7 +23,6 @@ from agentledger.core.machine import RunMachine, refold
 from agentledger.core.messages import Content
 from agentledger.errors import AgentLedgerError
 from agentledger.run import RunBinding, RunSpec, StepRecorder, call_model, check_approvals, invoke_call
-from agentledger.run.tool_step import arguments_valid
 from agentledger.session import AgentSession
 from agentledger.tools import FunctionTool
 
@@ -114,7 +113,7 @@ def started_events(agent: Agent, request: StartRequest) -> list[Event]:
             f"agent {view.agent!r} has agent middleware, which wraps a whole run in one "
             "process; on Temporal use function or chat middleware"
         )
-    check_approvals(view.history, request.messages, spec.tools)
+    check_approvals(view.history, request.messages, spec)
     started = spec.run_started(
         run_id=view.run_id,
         at=request.at,
@@ -181,7 +180,7 @@ async def tool_step(
     binding, recorder = _binding(run_spec(agent, view, tools), view)
     function = binding.registry.by_name[name]
     if gated:  # only asked whether it waits for approval: nothing runs
-        return StepOutcome(held=arguments_valid(function, call))
+        return StepOutcome(held=binding.spec.awaits_approval(function, call))
     with binding.bound():
         await invoke_call(binding, iteration, call, function)
     return _outcome(binding, recorder)

@@ -71,7 +71,7 @@ class AgentRun:
                 RunMachine(history), self.run_id, spec.clock, [self._stream_sink] if self.on_update else []
             )
             inputs = normalize_messages(messages)
-            check_approvals(history, inputs, spec.tools)
+            check_approvals(history, inputs, spec)
             session_id = session.session_id if session is not None else None
             fields = spec.started_fields(messages=inputs, session_id=session_id, history_length=len(history))
             recorder.record(RunStarted, **fields)

@@ -18,7 +18,7 @@ from .._version import __version__
 from ..chat import ChatClient
 from ..core.approvals import approval_responses, resumed_batch, unmatched_approvals
 from ..core.events import RunConfig, RunStarted
-from ..core.messages import Message
+from ..core.messages import Content, Message
 from ..errors import ApprovalError, OptionsError
 from ..middleware import Layer
 from ..store import EventStore
@@ -70,10 +70,10 @@ def options_record(options: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def check_approvals(
-    history: Sequence[Message], inputs: Sequence[Message], tools: Sequence[FunctionTool] = ()
+    history: Sequence[Message], inputs: Sequence[Message], spec: RunSpec | None = None
 ) -> None:
     """Refuse approval responses that answer no call awaiting approval in this conversation, and
-    (given the run's ``tools``) a resume that leaves a request of the paused batch unanswered."""
+    (given the run's ``spec``) a resume that leaves a request of the paused batch unanswered."""
     unmatched = unmatched_approvals(history, inputs)
     if unmatched:
         raise ApprovalError(
@@ -81,13 +81,13 @@ def check_approvals(
             "resume on the session of the run that asked for them"
         )
     responses = {c.call_id: bool(c.approved) for c in approval_responses(inputs)}
-    if not responses or not tools:
+    if not responses or spec is None:
         return
-    gated = {t.name: t for t in tools if t.approval_mode == "always_require"}
+    gated = {t.name: t for t in spec.tools if t.approval_mode == "always_require"}
     missing = [
         c.call_id
         for c in resumed_batch([*history, *inputs], responses)
-        if c.call_id not in responses and c.name in gated and arguments_valid(gated[c.name], c)
+        if c.call_id not in responses and c.name in gated and spec.awaits_approval(gated[c.name], c)
     ]
     if missing:
         raise ApprovalError(
@@ -118,6 +118,11 @@ class RunSpec(msgspec.Struct, frozen=True, kw_only=True):
     share_history: bool = True
     """Whether the run reads and extends its session's history (a sub-agent sharing its
     caller's session keeps its own conversation)."""
+
+    def awaits_approval(self, function: FunctionTool, call: Content) -> bool:
+        """Whether a call of a gated tool waits for a human: unless its arguments cannot run and
+        no function middleware could repair them (then it is rejected when its batch runs)."""
+        return bool(self.layers["function"]) or arguments_valid(function, call)
 
     def replace(self, **changes: Any) -> RunSpec:
         """The same run with some fields changed (a rerun: another client, no store...)."""

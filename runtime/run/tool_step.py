@@ -82,14 +82,15 @@ async def invoke_tools(binding: RunBinding, command: InvokeTools) -> None:
 
 
 def hold_for_approval(binding: RunBinding, command: InvokeTools) -> Sequence[Content]:
-    """The calls to run now: none when a gated call has valid arguments (``ApprovalRequested``
-    names those: the whole batch waits for the answer), else all of them (a gated call whose
-    arguments cannot run is rejected when it runs, never shown to a human)."""
+    """The calls to run now: none when a gated call waits for a human (``ApprovalRequested``
+    names those: the whole batch waits for the answer), else all of them. A gated call waits
+    unless its arguments cannot run and no function middleware could repair them
+    (``RunSpec.awaits_approval``); such a call is rejected when it runs, never shown to a human."""
     by_name = binding.registry.by_name
     held = [
         c.call_id or ""
         for c in command.calls
-        if c.call_id in command.gated and arguments_valid(by_name[c.name or ""], c)
+        if c.call_id in command.gated and binding.spec.awaits_approval(by_name[c.name or ""], c)
     ]
     if not held:
         return command.calls
