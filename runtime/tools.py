@@ -27,7 +27,15 @@ from .core.events import ToolSpec
 from .core.messages import Content
 from .errors import ArgumentsError, ToolDefinitionError
 
-__all__ = ("ApprovalMode", "ArgumentsError", "FunctionTool", "arguments_valid", "normalize_tools", "tool")
+__all__ = (
+    "ApprovalMode",
+    "ArgumentsError",
+    "FunctionTool",
+    "ToolParameters",
+    "arguments_valid",
+    "normalize_tools",
+    "tool",
+)
 
 ApprovalMode = Literal["always_require", "never_require"]
 _APPROVAL_MODES = ("always_require", "never_require")
@@ -46,6 +54,14 @@ def _caller_level() -> int:
         frame = frame.f_back  # type: ignore[assignment]
         level += 1
     return level
+
+
+class ToolParameters(dict[str, Any]):
+    """A tool's JSON schema: a dict, also callable (``tool.parameters()``, the reference
+    framework's spelling) for a copy of it."""
+
+    def __call__(self) -> dict[str, Any]:
+        return dict(self)
 
 
 class FunctionTool:
@@ -70,7 +86,7 @@ class FunctionTool:
         doc = inspect.getdoc(func) if inspect.isroutine(func) else None
         self.description = description if description is not None else (doc or "")
         shape = read_arguments(func, self.name, schema)
-        self.parameters: dict[str, Any] = shape.parameters
+        self.parameters = ToolParameters(shape.parameters)
         self.context_param: str | None = shape.context_param
         self.accepts_kwargs = shape.accepts_kwargs
         self._args_type: type[msgspec.Struct] | None = shape.struct
@@ -83,7 +99,7 @@ class FunctionTool:
         self.spec = ToolSpec(
             name=self.name,
             description=self.description,
-            parameters=self.parameters,
+            parameters=dict(self.parameters),
             approval_mode=approval_mode,
         )
         """What the model is offered and the run records; ``approval_mode`` is read from it."""

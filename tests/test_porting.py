@@ -234,3 +234,14 @@ async def test_a_gated_call_that_middleware_may_repair_waits_for_approval() -> N
     resumed = await agent.run(Message("user", answers), session=session)
     assert ran == ["pay"]
     assert resumed.text == "paid"
+
+
+def test_reference_spellings_work() -> None:
+    """tool.parameters() (the reference's method) and agentledger.openai import as ported code expects."""
+    assert greet.parameters()["required"] == ["name"]
+    assert greet.parameters["properties"]["greeting"]["default"] == "hello"
+    from agentledger.adapters.chat import openai as adapter
+    from agentledger.openai import OpenAIChatClient, OpenAIResponsesClient
+
+    assert OpenAIChatClient is adapter.OpenAIChatClient
+    assert OpenAIResponsesClient is adapter.OpenAIResponsesClient
