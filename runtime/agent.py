@@ -29,6 +29,9 @@ from .tools import FunctionTool, normalize_tools
 __all__ = ("Agent", "AgentResponse", "AgentResponseUpdate", "RunStream")
 
 
+_CLIENT_PARAMETERS = frozenset({"messages", "options", "function_invocation_kwargs", "client_kwargs"})
+
+
 def _frozen_layers(layers: Mapping[str, list[Layer]]) -> dict[str, tuple[Layer, ...]]:
     return {kind: tuple(items) for kind, items in layers.items()}
 
@@ -168,6 +171,10 @@ class Agent:
             middleware=middleware,
             tools=tools,
         )
+        if kwargs:  # the deprecated path also reaches the client, as keyword arguments
+            spec = spec.replace(
+                legacy_kwargs={k: v for k, v in kwargs.items() if k not in _CLIENT_PARAMETERS}
+            )
         run = AgentRun(spec, session, run_id=self.ids("run"))
         if stream:
             return RunStream(run, messages)

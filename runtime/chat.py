@@ -160,6 +160,7 @@ class ChatClient(Protocol):
         *,
         options: ChatOptions | None = None,
         client_kwargs: Mapping[str, Any] | None = None,
+        **kwargs: Any,
     ) -> AsyncIterator[ChatResponseUpdate]:
         """One model call, streamed."""
         ...

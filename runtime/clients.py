@@ -58,9 +58,10 @@ class BaseChatClient(abc.ABC):
         *,
         options: ChatOptions | None = None,
         client_kwargs: Mapping[str, Any] | None = None,
+        **kwargs: Any,
     ) -> AsyncIterator[ChatResponseUpdate]:
         """Stream one model call; the default streams the whole response as one update."""
-        response = await self.get_response(messages, options=options, client_kwargs=client_kwargs)
+        response = await self.get_response(messages, options=options, client_kwargs=client_kwargs, **kwargs)
         for message in response.messages:
             yield ChatResponseUpdate(
                 contents=message.contents,

@@ -5,12 +5,17 @@ definitions are checked."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pytest
 
 from agentledger import (
     Agent,
+    BaseChatClient,
+    ChatOptions,
+    ChatResponse,
+    Content,
     FunctionInvocationContext,
     Message,
     OptionsError,
@@ -245,3 +250,38 @@ def test_reference_spellings_work() -> None:
 
     assert OpenAIChatClient is adapter.OpenAIChatClient
     assert OpenAIResponsesClient is adapter.OpenAIResponsesClient
+
+
+class _Recording(BaseChatClient):
+    """A custom client in the reference's style: extra keyword arguments in get_response."""
+
+    def __init__(self) -> None:
+        self.extra: list[dict[str, Any]] = []
+
+    async def get_response(
+        self,
+        messages: Sequence[Message],
+        *,
+        options: ChatOptions | None = None,
+        function_invocation_kwargs: Mapping[str, Any] | None = None,
+        client_kwargs: Mapping[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> ChatResponse:
+        self.extra.append(kwargs)
+        return ChatResponse(Message("assistant", (Content.from_text("ok"),)))
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+async def test_legacy_run_kwargs_reach_the_client_too(stream: bool) -> None:
+    """Values passed as **kwargs to run() (deprecated) reach tools and the client's get_response."""
+    client = _Recording()
+    agent = Agent(client=client)
+    if stream:
+        with pytest.warns(DeprecationWarning, match="deprecated"):
+            updates = agent.run("hi", stream=True, user_tier="gold")
+        async for _ in updates:
+            pass
+    else:
+        with pytest.warns(DeprecationWarning, match="deprecated"):
+            await agent.run("hi", user_tier="gold")
+    assert client.extra == [{"user_tier": "gold"}]

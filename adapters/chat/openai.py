@@ -191,6 +191,7 @@ class _OpenAIClient(BaseChatClient):
         *,
         options: ChatOptions | None = None,
         client_kwargs: Mapping[str, Any] | None = None,
+        **kwargs: Any,
     ) -> AsyncIterator[ChatResponseUpdate]:
         """One model call, streamed: text deltas as they arrive, function calls whole."""
         options = options or {}

@@ -84,9 +84,10 @@ class ScriptedChatClient(BaseChatClient):
         *,
         options: ChatOptions | None = None,
         client_kwargs: Mapping[str, Any] | None = None,
+        **kwargs: Any,
     ) -> AsyncIterator[ChatResponseUpdate]:
         """Text arrives word by word; function calls arrive whole, after the text."""
-        response = await self.get_response(messages, options=options, client_kwargs=client_kwargs)
+        response = await self.get_response(messages, options=options, client_kwargs=client_kwargs, **kwargs)
         model = response.model  # the answer's own model, as the whole response reports it
         for message in response.messages:
             for content in message.contents:

@@ -108,14 +108,14 @@ def _record_request_changes(
 
 
 async def _get_response(binding: RunBinding, context: ChatContext) -> ChatResponse:
-    client, on_update = binding.spec.client, binding.on_update
+    client, on_update, legacy = binding.spec.client, binding.on_update, binding.spec.legacy_kwargs
     if on_update is None:
         return await client.get_response(
-            context.messages, options=context.options, client_kwargs=context.client_kwargs
+            context.messages, options=context.options, client_kwargs=context.client_kwargs, **legacy
         )
     updates = []
     async for update in client.get_streaming_response(
-        context.messages, options=context.options, client_kwargs=context.client_kwargs
+        context.messages, options=context.options, client_kwargs=context.client_kwargs, **legacy
     ):
         updates.append(update)
         on_update(update)

@@ -118,6 +118,9 @@ class RunSpec(msgspec.Struct, frozen=True, kw_only=True):
     share_history: bool = True
     """Whether the run reads and extends its session's history (a sub-agent sharing its
     caller's session keeps its own conversation)."""
+    legacy_kwargs: Mapping[str, Any] = msgspec.field(default_factory=dict)
+    """Values passed as ``**kwargs`` to ``run()`` (deprecated): besides the tools, the chat
+    client gets them as keyword arguments of each model call."""
 
     def awaits_approval(self, function: FunctionTool, call: Content) -> bool:
         """Whether a call of a gated tool waits for a human: unless its arguments cannot run and
