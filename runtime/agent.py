@@ -23,7 +23,7 @@ from .run.spec import Layers, RunSpec, check_tool_choice, merge_options
 from .session import AgentSession
 from .store import EventStore, MemoryEventStore
 from .streaming import RunStream
-from .subagents import agent_tool
+from .subagents import StreamCallback, agent_tool
 from .tools import FunctionTool, normalize_tools
 
 __all__ = ("Agent", "AgentResponse", "AgentResponseUpdate", "RunStream")
@@ -273,8 +273,10 @@ class Agent:
         arg_description: str | None = None,
         approval_mode: str = "never_require",
         propagate_session: bool = False,
+        stream_callback: StreamCallback | None = None,
     ) -> FunctionTool:
-        """This agent as a tool of another agent; see ``agentledger.subagents``."""
+        """This agent as a tool of another agent; see ``agentledger.subagents``. With
+        ``stream_callback`` the child run is streamed and each update handed to it."""
         return agent_tool(
             self,
             name=name,
@@ -283,6 +285,7 @@ class Agent:
             arg_description=arg_description,
             approval_mode=approval_mode,
             propagate_session=propagate_session,
+            stream_callback=stream_callback,
         )
 
     def __repr__(self) -> str:

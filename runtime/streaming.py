@@ -11,7 +11,7 @@ from typing import Any
 import anyio
 import anyio.abc
 
-from .response import AgentResponseUpdate
+from .response import AgentResponse, AgentResponseUpdate
 from .run.lifecycle import AgentRun
 
 __all__ = ("RunStream",)
@@ -25,7 +25,8 @@ class RunStream:
     with``, or ``contextlib.aclosing``) cancels the run at once and waits for it; a stream that
     is simply dropped after a ``break`` cancels its run when it is collected. Either way the run
     is recorded as ``RunFailed`` with ``error_type="Cancelled"``. A failed run raises its error
-    (``ModelCallError``...) to the iterating code.
+    (``ModelCallError``...) to the iterating code. ``await stream.get_final_response()`` gives
+    the run's ``AgentResponse`` once it has ended (iterating the rest first).
     """
 
     def __init__(self, run: AgentRun, messages: Any) -> None:
@@ -34,6 +35,8 @@ class RunStream:
         self._send, self._receive = anyio.create_memory_object_stream[AgentResponseUpdate](math.inf)
         run.on_update = self._send.send_nowait
         self._failure: list[Exception] = []
+        self._response: list[AgentResponse] = []
+        self._ended = False
         self._task: asyncio.Task[None] | None = None
         self._fallback: AsyncGenerator[AgentResponseUpdate, None] | None = None
 
@@ -41,6 +44,8 @@ class RunStream:
         return self
 
     async def __anext__(self) -> AgentResponseUpdate:
+        if self._ended:
+            raise StopAsyncIteration
         if self._task is None and self._fallback is None:
             self._start()
         if self._fallback is not None:
@@ -48,6 +53,7 @@ class RunStream:
         try:
             return await self._receive.receive()
         except anyio.EndOfStream:
+            self._ended = True
             self._receive.close()
             if self._failure:
                 raise self._failure[0] from None
@@ -57,16 +63,28 @@ class RunStream:
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:  # another event loop (trio): a structured fallback
-            self._fallback = _stream_in_group(self._run, self._messages, self._send, self._receive)
+            self._fallback = _stream_in_group(
+                self._run, self._messages, self._send, self._receive, self._response
+            )
             return
         self._task = loop.create_task(self._produce())
 
     async def _produce(self) -> None:
         async with self._send:
             try:
-                await self._run.execute(self._messages, stream=True)
+                self._response.append(await self._run.execute(self._messages, stream=True))
             except Exception as exc:  # handed to the consumer at the end of the stream
                 self._failure.append(exc)
+
+    async def get_final_response(self) -> AgentResponse:
+        """The run's response: the updates not yet taken are consumed first; a failed run raises."""
+        async for _ in self:
+            pass
+        if self._failure:
+            raise self._failure[0]
+        if not self._response:
+            raise RuntimeError("the streamed run ended without a response (it was closed early)")
+        return self._response[0]
 
     async def aclose(self) -> None:
         """Stop the run (if it is still going) and wait until it has recorded how it ended."""
@@ -100,6 +118,7 @@ async def _stream_in_group(
     messages: Any,
     send: anyio.abc.ObjectSendStream[AgentResponseUpdate],
     receive: anyio.abc.ObjectReceiveStream[AgentResponseUpdate],
+    response: list[AgentResponse],
 ) -> AsyncGenerator[AgentResponseUpdate, None]:
     """Streaming on event loops other than asyncio's: iterate it inside ``aclosing``."""
     failure: list[Exception] = []
@@ -107,7 +126,7 @@ async def _stream_in_group(
     async def produce() -> None:
         async with send:
             try:
-                await run.execute(messages, stream=True)
+                response.append(await run.execute(messages, stream=True))
             except Exception as exc:
                 failure.append(exc)
 

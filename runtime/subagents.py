@@ -11,19 +11,25 @@ call's error result.
 from __future__ import annotations
 
 import contextvars
+import inspect
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Literal, Protocol
 
 from ._sources import IdSource
 from .context import FunctionInvocationContext, current_run_context
 from .core.events import ChildRunStarted
 from .errors import AgentLedgerError
+from .response import AgentResponse, AgentResponseUpdate
 from .run.lifecycle import AgentRun
 from .run.spec import RunSpec
 from .session import AgentSession
 from .store import EventStore
+from .streaming import RunStream
 from .tools import FunctionTool
+
+StreamCallback = Callable[[AgentResponseUpdate], Awaitable[None] | None]
+"""Called with each update of a sub-agent's streamed run (a plain or an async function)."""
 
 
 class SubAgent(Protocol):
@@ -50,7 +56,15 @@ class SubAgent(Protocol):
     ) -> RunSpec: ...
 
 
-__all__ = ("MAX_DEPTH", "AgentTool", "SubAgent", "SubAgentApprovalError", "SubAgentDepthError", "agent_tool")
+__all__ = (
+    "MAX_DEPTH",
+    "AgentTool",
+    "StreamCallback",
+    "SubAgent",
+    "SubAgentApprovalError",
+    "SubAgentDepthError",
+    "agent_tool",
+)
 
 MAX_DEPTH = 8
 _depth: contextvars.ContextVar[int] = contextvars.ContextVar("agentledger_depth", default=0)
@@ -77,10 +91,12 @@ class AgentTool(FunctionTool):
         arg_description: str,
         approval_mode: Literal["always_require", "never_require"],
         propagate_session: bool,
+        stream_callback: StreamCallback | None = None,
     ) -> None:
         self.agent = agent
         self.arg_name = arg_name
         self.propagate_session = propagate_session
+        self.stream_callback = stream_callback
         schema = {
             "type": "object",
             "properties": {arg_name: {"type": "string", "description": arg_description}},
@@ -129,7 +145,7 @@ class AgentTool(FunctionTool):
         run = AgentRun(spec, session, run_id=run_id, parent_sink=parent_sink)
         token = _depth.set(depth)
         try:
-            response = await run.execute(str(arguments.get(self.arg_name, "")))
+            response = await self._execute(run, str(arguments.get(self.arg_name, "")))
         finally:
             _depth.reset(token)
         if response.user_input_requests:
@@ -141,6 +157,18 @@ class AgentTool(FunctionTool):
             )
         return response.text
 
+    async def _execute(self, run: AgentRun, task: str) -> AgentResponse:
+        """The child's run; streamed to ``stream_callback`` update by update when there is one."""
+        callback = self.stream_callback
+        if callback is None:
+            return await run.execute(task)
+        async with RunStream(run, task) as stream:
+            async for update in stream:
+                handled = callback(update)
+                if inspect.isawaitable(handled):
+                    await handled
+            return await stream.get_final_response()
+
 
 def agent_tool(
     agent: SubAgent,
@@ -151,6 +179,7 @@ def agent_tool(
     arg_description: str | None,
     approval_mode: str,
     propagate_session: bool,
+    stream_callback: StreamCallback | None = None,
 ) -> FunctionTool:
     """Build the tool behind ``Agent.as_tool``."""
     tool_name = name or re.sub(r"[^A-Za-z0-9_-]", "_", agent.name or "agent")[:64]
@@ -164,4 +193,5 @@ def agent_tool(
         arg_description=arg_description or f"The {arg_name} for the agent.",
         approval_mode=approval_mode,  # type: ignore[arg-type]
         propagate_session=propagate_session,
+        stream_callback=stream_callback,
     )

@@ -12,6 +12,7 @@ import pytest
 
 from agentledger import (
     Agent,
+    AgentResponseUpdate,
     BaseChatClient,
     ChatOptions,
     ChatResponse,
@@ -285,3 +286,34 @@ async def test_legacy_run_kwargs_reach_the_client_too(stream: bool) -> None:
         with pytest.warns(DeprecationWarning, match="deprecated"):
             await agent.run("hi", user_tier="gold")
     assert client.extra == [{"user_tier": "gold"}]
+
+
+@pytest.mark.parametrize("kind", ["plain", "async"])
+async def test_a_sub_agent_can_stream_to_a_callback(kind: str) -> None:
+    """as_tool(stream_callback=...) hands each update of the child's run to the callback."""
+    seen: list[str] = []
+
+    def plain(update: AgentResponseUpdate) -> None:
+        seen.append(update.text)
+
+    async def later(update: AgentResponseUpdate) -> None:
+        seen.append(update.text)
+
+    child = Agent(client=ScriptedChatClient(["the tides follow the moon"]), name="Researcher")
+    research = child.as_tool(name="research", stream_callback=plain if kind == "plain" else later)
+    lead, _ = _agent([Call("research", {"task": "tides"}), "done"], [research])
+    response = await lead.run("why tides?")
+    assert "".join(seen) == "the tides follow the moon"
+    assert response.messages[1].contents[0].result == "the tides follow the moon"
+
+
+async def test_a_streamed_run_gives_its_final_response() -> None:
+    """stream.get_final_response() after (or instead of) iterating is the run's AgentResponse."""
+    agent, _ = _agent([Call("greet", {"name": "ada"}), "greeted"], [greet])
+    stream = agent.run("go", stream=True)
+    texts = [update.text async for update in stream]
+    response = await stream.get_final_response()
+    assert response.text == "greeted"
+    assert "".join(texts).endswith("greeted")
+    untouched = _agent(["direct"], [])[0].run("go", stream=True)
+    assert (await untouched.get_final_response()).text == "direct"
