@@ -73,7 +73,7 @@ class FunctionTool:
         *,
         name: str | None = None,
         description: str | None = None,
-        approval_mode: ApprovalMode = "never_require",
+        approval_mode: ApprovalMode | None = "never_require",
         schema: type | Mapping[str, Any] | None = None,
     ) -> None:
         self.func = func
@@ -81,6 +81,8 @@ class FunctionTool:
         self.name: str = name or str(getattr(func, "__name__", type(func).__name__))
         if not _NAME.match(self.name):
             raise ToolDefinitionError(f"tool name {self.name!r} must be 1-64 letters, digits, '_' or '-'")
+        if approval_mode is None:  # the reference framework's default spelling
+            approval_mode = "never_require"
         if approval_mode not in _APPROVAL_MODES:
             raise ToolDefinitionError(_approval_mode_error(self.name, approval_mode))
         doc = inspect.getdoc(func) if inspect.isroutine(func) else None
@@ -256,7 +258,7 @@ def tool(
     *,
     name: str | None = None,
     description: str | None = None,
-    approval_mode: ApprovalMode = "never_require",
+    approval_mode: ApprovalMode | None = "never_require",
     schema: type | Mapping[str, Any] | None = None,
 ) -> Callable[[F], FunctionTool]: ...
 def tool(
@@ -265,7 +267,7 @@ def tool(
     *,
     name: str | None = None,
     description: str | None = None,
-    approval_mode: ApprovalMode = "never_require",
+    approval_mode: ApprovalMode | None = "never_require",
     schema: type | Mapping[str, Any] | None = None,
 ) -> FunctionTool | Callable[[F], FunctionTool]:
     """Make a ``FunctionTool`` from a function: ``@tool`` or ``@tool(name=..., ...)``."""

@@ -12,6 +12,7 @@ import pytest
 
 from agentledger import (
     Agent,
+    AgentContext,
     AgentResponseUpdate,
     BaseChatClient,
     ChatOptions,
@@ -22,10 +23,12 @@ from agentledger import (
     OptionsError,
     ToolDefinitionError,
     UnknownToolError,
+    agent_middleware,
     function_middleware,
     tool,
 )
 from agentledger.adapters.chat.scripted import Call, ScriptedChatClient, ScriptEntry
+from agentledger.core.approvals import paused_calls
 from agentledger.core.events import ArgumentsRejected, RunFailed, ToolCalled, ToolNotFound
 from agentledger.testing import FixedClock, SequentialIds, event_types, events_of
 
@@ -317,3 +320,98 @@ async def test_a_streamed_run_gives_its_final_response() -> None:
     assert "".join(texts).endswith("greeted")
     untouched = _agent(["direct"], [])[0].run("go", stream=True)
     assert (await untouched.get_final_response()).text == "direct"
+
+
+async def _paused(middleware: tuple[Any, ...] = ()) -> tuple[Agent, Any, Any]:
+    agent, _ = _agent(
+        [[Call("pay", {"amount": 5}), Call("greet", {"name": "ada"})], "ok"],
+        [pay, greet],
+        middleware=list(middleware),
+    )
+    session = agent.create_session()
+    paused = await agent.run("pay", session=session)
+    return agent, session, paused
+
+
+async def test_answers_come_alone_and_before_the_conversation_goes_on() -> None:
+    """Answers mixed with new text, a new turn while a batch waits, or two different answers for
+    one call are refused: each would leave a call apart from its result."""
+    agent, session, paused = await _paused()
+    [request] = paused.user_input_requests
+    yes, no = request.to_approval_response(True), request.to_approval_response(False)
+    for message in (
+        Message("user", (yes, Content.from_text("and also..."))),
+        Message("user", (Content.from_text("never mind"),)),
+        Message("user", (yes, no)),
+    ):
+        with pytest.raises(ValueError, match=r"approval|answer"):
+            await agent.run(message, session=session)
+    assert ran == []
+    await agent.run(Message("user", (yes,)), session=session)
+    assert sorted(ran) == ["greet", "pay"]
+
+
+async def test_agent_middleware_rewriting_a_resume_keeps_its_answers() -> None:
+    """Agent middleware that rebuilds the input messages does not withdraw the approval answers."""
+
+    @agent_middleware
+    async def text_only(context: AgentContext, call_next: CallNext) -> None:
+        context.messages = [m for m in context.messages if m.text]
+        await call_next()
+
+    agent, session, paused = await _paused((text_only,))
+    answers = tuple(r.to_approval_response(True) for r in paused.user_input_requests)
+    await agent.run(Message("user", answers), session=session)
+    assert sorted(ran) == ["greet", "pay"]
+    assert not paused_calls(session.history)
+
+
+async def test_a_streamed_run_shows_its_approval_requests_and_limit_answer() -> None:
+    """Streaming callers see the approval requests of a paused run and the limit's answer."""
+    agent, _ = _agent([[Call("pay", {"amount": 5})]], [pay])
+    contents = [c async for update in agent.run("pay", stream=True) for c in update.contents]
+    assert [c.type for c in contents if c.type == "function_approval_request"] == [
+        "function_approval_request"
+    ]
+    limited, _ = _agent(
+        [Call("greet", {"name": "a"}), Call("greet", {"name": "b"})], [greet], max_iterations=1
+    )
+    texts = [update.text async for update in limited.run("go", stream=True)]
+    assert texts[-1] == "Function invocation limit reached before a final answer could be produced."
+
+
+async def test_agent_middleware_cannot_set_a_tool_choice_no_model_accepts() -> None:
+    """An invalid tool_choice set by agent middleware fails the run with OptionsError."""
+
+    @agent_middleware
+    async def typo(context: AgentContext, call_next: CallNext) -> None:
+        context.options["tool_choice"] = "requird"
+        await call_next()
+
+    agent, client = _agent(["x"], [greet], middleware=[typo])
+    with pytest.raises(OptionsError):
+        await agent.run("go")
+    assert client.requests == []
+
+
+def test_approval_mode_none_means_never_require() -> None:
+    """approval_mode=None, the reference's default spelling, means never_require."""
+    unset: Any = None
+
+    def plain() -> str:
+        return "x"
+
+    assert tool(approval_mode=unset)(plain).approval_mode == "never_require"
+
+
+async def test_a_gated_call_whose_arguments_are_no_json_is_not_asked_about() -> None:
+    """Even with function middleware, a gated call whose arguments are no JSON object is rejected."""
+
+    @function_middleware
+    async def passthrough(context: FunctionInvocationContext, call_next: CallNext) -> None:
+        await call_next()
+
+    agent, _ = _agent([Call("pay", "{not json"), "ok"], [pay], middleware=[passthrough])
+    response = await agent.run("pay")
+    assert response.finish_reason == "completed"
+    assert events_of(response.events, ArgumentsRejected)

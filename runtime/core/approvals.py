@@ -11,6 +11,7 @@ __all__ = (
     "approval_requests",
     "approval_responses",
     "conversation",
+    "paused_calls",
     "resumed_batch",
     "unmatched_approvals",
 )
@@ -35,6 +36,19 @@ def resumed_batch(messages: Sequence[Message], responses: Mapping[str | None, bo
             later = messages[index + 1 :]
             done = {c.call_id for m in later for c in m.contents if c.type == "function_result"}
             return [c for c in calls if c.call_id not in done]
+    return []
+
+
+def paused_calls(history: Sequence[Message]) -> list[str | None]:
+    """The calls of the conversation's last assistant message that still wait for a result (a
+    batch paused for approval: every other batch is answered before its run ends)."""
+    for index in range(len(history) - 1, -1, -1):
+        message = history[index]
+        if message.role != "assistant":
+            continue
+        later = history[index + 1 :]
+        done = {c.call_id for m in later for c in m.contents if c.type == "function_result"}
+        return [c.call_id for c in message.function_calls if c.call_id not in done]
     return []
 
 

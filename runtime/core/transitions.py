@@ -152,7 +152,8 @@ class Transitions:
     def _on_rewritten(self, event: RunInputRewritten) -> None:
         """Agent middleware replaced the input; a new tool_choice takes effect."""
         self.input_count = len(self.transcript.messages)
-        self.approvals = tuple(approval_responses(event.messages))
+        # Answers are not conversation: middleware rewriting the messages does not withdraw them.
+        self.approvals = tuple(approval_responses(event.messages)) or self.approvals
         if "tool_choice" in event.options:
             self.tool_choice = event.options["tool_choice"]
 

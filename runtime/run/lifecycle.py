@@ -18,7 +18,9 @@ from ..chat import ChatResponseUpdate, normalize_messages
 from ..context import AgentContext, SessionSink
 from ..core.commands import FinishRun
 from ..core.events import (
+    ApprovalRequested,
     ArgumentsRejected,
+    CallsSkipped,
     Event,
     MiddlewareShortCircuit,
     RunInputRewritten,
@@ -30,7 +32,7 @@ from ..core.events import (
 )
 from ..core.machine import RunMachine
 from ..core.messages import Content, Message, result_text
-from ..core.projections import error_text
+from ..core.projections import LIMIT_REACHED, error_text
 from ..errors import MiddlewareError, MiddlewareTermination, RunError, StoreError, UnknownToolError
 from ..middleware import run_chain
 from ..response import AgentResponse, AgentResponseUpdate
@@ -38,7 +40,7 @@ from ..session import AgentSession, writer
 from .binding import RunBinding
 from .driver import LocalDriver
 from .recorder import LiveRecorder, capture_sinks
-from .spec import RunSpec, check_approvals, options_record
+from .spec import RunSpec, check_approvals, check_tool_choice, options_record
 from .values import to_json
 
 __all__ = ("AgentRun",)
@@ -60,6 +62,7 @@ class AgentRun:
         self.run_id = run_id
         self.parent_sink = parent_sink
         self.on_update: Callable[[AgentResponseUpdate], None] | None = None
+        self._machine = RunMachine()
 
     async def execute(self, messages: Any, *, stream: bool = False) -> AgentResponse:
         spec, session = self.spec, self.session
@@ -67,8 +70,9 @@ class AgentRun:
         # The agent's sinks see this run and, through the context, its sub-agents' runs too.
         token = capture_sinks.set((*capture_sinks.get(), *spec.sinks)) if spec.sinks else None
         try:
+            self._machine = machine = RunMachine(history)
             recorder = LiveRecorder(
-                RunMachine(history), self.run_id, spec.clock, [self._stream_sink] if self.on_update else []
+                machine, self.run_id, spec.clock, [self._stream_sink] if self.on_update else []
             )
             inputs = normalize_messages(messages)
             check_approvals(history, inputs, spec)
@@ -160,6 +164,7 @@ class AgentRun:
         if context.messages == inputs and not changed and not kwargs_changed and not client_changed:
             binding.use_input(before, kwargs, client_kwargs)
             return
+        check_tool_choice(context.options.get("tool_choice"), self.spec.tools)
         binding.use_input(dict(context.options), kwargs, client_kwargs)
         binding.recorder.record(
             RunInputRewritten,
@@ -227,9 +232,20 @@ class AgentRun:
         self.on_update(AgentResponseUpdate(contents=update.contents, role=update.role, run_id=self.run_id))
 
     def _stream_sink(self, event: Event) -> None:
-        """Each call's result as the model will see it, the moment it is recorded."""
+        """Each call's result as the model will see it, the moment it is recorded; the approval
+        requests of a paused run; the answer that stands for calls dropped at a limit."""
         assert self.on_update is not None
         call_id: str | None
+        if isinstance(event, ApprovalRequested):
+            held = set(event.call_ids)
+            requests = tuple(r for r in self._machine.approval_requests() if r.call_id in held)
+            self.on_update(AgentResponseUpdate(contents=requests, run_id=event.run_id))
+            return
+        if isinstance(event, CallsSkipped):
+            if self._machine.last_text() == LIMIT_REACHED:
+                answer = Content.from_text(LIMIT_REACHED)
+                self.on_update(AgentResponseUpdate(contents=(answer,), run_id=event.run_id))
+            return
         if isinstance(event, ToolReturned | MiddlewareShortCircuit):
             call_id, text = event.call_id, result_text(event.result)
         elif isinstance(event, ToolFailed | ArgumentsRejected | ToolNotFound):

@@ -16,10 +16,10 @@ import msgspec
 
 from .._version import __version__
 from ..chat import ChatClient
-from ..core.approvals import approval_responses, resumed_batch, unmatched_approvals
+from ..core.approvals import approval_responses, paused_calls, resumed_batch, unmatched_approvals
 from ..core.events import RunConfig, RunStarted
 from ..core.messages import Content, Message
-from ..errors import ApprovalError, OptionsError
+from ..errors import ApprovalError, ArgumentsError, OptionsError
 from ..middleware import Layer
 from ..store import EventStore
 from ..tools import FunctionTool, arguments_valid
@@ -72,16 +72,30 @@ def options_record(options: Mapping[str, Any]) -> dict[str, Any]:
 def check_approvals(
     history: Sequence[Message], inputs: Sequence[Message], spec: RunSpec | None = None
 ) -> None:
-    """Refuse approval responses that answer no call awaiting approval in this conversation, and
-    (given the run's ``spec``) a resume that leaves a request of the paused batch unanswered."""
+    """Refuse what would leave a call of the conversation without its result: approval
+    responses that answer no call awaiting approval, two different answers for one call, answers
+    mixed with new conversation, a new turn while a batch waits for approval, and (given the
+    run's ``spec``) a resume that leaves a request of the paused batch unanswered."""
     unmatched = unmatched_approvals(history, inputs)
     if unmatched:
         raise ApprovalError(
             f"approval responses for {unmatched} match no call awaiting approval; "
             "resume on the session of the run that asked for them"
         )
-    responses = {c.call_id: bool(c.approved) for c in approval_responses(inputs)}
-    if not responses or spec is None:
+    answers = approval_responses(inputs)
+    responses = {c.call_id: bool(c.approved) for c in answers}
+    if not answers:
+        paused = paused_calls(history)
+        if paused:
+            raise ApprovalError(
+                f"calls {paused} wait for approval: answer them before the conversation goes on"
+            )
+        return
+    if len(responses) < len({(c.call_id, bool(c.approved)) for c in answers}):
+        raise ApprovalError("one call has two different approval answers")
+    if any(c.type != "function_approval_response" for m in inputs for c in m.contents):
+        raise ApprovalError("send approval answers on their own; new text goes in the run after them")
+    if spec is None:
         return
     gated = {t.name: t for t in spec.tools if t.approval_mode == "always_require"}
     missing = [
@@ -125,7 +139,15 @@ class RunSpec(msgspec.Struct, frozen=True, kw_only=True):
     def awaits_approval(self, function: FunctionTool, call: Content) -> bool:
         """Whether a call of a gated tool waits for a human: unless its arguments cannot run and
         no function middleware could repair them (then it is rejected when its batch runs)."""
-        return bool(self.layers["function"]) or arguments_valid(function, call)
+        if arguments_valid(function, call):
+            return True
+        if not self.layers["function"]:
+            return False
+        try:  # middleware sees arguments only once they are a JSON object
+            function.parse_arguments(call.arguments)
+        except ArgumentsError:
+            return False
+        return True
 
     def replace(self, **changes: Any) -> RunSpec:
         """The same run with some fields changed (a rerun: another client, no store...)."""
