@@ -30,6 +30,7 @@ from agentledger import (
 from agentledger.adapters.chat.scripted import Call, ScriptedChatClient, ScriptEntry
 from agentledger.core.approvals import paused_calls
 from agentledger.core.events import ArgumentsRejected, RunFailed, ToolCalled, ToolNotFound
+from agentledger.errors import ModelCallError
 from agentledger.testing import FixedClock, SequentialIds, event_types, events_of
 
 pytestmark = pytest.mark.anyio
@@ -415,3 +416,24 @@ async def test_a_gated_call_whose_arguments_are_no_json_is_not_asked_about() -> 
     response = await agent.run("pay")
     assert response.finish_reason == "completed"
     assert events_of(response.events, ArgumentsRejected)
+
+
+async def test_a_failed_resume_does_not_run_the_approved_call_twice() -> None:
+    """A resume whose batch ran before the model failed keeps the results: the same answer again
+    is refused, and the conversation can go on."""
+    script: list[ScriptEntry] = [Call("pay", {"amount": 5}), _fail, "fine"]
+    agent, _ = _agent(script, [pay])
+    session = agent.create_session()
+    paused = await agent.run("pay", session=session)
+    answers = tuple(r.to_approval_response(True) for r in paused.user_input_requests)
+    with pytest.raises(ModelCallError):
+        await agent.run(Message("user", answers), session=session)
+    with pytest.raises(ValueError, match="match no call awaiting approval"):
+        await agent.run(Message("user", answers), session=session)
+    assert ran == ["pay"]
+    assert not paused_calls(session.history)
+    assert (await agent.run("and now?", session=session)).text == "fine"
+
+
+def _fail(request: Any) -> str:
+    raise ConnectionError("model unreachable")

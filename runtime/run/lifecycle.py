@@ -195,6 +195,7 @@ class AgentRun:
             self.session.state.checkpoint(every=True)
         failure = recorder.machine.failure
         if failure is not None:
+            self._keep_resumed_batch()
             recorder.finish()  # the machine records the failure as RunFailed
             with anyio.CancelScope(shield=True), contextlib.suppress(StoreError):
                 await driver.flush()
@@ -224,8 +225,22 @@ class AgentRun:
             error_type = "Cancelled" if cancelled else type(exc).__name__
             message = str(exc) if not isinstance(exc, RunError) else str(exc.__cause__ or exc)
             driver.recorder.fail(error_type, message)
+            self._keep_resumed_batch()
             with contextlib.suppress(StoreError):  # the store is what failed: the error says so
                 await driver.flush()
+
+    def _keep_resumed_batch(self) -> None:
+        """A resumed run that fails after its batch ran still puts that batch's results in the
+        session's history: an approval then allows one execution, and a retry of the same answer
+        is refused instead of running the calls again."""
+        machine, session = self._machine, self.session
+        if session is None or not self.spec.share_history or not machine.approvals:
+            return
+        messages = machine.transcript.messages
+        for index in range(machine.input_count, len(messages)):
+            if messages[index].role == "tool":
+                session.history.extend(messages[: index + 1])
+                return
 
     def _model_update(self, update: ChatResponseUpdate) -> None:
         assert self.on_update is not None
