@@ -57,10 +57,14 @@ def conversation(messages: Iterable[Message]) -> list[Message]:
     to the run, not conversation, so they are left out (and a message holding only them)."""
     kept = []
     for message in messages:
-        contents = tuple(c for c in message.contents if c.type != "function_approval_response")
-        if len(contents) == len(message.contents):
+        for content in message.contents:
+            if content.type == "function_approval_response":
+                break
+        else:  # nothing to leave out (the usual case): the message as it is
             kept.append(message)
-        elif contents:
+            continue
+        contents = tuple(c for c in message.contents if c.type != "function_approval_response")
+        if contents:
             kept.append(Message(message.role, contents))
     return kept
 

@@ -62,7 +62,7 @@ class AgentRun:
         self.run_id = run_id
         self.parent_sink = parent_sink
         self.on_update: Callable[[AgentResponseUpdate], None] | None = None
-        self._machine = RunMachine()
+        self._machine: RunMachine | None = None  # the run's machine, once it starts
 
     async def execute(self, messages: Any, *, stream: bool = False) -> AgentResponse:
         spec, session = self.spec, self.session
@@ -234,7 +234,7 @@ class AgentRun:
         session's history: an approval then allows one execution, and a retry of the same answer
         is refused instead of running the calls again."""
         machine, session = self._machine, self.session
-        if session is None or not self.spec.share_history or not machine.approvals:
+        if machine is None or session is None or not self.spec.share_history or not machine.approvals:
             return
         messages = machine.transcript.messages
         for index in range(machine.input_count, len(messages)):
@@ -251,13 +251,15 @@ class AgentRun:
         requests of a paused run; the answer that stands for calls dropped at a limit."""
         assert self.on_update is not None
         call_id: str | None
+        machine = self._machine
+        assert machine is not None
         if isinstance(event, ApprovalRequested):
             held = set(event.call_ids)
-            requests = tuple(r for r in self._machine.approval_requests() if r.call_id in held)
+            requests = tuple(r for r in machine.approval_requests() if r.call_id in held)
             self.on_update(AgentResponseUpdate(contents=requests, run_id=event.run_id))
             return
         if isinstance(event, CallsSkipped):
-            if self._machine.last_text() == LIMIT_REACHED:
+            if machine.last_text() == LIMIT_REACHED:
                 answer = Content.from_text(LIMIT_REACHED)
                 self.on_update(AgentResponseUpdate(contents=(answer,), run_id=event.run_id))
             return

@@ -76,21 +76,21 @@ def check_approvals(
     responses that answer no call awaiting approval, two different answers for one call, answers
     mixed with new conversation, a new turn while a batch waits for approval, and (given the
     run's ``spec``) a resume that leaves a request of the paused batch unanswered."""
+    answers = approval_responses(inputs)
+    if not answers:
+        paused = paused_calls(history) if history else None
+        if paused:
+            raise ApprovalError(
+                f"calls {paused} wait for approval: answer them before the conversation goes on"
+            )
+        return
     unmatched = unmatched_approvals(history, inputs)
     if unmatched:
         raise ApprovalError(
             f"approval responses for {unmatched} match no call awaiting approval; "
             "resume on the session of the run that asked for them"
         )
-    answers = approval_responses(inputs)
     responses = {c.call_id: bool(c.approved) for c in answers}
-    if not answers:
-        paused = paused_calls(history)
-        if paused:
-            raise ApprovalError(
-                f"calls {paused} wait for approval: answer them before the conversation goes on"
-            )
-        return
     if len(responses) < len({(c.call_id, bool(c.approved)) for c in answers}):
         raise ApprovalError("one call has two different approval answers")
     if any(c.type != "function_approval_response" for m in inputs for c in m.contents):
