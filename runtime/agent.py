@@ -23,7 +23,7 @@ from .run.spec import Layers, RunSpec, check_tool_choice, merge_options
 from .session import AgentSession
 from .store import EventStore, MemoryEventStore
 from .streaming import RunStream
-from .subagents import StreamCallback, agent_tool
+from .subagents import StreamCallback, agent_tool, take_child_link
 from .tools import FunctionTool, normalize_tools
 
 __all__ = ("Agent", "AgentResponse", "AgentResponseUpdate", "RunStream")
@@ -164,18 +164,24 @@ class Agent:
         """
         tool_kwargs = self._legacy_kwargs(function_invocation_kwargs, kwargs)
         _check_session(session)
+        link = take_child_link(self)  # this run answers a sub-agent call of another agent's run
         spec = self.run_spec(
             options=options,
             function_invocation_kwargs=tool_kwargs,
             client_kwargs=client_kwargs,
             middleware=middleware,
             tools=tools,
+            parent=link.parent if link else None,
+            share_history=link.share_history if link else True,
         )
         if kwargs:  # the deprecated path also reaches the client, as keyword arguments
             spec = spec.replace(
                 legacy_kwargs={k: v for k, v in kwargs.items() if k not in _CLIENT_PARAMETERS}
             )
-        run = AgentRun(spec, session, run_id=self.ids("run"))
+        if link is not None:
+            run = AgentRun(spec, session, run_id=link.run_id, parent_sink=link.parent_sink)
+        else:
+            run = AgentRun(spec, session, run_id=self.ids("run"))
         if stream:
             return RunStream(run, messages)
         return run.execute(messages)

@@ -14,14 +14,13 @@ import contextvars
 import inspect
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, NamedTuple, Protocol
 
 from ._sources import IdSource
-from .context import FunctionInvocationContext, current_run_context
+from .context import FunctionInvocationContext, SessionSink, current_run_context
 from .core.events import ChildRunStarted
 from .errors import AgentLedgerError
 from .response import AgentResponse, AgentResponseUpdate
-from .run.lifecycle import AgentRun
 from .run.spec import RunSpec
 from .session import AgentSession
 from .store import EventStore
@@ -30,6 +29,29 @@ from .tools import FunctionTool
 
 StreamCallback = Callable[[AgentResponseUpdate], Awaitable[None] | None]
 """Called with each update of a sub-agent's streamed run (a plain or an async function)."""
+
+
+class ChildLink(NamedTuple):
+    """How a sub-agent's next run is tied to the call that starts it (read by ``Agent.run``)."""
+
+    agent: object
+    parent: tuple[str, str] | None
+    share_history: bool
+    run_id: str
+    parent_sink: SessionSink | None
+
+
+_link: contextvars.ContextVar[ChildLink | None] = contextvars.ContextVar("agentledger_child", default=None)
+
+
+def take_child_link(agent: object) -> ChildLink | None:
+    """The link of the sub-agent call about to run ``agent``, once: a run the child starts itself
+    is a run of its own."""
+    link = _link.get()
+    if link is None or link.agent is not agent:
+        return None
+    _link.set(None)
+    return link
 
 
 class SubAgent(Protocol):
@@ -42,6 +64,10 @@ class SubAgent(Protocol):
     tools: list[FunctionTool]
 
     def create_session(self, *, session_id: str | None = None) -> AgentSession: ...
+
+    def run(self, messages: Any = None, **options: Any) -> Any:
+        """One run of the agent (``Agent.run``): awaited, or iterated with ``stream=True``."""
+        ...
 
     def run_spec(
         self,
@@ -59,11 +85,13 @@ class SubAgent(Protocol):
 __all__ = (
     "MAX_DEPTH",
     "AgentTool",
+    "ChildLink",
     "StreamCallback",
     "SubAgent",
     "SubAgentApprovalError",
     "SubAgentDepthError",
     "agent_tool",
+    "take_child_link",
 )
 
 MAX_DEPTH = 8
@@ -137,17 +165,15 @@ class AgentTool(FunctionTool):
             )
             if self.propagate_session and caller.session is session:
                 parent_sink = caller.session_sink
-        spec = self.agent.run_spec(
-            function_invocation_kwargs=dict(ctx.kwargs),
-            parent=(ctx.run_id, ctx.call_id) if ctx.run_id and ctx.call_id else None,
-            share_history=not self.propagate_session,
-        )
-        run = AgentRun(spec, session, run_id=run_id, parent_sink=parent_sink)
-        token = _depth.set(depth)
+        parent = (ctx.run_id, ctx.call_id) if ctx.run_id and ctx.call_id else None
+        link = ChildLink(self.agent, parent, not self.propagate_session, run_id, parent_sink)
+        depth_token, link_token = _depth.set(depth), _link.set(link)
         try:
-            response = await self._execute(run, str(arguments.get(self.arg_name, "")))
+            task = str(arguments.get(self.arg_name, ""))
+            response = await self._execute(task, session, dict(ctx.kwargs))
         finally:
-            _depth.reset(token)
+            _link.reset(link_token)
+            _depth.reset(depth_token)
         if response.user_input_requests:
             names = sorted({c.name or "" for c in response.user_input_requests})
             raise SubAgentApprovalError(
@@ -157,12 +183,19 @@ class AgentTool(FunctionTool):
             )
         return response.text
 
-    async def _execute(self, run: AgentRun, task: str) -> AgentResponse:
-        """The child's run; streamed to ``stream_callback`` update by update when there is one."""
-        callback = self.stream_callback
+    async def _execute(
+        self, task: str, session: AgentSession | None, kwargs: dict[str, Any]
+    ) -> AgentResponse:
+        """The child's run, through the agent's own ``run`` (a subclass's override included);
+        streamed to ``stream_callback`` update by update when there is one."""
+        callback, agent = self.stream_callback, self.agent
         if callback is None:
-            return await run.execute(task)
-        async with RunStream(run, task) as stream:
+            response: AgentResponse = await agent.run(
+                task, session=session, function_invocation_kwargs=kwargs
+            )
+            return response
+        stream: RunStream = agent.run(task, stream=True, session=session, function_invocation_kwargs=kwargs)
+        async with stream:
             async for update in stream:
                 handled = callback(update)
                 if inspect.isawaitable(handled):

@@ -29,9 +29,9 @@ from agentledger import (
 )
 from agentledger.adapters.chat.scripted import Call, ScriptedChatClient, ScriptEntry
 from agentledger.core.approvals import paused_calls
-from agentledger.core.events import ArgumentsRejected, RunFailed, ToolCalled, ToolNotFound
+from agentledger.core.events import ArgumentsRejected, RunFailed, RunStarted, ToolCalled, ToolNotFound
 from agentledger.errors import ModelCallError
-from agentledger.testing import FixedClock, SequentialIds, event_types, events_of
+from agentledger.testing import FixedClock, SequentialIds, capture_events, event_types, events_of
 
 pytestmark = pytest.mark.anyio
 CallNext = Any
@@ -437,3 +437,23 @@ async def test_a_failed_resume_does_not_run_the_approved_call_twice() -> None:
 
 def _fail(request: Any) -> str:
     raise ConnectionError("model unreachable")
+
+
+class _Polite(Agent):
+    """An agent whose run() adds a word to every task: as_tool must go through it."""
+
+    def run(self, messages: Any = None, **options: Any) -> Any:
+        return super().run(f"Please: {messages}", **options)
+
+
+async def test_as_tool_runs_the_agents_own_run() -> None:
+    """A subclass overriding run() is honoured when it runs as a sub-agent, and the child's run
+    is still linked to the call that started it."""
+    child_client = ScriptedChatClient(["done politely"])
+    child = _Polite(client=child_client, name="Polite")
+    lead, _ = _agent([Call("polite", {"task": "tidy up"}), "ok"], [child.as_tool(name="polite")])
+    with capture_events() as events:
+        response = await lead.run("go")
+    assert child_client.requests[0].messages[-1].text == "Please: tidy up"
+    [started] = [e for e in events_of(events, RunStarted) if e.run_id != response.run_id]
+    assert (started.parent_run_id, started.parent_call_id) == (response.run_id, "call_1")
