@@ -102,7 +102,8 @@ class RunMachine(Transitions):
 
     def handle(self, event: Event) -> Step:
         """Take one input event; return it with the derived events, and the next commands."""
-        handler = self._accepts.get(type(event))
+        kind = type(event)
+        handler = self._accepts.get(kind)
         if handler is None:
             raise self._refuse(f"{type(event).__name__} is not accepted in phase {self._phase.value}", event)
         if event.seq != self.next_seq or (self._phase is not Phase.NEW and event.run_id != self.run_id):
@@ -111,13 +112,9 @@ class RunMachine(Transitions):
                 f"{event.run_id!r}",
                 event,
             )
-        kind = type(event)
-        if kind in _CALL_INPUTS and self._phase is Phase.RUNNING_TOOLS:
-            call_id = event.call_id  # type: ignore[union-attr]
-            if call_id is not None and not self.transcript.awaits(call_id):
-                raise self._refuse(f"call {call_id!r} is not awaiting a result in this batch", event)
-        elif isinstance(event, ApprovalRequested):
-            self._check_gated(event)
+        guard = _GUARDS.get(kind)
+        if guard is not None:
+            guard(self, event)
         self._out = [event]
         self._commands = []
         self.next_seq += 1
@@ -234,6 +231,12 @@ class RunMachine(Transitions):
     def _refuse(self, message: str, event: Event) -> TransitionError:
         return TransitionError(message, run_id=self.run_id, seq=event.seq)
 
+    def _check_call(self, event: Any) -> None:
+        """In a batch, a call's start or result must be one an open call awaits."""
+        call_id = event.call_id
+        if call_id is not None and self._phase is Phase.RUNNING_TOOLS and not self.transcript.awaits(call_id):
+            raise self._refuse(f"call {call_id!r} is not awaiting a result in this batch", event)
+
     def _check_gated(self, event: ApprovalRequested) -> None:
         gated = self._batch.gated if self._batch is not None else ()
         stray = [c for c in event.call_ids if c not in gated]
@@ -286,7 +289,14 @@ def _response_text(messages: Sequence[Message]) -> str:
     return ""
 
 
-_CALL_INPUTS = frozenset({ToolCalled, ToolReturned, ToolFailed, ArgumentsRejected, MiddlewareShortCircuit})
+_GUARDS: dict[type, Any] = {
+    **dict.fromkeys(
+        (ToolCalled, ToolReturned, ToolFailed, ArgumentsRejected, MiddlewareShortCircuit),
+        RunMachine._check_call,
+    ),
+    ApprovalRequested: RunMachine._check_gated,
+}
+"""Checks an input must pass before it changes anything (besides its phase and seq)."""
 _TOOL_EVENTS = frozenset({RunStarted, ToolsAdded, ToolsRemoved})
 
 DERIVED: tuple[type, ...] = (
