@@ -23,11 +23,19 @@ from typing import Any
 
 import msgspec
 
-from .core.approvals import conversation
+from .core.approvals import approval_responses, conversation
 from .core.errors import TransitionError
-from .core.events import Event, RunCompleted, RunInputRewritten, RunStarted, SessionUpdated, StateChange
+from .core.events import (
+    Event,
+    RunCompleted,
+    RunFailed,
+    RunInputRewritten,
+    RunStarted,
+    SessionUpdated,
+    StateChange,
+)
 from .core.messages import Message
-from .core.projections import SessionProjection, apply_changes
+from .core.projections import SessionProjection, TranscriptProjection, apply_changes
 from .errors import SessionStateError
 
 __all__ = ("AgentSession", "SessionState")
@@ -299,17 +307,28 @@ class AgentSession:
         session = cls(session_id)
         view = SessionProjection(session_id)
         runs: dict[str, list[Message]] = {}
+        resumed: dict[str, TranscriptProjection] = {}  # runs resuming a batch paused for approval
         completed: list[tuple[int, int, list[Message]]] = []
         for event in events:
             view.apply(event)
+            if event.run_id in resumed:
+                resumed[event.run_id].apply(event)
             if isinstance(event, RunStarted):
                 if event.session_id == session_id and event.session_history:
                     runs[event.run_id] = conversation(event.messages)
+                    if approval_responses(event.messages):
+                        resumed[event.run_id] = TranscriptProjection.rebuild([event])
             elif isinstance(event, RunInputRewritten) and event.run_id in runs:
                 runs[event.run_id] = conversation(event.messages)
             elif isinstance(event, RunCompleted) and event.run_id in runs:
                 messages = runs.pop(event.run_id) + list(event.messages)
                 completed.append((event.at, len(completed), messages))
+            elif isinstance(event, RunFailed) and event.run_id in resumed:
+                # A failed resume keeps its batch's results, as the live session does.
+                messages = resumed.pop(event.run_id).messages
+                tool = next((i for i, m in enumerate(messages) if m.role == "tool"), None)
+                if tool is not None:
+                    completed.append((event.at, len(completed), messages[: tool + 1]))
         for _, _, messages in sorted(completed, key=lambda item: (item[0], item[1])):
             session.history.extend(messages)
         session.state.load(view.state)

@@ -14,6 +14,7 @@ from agentledger import (
     Agent,
     AgentContext,
     AgentResponseUpdate,
+    AgentSession,
     BaseChatClient,
     ChatOptions,
     ChatResponse,
@@ -433,6 +434,10 @@ async def test_a_failed_resume_does_not_run_the_approved_call_twice() -> None:
     assert ran == ["pay"]
     assert not paused_calls(session.history)
     assert (await agent.run("and now?", session=session)).text == "fine"
+    store = agent.store
+    assert store is not None
+    logs = [event for stream in await store.streams() for event in await store.read(stream)]
+    assert AgentSession.from_events(logs, session.session_id).history == session.history
 
 
 def _fail(request: Any) -> str:
