@@ -116,6 +116,13 @@ class Agent:
         """A new conversation for this agent (pass it to ``run(session=...)``)."""
         return AgentSession(session_id or self.ids("session"))
 
+    def get_session(self, service_session_id: str, *, session_id: str | None = None) -> AgentSession:
+        """A session that continues a conversation a service keeps (``resp_...`` or
+        ``conv_...`` for OpenAI's Responses API): its runs send only their own input."""
+        if not isinstance(service_session_id, str) or not service_session_id:
+            raise TypeError(f"service_session_id must be a non-empty str, not {service_session_id!r}")
+        return AgentSession(session_id or self.ids("session"), service_session_id=service_session_id)
+
     @overload
     def run(
         self,

@@ -63,7 +63,7 @@ from ._openai_errors import (
     TruncatedStreamError,
 )
 from ._openai_http import body_chunks, read_all, send_request, status_error_of
-from ._openai_responses import ResponsesStream, responses_request, responses_response
+from ._openai_responses import ResponsesStream, responses_continuation, responses_request, responses_response
 from ._sse import ServerSentEvent, SSEDecoder
 
 __all__ = (
@@ -167,6 +167,12 @@ class _OpenAIClient(BaseChatClient):
     def _stream(self, model: str) -> _Stream:
         """A reader for one streamed answer."""
 
+    def _continuation(
+        self, options: ChatOptions, response_id: str | None, reported: str | None
+    ) -> str | None:
+        """The service-side conversation an answer continues in (``ChatResponse.conversation_id``)."""
+        return None
+
     # -- the BaseChatClient interface ----------------------------------------------------------
 
     async def get_response(
@@ -183,7 +189,9 @@ class _OpenAIClient(BaseChatClient):
         with self._masked():
             body = self._body(messages, options, stream=False)
             response = await self._send(body, client_kwargs or {}, stream=False)
-            return self._parse(response.content, options.get("model") or self.model)
+            answer = self._parse(response.content, options.get("model") or self.model)
+            answer.conversation_id = self._continuation(options, answer.response_id, answer.conversation_id)
+            return answer
 
     async def get_streaming_response(
         self,
@@ -200,6 +208,10 @@ class _OpenAIClient(BaseChatClient):
             response = await self._send(body, client_kwargs or {}, stream=True)
             try:
                 async for update in self._read_stream(response, options.get("model") or self.model):
+                    if update.finish_reason is not None or update.usage is not None:
+                        kept = self._continuation(options, update.response_id, update.conversation_id)
+                        if kept != update.conversation_id:
+                            update = msgspec.structs.replace(update, conversation_id=kept)
                     yield update
             finally:
                 await response.aclose()
@@ -316,6 +328,11 @@ class OpenAIResponsesClient(_OpenAIClient):
 
     def _stream(self, model: str) -> _Stream:
         return ResponsesStream(model)
+
+    def _continuation(
+        self, options: ChatOptions, response_id: str | None, reported: str | None
+    ) -> str | None:
+        return responses_continuation(options, response_id, reported)
 
 
 # -- helpers ----------------------------------------------------------------------------------

@@ -26,12 +26,17 @@ class Phase(enum.Enum):
 
 
 class CallModel(msgspec.Struct, frozen=True, kw_only=True):
-    """Ask the model once, offering ``tools`` with ``tool_choice``."""
+    """Ask the model once, offering ``tools`` with ``tool_choice``.
+
+    ``messages`` is what to send: the whole conversation, or with ``conversation_id`` (a
+    conversation the service keeps) only the messages the service does not hold yet.
+    """
 
     iteration: int
     messages: tuple[Message, ...]
     tools: tuple[str, ...]
     tool_choice: ToolChoice | None
+    conversation_id: str | None = None
 
 
 class InvokeTools(msgspec.Struct, frozen=True, kw_only=True):

@@ -65,7 +65,8 @@ class AgentRun:
         self._machine: RunMachine | None = None  # the run's machine, once it starts
 
     async def execute(self, messages: Any, *, stream: bool = False) -> AgentResponse:
-        spec, session = self.spec, self.session
+        session = self.session
+        self.spec = spec = self.spec.on_session(session)
         history = session.history if session is not None and spec.share_history else []
         # The agent's sinks see this run and, through the context, its sub-agents' runs too.
         token = capture_sinks.set((*capture_sinks.get(), *spec.sinks)) if spec.sinks else None
@@ -211,6 +212,8 @@ class AgentRun:
             machine = recorder.machine
             self.session.history.extend(machine.transcript.messages[: machine.input_count])
             self.session.history.extend(response.messages)
+            if machine.conversation_id is not None:
+                self.session.service_session_id = machine.conversation_id
         return response
 
     def _coerce(self, recorder: LiveRecorder, result: Any) -> AgentResponse:

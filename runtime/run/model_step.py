@@ -41,6 +41,10 @@ async def call_model(binding: RunBinding, command: CallModel) -> None:
     options: dict[str, Any] = dict(binding.options)
     options["tools"] = [binding.registry.by_name[name].spec for name in command.tools]
     options["tool_choice"] = command.tool_choice
+    if command.conversation_id is not None:
+        options["conversation_id"] = command.conversation_id
+    else:
+        options.pop("conversation_id", None)
     context = ChatContext(
         client=binding.spec.client,
         messages=list(command.messages),
@@ -148,6 +152,7 @@ def _responded(binding: RunBinding, iteration: int, response: Any) -> None:
         finish_reason=_text_or_none(response.finish_reason),
         model=_text_or_none(response.model),
         response_id=_text_or_none(response.response_id),
+        conversation_id=_text_or_none(getattr(response, "conversation_id", None)) or None,
     )
 
 

@@ -149,6 +149,15 @@ class RunSpec(msgspec.Struct, frozen=True, kw_only=True):
             return False
         return True
 
+    def on_session(self, session: Any) -> RunSpec:
+        """The run on ``session``: when a service keeps its conversation
+        (``session.service_session_id``), the run continues it there, whatever
+        ``options["conversation_id"]`` said."""
+        service_id = getattr(session, "service_session_id", None) if self.share_history else None
+        if not service_id or self.options.get("conversation_id") == service_id:
+            return self
+        return self.replace(options={**self.options, "conversation_id": service_id})
+
     def replace(self, **changes: Any) -> RunSpec:
         """The same run with some fields changed (a rerun: another client, no store...)."""
         return msgspec.structs.replace(self, **changes)
