@@ -58,6 +58,7 @@ __all__ = (
     "RunNotFoundError",
     "SessionStateError",
     "StoreError",
+    "StructuredOutputError",
     "ToolDefinitionError",
     "TornTailWarning",
     "TransitionError",
@@ -71,6 +72,10 @@ class ToolDefinitionError(AgentLedgerError, ValueError):
 
 class OptionsError(AgentLedgerError, ValueError):
     """Run options that cannot be sent as they are (a ``tool_choice`` no model would accept)."""
+
+
+class StructuredOutputError(AgentLedgerError, ValueError):
+    """The model's answer does not parse as the ``response_format`` the run asked for."""
 
 
 class ArgumentsError(AgentLedgerError, ValueError):

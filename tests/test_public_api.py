@@ -29,7 +29,8 @@ EXPECTED = {
     "ModelResponseError", "OptionsError", "ReplayDivergence", "RunContext", "RunError", "RunNotFoundError",
     "RunStream",
     "SCHEMA_VERSION",
-    "SessionState", "SessionStateError", "StoreError", "SubAgentApprovalError", "SubAgentDepthError",
+    "SessionState", "SessionStateError", "StoreError", "StructuredOutputError", "SubAgentApprovalError",
+    "SubAgentDepthError",
     "ToolDefinitionError",
     "ToolMode", "ToolSpec", "TornTailWarning", "TransitionError", "UnknownToolError", "Usage", "__version__",
     "agent_middleware", "chat_middleware", "current_run_context", "default_redactor",
@@ -51,6 +52,7 @@ PUBLIC_MODULES = (
     agentledger.run,
     agentledger.session,
     agentledger.store,
+    agentledger.structured,
     agentledger.subagents,
     agentledger.testing,
     agentledger.testing.clients,
@@ -59,6 +61,7 @@ PUBLIC_MODULES = (
 
 DOCUMENTED_MODULES = (
     agentledger.chat,
+    agentledger.structured,
     agentledger.core,
     agentledger.replay,
     agentledger.run,

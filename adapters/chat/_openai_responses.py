@@ -22,6 +22,7 @@ import msgspec
 from agentledger.clients import ChatOptions, ChatResponse, ChatResponseUpdate
 from agentledger.core.events import ToolSpec
 from agentledger.core.messages import Content, Message, Usage
+from agentledger.structured import response_schema
 
 from ._openai_common import (
     PendingCall,
@@ -75,6 +76,13 @@ def responses_request(
     store = options.get("store")
     if store is not None:
         body["store"] = bool(store)
+    wanted = response_schema(options.get("response_format"))
+    if wanted is not None:
+        fmt: dict[str, Any] = {"type": "json_object"}
+        if wanted.schema is not None:
+            fmt = {"type": "json_schema", "name": wanted.name, "schema": wanted.schema}
+            fmt["strict"] = wanted.strict
+        body["text"] = {"format": fmt}
     if stream:
         body["stream"] = True
     return body

@@ -63,6 +63,7 @@ class AgentRun:
         self.parent_sink = parent_sink
         self.on_update: Callable[[AgentResponseUpdate], None] | None = None
         self._machine: RunMachine | None = None  # the run's machine, once it starts
+        self._binding: RunBinding | None = None  # what its steps share, once it starts
 
     async def execute(self, messages: Any, *, stream: bool = False) -> AgentResponse:
         session = self.session
@@ -83,6 +84,7 @@ class AgentRun:
             on_update = self._model_update if self.on_update is not None else None
             binding = RunBinding(spec, recorder, session, parent_sink=self.parent_sink, on_update=on_update)
             driver = LocalDriver(binding, recorder, spec.store)
+            self._binding = binding
             with binding.bound():
                 if not spec.layers["agent"]:
                     return await self._run_loop(binding, driver)
@@ -186,6 +188,7 @@ class AgentRun:
             user_input_requests=machine.approval_requests(),
             finish_reason=finish.reason,
             session_id=self.session.session_id if self.session is not None else None,
+            response_format=self._binding.options.get("response_format") if self._binding else None,
         )
 
     async def _complete(
@@ -247,7 +250,15 @@ class AgentRun:
 
     def _model_update(self, update: ChatResponseUpdate) -> None:
         assert self.on_update is not None
-        self.on_update(AgentResponseUpdate(contents=update.contents, role=update.role, run_id=self.run_id))
+        self.on_update(
+            AgentResponseUpdate(
+                contents=update.contents,
+                role=update.role,
+                run_id=self.run_id,
+                usage=update.usage,
+                finish_reason=update.finish_reason,
+            )
+        )
 
     def _stream_sink(self, event: Event) -> None:
         """Each call's result as the model will see it, the moment it is recorded; the approval
