@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 
 import msgspec
 
@@ -33,7 +34,7 @@ class CallModel(msgspec.Struct, frozen=True, kw_only=True):
     """
 
     iteration: int
-    messages: tuple[Message, ...]
+    messages: Sequence[Message]
     tools: tuple[str, ...]
     tool_choice: ToolChoice | None
     conversation_id: str | None = None

@@ -40,7 +40,7 @@ from .events import (
     ToolsAdded,
     ToolsRemoved,
 )
-from .messages import Content, Message, Usage
+from .messages import Content, Message, MessageView, Usage
 from .projections import ToolsProjection, TranscriptProjection
 
 __all__ = ("BY_PHASE", "TRANSITIONS", "Transitions")
@@ -136,12 +136,14 @@ class Transitions:
         )
         self._phase_to(Phase.AWAITING_MODEL)
 
-    def request_messages(self) -> tuple[Message, ...]:
+    def request_messages(self) -> MessageView:
         """What the next model call sends: the history and the run's messages, or in a
-        service-side conversation only the run's messages the service does not hold yet."""
+        service-side conversation only the run's messages the service does not hold yet (a
+        view, made in O(1) however long the conversation)."""
+        messages = self.transcript.messages
         if self.conversation_id is None:
-            return (*self.history, *self.transcript.messages)
-        return tuple(self.transcript.messages[self.held - self.transcript.history_length :])
+            return MessageView(self.history, messages)
+        return MessageView((), messages, self.held - self.transcript.history_length)
 
     def _continue_conversation(self, conversation_id: Any) -> None:
         """From here on the service keeps the conversation: it holds every message so far."""

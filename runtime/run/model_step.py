@@ -47,7 +47,7 @@ async def call_model(binding: RunBinding, command: CallModel) -> None:
         options.pop("conversation_id", None)
     context = ChatContext(
         client=binding.spec.client,
-        messages=list(command.messages),
+        messages=command.messages,
         options=options,  # type: ignore[arg-type]
         client_kwargs=dict(binding.client_kwargs),
         run_id=binding.run_id,
@@ -98,9 +98,11 @@ def _record_request_changes(
     before = {k: v for k, v in sent.items() if k != "tools"}
     changed = {k: v for k, v in now.items() if before.get(k, _MISSING) != v}
     changed.update({k: None for k in before if k not in now})
-    messages = tuple(context.messages)
-    if messages == command.messages and tools == command.tools and not changed:
+    outgoing = context.outgoing
+    same = outgoing is command.messages or outgoing == command.messages
+    if same and tools == command.tools and not changed:
         return
+    messages = tuple(outgoing)
     binding.recorder.record(
         ModelRequestRewritten,
         iteration=command.iteration,
@@ -115,11 +117,11 @@ async def _get_response(binding: RunBinding, context: ChatContext) -> ChatRespon
     client, on_update, legacy = binding.spec.client, binding.on_update, binding.spec.legacy_kwargs
     if on_update is None:
         return await client.get_response(
-            context.messages, options=context.options, client_kwargs=context.client_kwargs, **legacy
+            context.outgoing, options=context.options, client_kwargs=context.client_kwargs, **legacy
         )
     updates = []
     async for update in client.get_streaming_response(
-        context.messages, options=context.options, client_kwargs=context.client_kwargs, **legacy
+        context.outgoing, options=context.options, client_kwargs=context.client_kwargs, **legacy
     ):
         updates.append(update)
         on_update(update)
