@@ -55,8 +55,12 @@ def _encode(key: str, value: Any) -> bytes:
     try:
         return _encoder.encode(value)
     except (TypeError, msgspec.EncodeError) as exc:
+        hint = ""
+        if callable(getattr(value, "model_dump", None)):
+            hint = '; store value.model_dump(mode="json") and rebuild the model when reading it'
+        kind = type(value).__name__
         raise SessionStateError(
-            f"session state value for {key!r} cannot be recorded as JSON ({type(value).__name__}): {exc}"
+            f"session state value for {key!r} cannot be recorded as JSON ({kind}): {exc}{hint}"
         ) from exc
 
 

@@ -19,7 +19,14 @@ import msgspec
 import pytest
 from pydantic import BaseModel
 
-from agentledger import Agent, OptionsError, StructuredOutputError, ToolDefinitionError, tool
+from agentledger import (
+    Agent,
+    OptionsError,
+    SessionStateError,
+    StructuredOutputError,
+    ToolDefinitionError,
+    tool,
+)
 from agentledger.adapters.chat.openai import OpenAIChatClient, OpenAIResponsesClient
 from agentledger.adapters.chat.scripted import Call, ScriptedChatClient
 from agentledger.adapters.stores.jsonl import JsonlEventStore
@@ -28,7 +35,7 @@ from agentledger.cli import main
 from agentledger.core.events import ArgumentsRejected, RunStarted, ToolCalled, ToolReturned
 from agentledger.replay import load, rerun
 
-from .cli_orders import ORDER, Receipt, order_agent, place_order, quote
+from .cli_orders import ORDER, Order, Receipt, order_agent, place_order, quote
 
 pytestmark = pytest.mark.anyio
 
@@ -390,3 +397,11 @@ async def test_run_sync_refuses_inside_a_running_loop() -> None:
     agent = order_agent()
     with pytest.raises(RuntimeError, match=r"await agent\.run"):
         agent.run_sync("Order a lamp.")
+
+
+def test_a_pydantic_session_value_is_refused_with_the_way_out() -> None:
+    session = Agent(client=ScriptedChatClient()).create_session()
+    with pytest.raises(SessionStateError, match=r"model_dump\(mode=\"json\"\)"):
+        session.state["order"] = Order.model_validate(ORDER)
+    session.state["order"] = Order.model_validate(ORDER).model_dump(mode="json")
+    assert session.state["order"]["shipping"]["city"] == "Lisbon"
