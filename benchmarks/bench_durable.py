@@ -35,7 +35,7 @@ import anyio
 from agentledger import Agent, BaseChatClient, ChatOptions, ChatResponse, Content, Message, tool
 from agentledger.adapters.stores.jsonl import JsonlEventStore
 from agentledger.adapters.stores.sqlite import SqliteEventStore
-from agentledger.store import EventStore, SupportsAclose
+from agentledger.store import EventStore
 
 TOOL_CALLS = 5
 EVENTS_PER_RUN = 4 * TOOL_CALLS + 4  # RunStarted, 6 model calls (2 each), 5 tool calls (2 each), RunCompleted
@@ -122,7 +122,7 @@ def drop_schema(dsn: str, schema: str) -> None:
 
 async def measure(store: EventStore | None, concurrency: int, runs: int) -> Figure:
     """``runs`` runs with ``concurrency`` in flight; every run is checked."""
-    agent = Agent(client=StepClient(), tools=[ping], **({} if store is None else {"store": store}))
+    agent = Agent(client=StepClient(), tools=[ping], store=True if store is None else store)
     await agent.run("warm up")  # opens files, connections, schemas: not timed
     left = runs
     failures: list[str] = []
@@ -142,8 +142,9 @@ async def measure(store: EventStore | None, concurrency: int, runs: int) -> Figu
     elapsed = time.perf_counter() - start
     if failures:
         raise SystemExit(f"a run did not go as scripted: {failures[0]}")
-    if isinstance(store, SupportsAclose):
-        await store.aclose()
+    aclose = getattr(store, "aclose", None)  # durable stores release files and connections
+    if aclose is not None:
+        await aclose()
     return Figure(runs / elapsed, runs * EVENTS_PER_RUN / elapsed)
 
 
@@ -191,10 +192,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                 if memory is None:
                     memory = figure.events_per_s
                 ratio = figure.events_per_s / memory
-                print(
-                    f"| {name} | {level:,} | {figure.runs_per_s:,.0f} | {figure.events_per_s:,.0f} | {ratio:.0%} |",
-                    flush=True,
-                )
+                rates = f"{figure.runs_per_s:,.0f} | {figure.events_per_s:,.0f}"
+                print(f"| {name} | {level:,} | {rates} | {ratio:.0%} |", flush=True)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     sys.stdout.flush()

@@ -5,31 +5,78 @@ File and database IO (and ``fsync``, which can take milliseconds) would stall th
 waits for the thread to finish, so an append is never left half-done by cancellation. The
 blocking twins (``append_sync``, ``read_sync``, ``streams_sync``) are public for scripts, tools
 and benchmarks that have no event loop.
+
+Appends are committed in groups (see ``_group``): the appends of one event loop's tasks that
+arrive while a commit is in flight go to a worker thread together, and the store's
+``commit_group`` writes them with one flush; ``append_sync`` from several threads groups too.
+A subclass implements ``prepare`` (encode and check one append, raising on bad input before it
+joins a group) and ``commit_group``.
 """
 
 from __future__ import annotations
 
 import abc
+import threading
+import weakref
 from collections.abc import Sequence
 from types import TracebackType
-from typing import Self
+from typing import Any, Self
 
 import anyio
+import anyio.lowlevel
 
 from agentledger.core.events import Event
 from agentledger.errors import StoreError
 
+from ._group import Append, LoopGroups, ThreadGroups
+
 __all__ = ("ThreadedStore",)
+
+_creating = threading.Lock()
 
 
 class ThreadedStore(abc.ABC):
-    """``EventStore`` on top of blocking ``*_sync`` methods."""
+    """``EventStore`` on top of blocking ``*_sync`` methods, with appends committed in groups."""
 
     _closed: bool = False
+    _threads: ThreadGroups[bytes] | None = None
+    _loops: weakref.WeakKeyDictionary[Any, LoopGroups[bytes]] | None = None
 
     @abc.abstractmethod
+    def prepare(self, stream: str, events: Sequence[Event], expected_version: int) -> Append[bytes]:
+        """One append, its events encoded; bad input (or a closed store) raises here."""
+
+    @abc.abstractmethod
+    def commit_group(self, group: list[Append[bytes]]) -> None:
+        """Write ``group`` durably, settling each append (see ``_group``); raise if all failed."""
+
     def append_sync(self, stream: str, events: Sequence[Event], expected_version: int) -> int:
         """``append``, blocking the calling thread."""
+        append = self.prepare(stream, events, expected_version)
+        self._thread_groups().run((append,))
+        return append.result()
+
+    def _thread_groups(self) -> ThreadGroups[bytes]:
+        threads = self._threads
+        if threads is None:
+            with _creating:
+                threads = self._threads
+                if threads is None:
+                    threads = self._threads = ThreadGroups(self.commit_group)
+        return threads
+
+    async def _commit_in_thread(self, group: list[Append[bytes]]) -> None:
+        await anyio.to_thread.run_sync(self._thread_groups().run, group)
+
+    def _loop_groups(self) -> LoopGroups[bytes]:
+        loops = self._loops
+        if loops is None:
+            loops = self._loops = weakref.WeakKeyDictionary()
+        loop = anyio.lowlevel.current_token().native_token
+        groups = loops.get(loop)
+        if groups is None:
+            groups = loops[loop] = LoopGroups(self._commit_in_thread)
+        return groups
 
     @abc.abstractmethod
     def read_sync(self, stream: str, after: int = -1) -> list[Event]:
@@ -41,8 +88,7 @@ class ThreadedStore(abc.ABC):
 
     async def append(self, stream: str, events: Sequence[Event], expected_version: int) -> int:
         """Append ``events`` if the stream holds exactly ``expected_version`` events."""
-        batch = tuple(events)
-        return await anyio.to_thread.run_sync(self.append_sync, stream, batch, expected_version)
+        return await self._loop_groups().run(self.prepare(stream, events, expected_version))
 
     async def read(self, stream: str, after: int = -1) -> list[Event]:
         """The stream's events with ``seq > after``, in order ([] for an unknown stream)."""

@@ -33,6 +33,7 @@ from agentledger.core.events import Event, encode_event
 from agentledger.errors import ConflictError, LogCorruptError, StoreError
 
 from ._codec import decode_block, decode_records
+from ._group import Append, appending
 from ._threaded import ThreadedStore
 
 __all__ = ("SCHEMA_VERSION", "SqliteEventStore")
@@ -106,21 +107,42 @@ class SqliteEventStore(ThreadedStore):
         self._connection: sqlite3.Connection | None = None
         self._lock = threading.Lock()
 
-    def append_sync(self, stream: str, events: Sequence[Event], expected_version: int) -> int:
-        records = [encode_event(event) for event in events]
-        with self._lock, self._errors(f"appending to {stream!r}"):
+    def prepare(self, stream: str, events: Sequence[Event], expected_version: int) -> Append[bytes]:
+        self._check_open()
+        return Append(stream, [encode_event(event) for event in events], expected_version)
+
+    def commit_group(self, group: list[Append[bytes]]) -> None:
+        """One transaction, one commit (one sync) for the whole group; each append checked alone."""
+        with self._lock, self._errors(appending(group)):
             connection = self._connect()
             self._begin(connection)
+            accepted: list[Append[bytes]] = []
             try:
-                self._insert(connection, stream, records, expected_version)
+                for append in group:
+                    if self._insert_one(connection, append):
+                        accepted.append(append)
                 self._commit(connection)
-            except sqlite3.IntegrityError as exc:  # the key refused a row at a taken seq
-                connection.rollback()
-                raise ConflictError(stream, expected_version, _version(connection, stream)) from exc
             except BaseException:
                 connection.rollback()
                 raise
-        return expected_version + len(records)
+        for append in accepted:
+            append.succeed()
+
+    def _insert_one(self, connection: sqlite3.Connection, append: Append[bytes]) -> bool:
+        """Insert one append's batch in the group's transaction; a conflict fails only that append."""
+        stream, expected = append.stream, append.expected
+        try:
+            self._insert(connection, stream, append.records, expected)
+        except ConflictError as exc:  # checked before anything was written
+            append.fail(exc)
+            return False
+        except sqlite3.IntegrityError as exc:  # the key refused a row at a taken seq: nothing inserted
+            _drop_empty_stream(connection, stream)
+            conflict = ConflictError(stream, expected, _version(connection, stream))
+            conflict.__cause__ = exc
+            append.fail(conflict)
+            return False
+        return True
 
     def read_sync(self, stream: str, after: int = -1) -> list[Event]:
         first = max(after + 1, 0)
@@ -216,7 +238,7 @@ class SqliteEventStore(ThreadedStore):
             raise StoreError(f"{self.path}: no write access within {self.busy_timeout} s: {exc}") from exc
 
     def _insert(
-        self, connection: sqlite3.Connection, stream: str, records: list[bytes], expected_version: int
+        self, connection: sqlite3.Connection, stream: str, records: Sequence[bytes], expected_version: int
     ) -> None:
         row = connection.execute("SELECT id FROM streams WHERE name = ?", (stream,)).fetchone()
         version = _version(connection, stream) if row is not None else 0
@@ -264,6 +286,15 @@ def _version(connection: sqlite3.Connection, stream: str) -> int:
     query = "SELECT max(last) FROM events WHERE stream = (SELECT id FROM streams WHERE name = ?)"
     last = connection.execute(query, (stream,)).fetchone()[0]
     return 0 if last is None else int(last) + 1
+
+
+def _drop_empty_stream(connection: sqlite3.Connection, stream: str) -> None:
+    """Take back a stream row created for a batch that was refused (a failed insert is undone alone)."""
+    connection.execute(
+        "DELETE FROM streams WHERE name = ? AND NOT EXISTS"
+        " (SELECT 1 FROM events WHERE stream = streams.id)",
+        (stream,),
+    )
 
 
 def _new_stream(connection: sqlite3.Connection, stream: str) -> int:
