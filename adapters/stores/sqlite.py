@@ -291,8 +291,7 @@ def _version(connection: sqlite3.Connection, stream: str) -> int:
 def _drop_empty_stream(connection: sqlite3.Connection, stream: str) -> None:
     """Take back a stream row created for a batch that was refused (a failed insert is undone alone)."""
     connection.execute(
-        "DELETE FROM streams WHERE name = ? AND NOT EXISTS"
-        " (SELECT 1 FROM events WHERE stream = streams.id)",
+        "DELETE FROM streams WHERE name = ? AND NOT EXISTS (SELECT 1 FROM events WHERE stream = streams.id)",
         (stream,),
     )
 
