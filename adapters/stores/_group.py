@@ -15,21 +15,29 @@ checked in queue order, so two appends at the same version in one group behave a
 after the other). If the commit function raises, the group as a whole failed (nothing of it is
 durable) and every append not yet settled fails with that error.
 
-Two levels use the same ``Append``: ``LoopGroups`` queues the appends of the tasks of one event
-loop (no thread hop per append: one per group), and ``ThreadGroups`` the groups and single
-appends of several threads (``append_sync``, other event loops), so one store has one commit in
-flight at a time, whoever calls it.
+Two ways to run the commits share ``Append``. ``LoopGroups`` is for a store that does its IO on
+the event loop (PostgreSQL): the appends of the loop's tasks queue there. ``Committer`` is for a
+store that does blocking IO (SQLite, JSONL): appends from any thread or event loop queue in one
+list, and one committer thread commits group after group for as long as appends keep coming,
+without waiting for an event loop between two commits (the next flush starts while the loop
+wakes the runs of the last one). Each append says how to wake its caller: a waiting thread's
+event, or a callback scheduled on the caller's event loop (one call per loop and group).
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Generic, TypeVar
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Generic, TypeVar
 
 import anyio
+import anyio.lowlevel
 
-__all__ = ("Append", "LoopGroups", "ThreadGroups", "appending")
+from agentledger.errors import StoreError
+
+__all__ = ("Append", "Committer", "LoopGroups", "appending")
 
 Payload = TypeVar("Payload")
 
@@ -37,7 +45,7 @@ Payload = TypeVar("Payload")
 class Append(Generic[Payload]):
     """One append waiting to be committed; ``records`` are what the store writes for it."""
 
-    __slots__ = ("error", "expected", "records", "settled", "stream", "wake")
+    __slots__ = ("error", "expected", "loop", "notify", "records", "settled", "stream", "wake")
 
     def __init__(self, stream: str, records: Sequence[Payload], expected: int) -> None:
         self.stream = stream
@@ -46,6 +54,8 @@ class Append(Generic[Payload]):
         self.settled = False
         self.error: BaseException | None = None
         self.wake: anyio.Event | None = None
+        self.notify: Callable[[], object] | None = None
+        self.loop: Any = None  # the caller's event loop, when ``notify`` must run there
 
     def succeed(self) -> None:
         """The append is durable."""
@@ -79,33 +89,97 @@ def _settle_all(group: Sequence[Append[Payload]], error: BaseException) -> None:
             append.fail(error)
 
 
-class ThreadGroups(Generic[Payload]):
-    """Group commit between threads: one thread commits, the others wait for their outcome."""
+class Committer(Generic[Payload]):
+    """Group commit for a blocking store: one committer thread drains the queue, group by group."""
 
-    def __init__(self, commit: Callable[[list[Append[Payload]]], None]) -> None:
+    def __init__(self, commit: Callable[[list[Append[Payload]]], None], name: str) -> None:
         self._commit = commit
-        self._condition = threading.Condition(threading.Lock())
+        self._name = name
+        self._lock = threading.Lock()
         self._queue: list[Append[Payload]] = []
-        self._leading = False
+        self._draining = False
+        self._closed = False
+        self._thread: ThreadPoolExecutor | None = None
 
-    def run(self, appends: Sequence[Append[Payload]]) -> None:
-        """Commit ``appends`` (with whatever else is queued); returns once each is settled."""
-        with self._condition:
-            self._queue.extend(appends)
-            while self._leading:
-                self._condition.wait()
-                if all(append.settled for append in appends):
+    async def run(self, append: Append[Payload]) -> int:
+        """Commit ``append`` from a task; its new version, or its error raised.
+
+        A cancelled caller still waits for its append to be settled (never half-done); the
+        cancellation reaches it at its next checkpoint.
+        """
+        wake = append.wake = anyio.Event()
+        append.notify = wake.set
+        append.loop = anyio.lowlevel.current_token().native_token
+        self.submit(append)
+        with anyio.CancelScope(shield=True):
+            await wake.wait()
+        return append.result()
+
+    def run_sync(self, append: Append[Payload]) -> int:
+        """Commit ``append`` from a thread, blocking it; its new version, or its error raised."""
+        done = threading.Event()
+        append.notify = done.set
+        self.submit(append)
+        done.wait()
+        return append.result()
+
+    def submit(self, append: Append[Payload]) -> None:
+        with self._lock:
+            if self._closed:
+                append.fail(StoreError(f"{self._name} is closed"))
+                _notify([append])
+                return
+            self._queue.append(append)
+            if self._draining:
+                return
+            self._draining = True
+            if self._thread is None:
+                self._thread = ThreadPoolExecutor(1, thread_name_prefix="agentledger-commit")
+            thread = self._thread
+        thread.submit(self._drain)
+
+    def _drain(self) -> None:
+        while True:
+            with self._lock:
+                group, self._queue = self._queue, []
+                if not group:
+                    self._draining = False
                     return
-            self._leading = True
-            group, self._queue = self._queue, []
-        try:
-            self._commit(group)
-        except BaseException as exc:  # the group failed as a whole: each append reports it
-            _settle_all(group, exc)
-        finally:
-            with self._condition:
-                self._leading = False
-                self._condition.notify_all()
+            try:
+                self._commit(group)
+            except BaseException as exc:  # the group failed as a whole: each append reports it
+                _settle_all(group, exc)
+            _settle_all(group, StoreError(f"{self._name}: an append was left unsettled"))
+            _notify(group)
+
+    def close(self) -> None:
+        """Commit what is queued, then stop the committer thread; later appends fail."""
+        with self._lock:
+            self._closed = True
+            thread, self._thread = self._thread, None
+        if thread is not None:
+            thread.shutdown(wait=True)
+
+
+def _notify(group: Sequence[Append[Any]]) -> None:
+    """Wake each append's caller: threads at once, each event loop with one scheduled call."""
+    loops: dict[int, tuple[Any, list[Callable[[], object]]]] = {}
+    for append in group:
+        if append.notify is None:
+            continue
+        if append.loop is None:
+            append.notify()
+        else:
+            loops.setdefault(id(append.loop), (append.loop, []))[1].append(append.notify)
+    for loop, wakes in loops.values():
+        schedule = getattr(loop, "call_soon_threadsafe", None) or loop.run_sync_soon  # asyncio, trio
+        with contextlib.suppress(RuntimeError):  # a closed event loop: nobody waits there any more
+            schedule(_call_all, wakes)
+
+
+def _call_all(calls: list[Callable[[], object]]) -> None:
+    for call in calls:
+        call()
 
 
 class LoopGroups(Generic[Payload]):
@@ -139,12 +213,12 @@ class LoopGroups(Generic[Payload]):
         except BaseException as exc:
             _settle_all(group, exc)
         finally:
+            if self._queue:  # the lead passes on first, so the next commit overlaps the wakers' work
+                following = self._queue[0].wake
+                assert following is not None, "an append queued behind a commit waits for it"
+                following.set()
+            else:
+                self._busy = False
             for append in group:
                 if append.wake is not None:
                     append.wake.set()
-            if self._queue:
-                following = self._queue[0].wake
-                assert following is not None, "an append queued behind a commit waits for it"
-                following.set()  # the lead passes on; still busy
-            else:
-                self._busy = False

@@ -6,9 +6,9 @@ waits for the thread to finish, so an append is never left half-done by cancella
 blocking twins (``append_sync``, ``read_sync``, ``streams_sync``) are public for scripts, tools
 and benchmarks that have no event loop.
 
-Appends are committed in groups (see ``_group``): the appends of one event loop's tasks that
-arrive while a commit is in flight go to a worker thread together, and the store's
-``commit_group`` writes them with one flush; ``append_sync`` from several threads groups too.
+Appends are committed in groups (see ``_group``): appends that arrive while a commit is in
+flight, from any task or thread, are written together by the store's committer thread with one
+flush (``commit_group``), and each caller is woken when its own append is settled.
 A subclass implements ``prepare`` (encode and check one append, raising on bad input before it
 joins a group) and ``commit_group``.
 """
@@ -17,18 +17,16 @@ from __future__ import annotations
 
 import abc
 import threading
-import weakref
 from collections.abc import Sequence
 from types import TracebackType
-from typing import Any, Self
+from typing import Self
 
 import anyio
-import anyio.lowlevel
 
 from agentledger.core.events import Event
 from agentledger.errors import StoreError
 
-from ._group import Append, LoopGroups, ThreadGroups
+from ._group import Append, Committer
 
 __all__ = ("ThreadedStore",)
 
@@ -39,8 +37,7 @@ class ThreadedStore(abc.ABC):
     """``EventStore`` on top of blocking ``*_sync`` methods, with appends committed in groups."""
 
     _closed: bool = False
-    _threads: ThreadGroups[bytes] | None = None
-    _loops: weakref.WeakKeyDictionary[Any, LoopGroups[bytes]] | None = None
+    _commits: Committer[bytes] | None = None
 
     @abc.abstractmethod
     def prepare(self, stream: str, events: Sequence[Event], expected_version: int) -> Append[bytes]:
@@ -52,31 +49,16 @@ class ThreadedStore(abc.ABC):
 
     def append_sync(self, stream: str, events: Sequence[Event], expected_version: int) -> int:
         """``append``, blocking the calling thread."""
-        append = self.prepare(stream, events, expected_version)
-        self._thread_groups().run((append,))
-        return append.result()
+        return self._committer().run_sync(self.prepare(stream, events, expected_version))
 
-    def _thread_groups(self) -> ThreadGroups[bytes]:
-        threads = self._threads
-        if threads is None:
+    def _committer(self) -> Committer[bytes]:
+        committer = self._commits
+        if committer is None:
             with _creating:
-                threads = self._threads
-                if threads is None:
-                    threads = self._threads = ThreadGroups(self.commit_group)
-        return threads
-
-    async def _commit_in_thread(self, group: list[Append[bytes]]) -> None:
-        await anyio.to_thread.run_sync(self._thread_groups().run, group)
-
-    def _loop_groups(self) -> LoopGroups[bytes]:
-        loops = self._loops
-        if loops is None:
-            loops = self._loops = weakref.WeakKeyDictionary()
-        loop = anyio.lowlevel.current_token().native_token
-        groups = loops.get(loop)
-        if groups is None:
-            groups = loops[loop] = LoopGroups(self._commit_in_thread)
-        return groups
+                committer = self._commits
+                if committer is None:
+                    committer = self._commits = Committer(self.commit_group, repr(self))
+        return committer
 
     @abc.abstractmethod
     def read_sync(self, stream: str, after: int = -1) -> list[Event]:
@@ -88,7 +70,7 @@ class ThreadedStore(abc.ABC):
 
     async def append(self, stream: str, events: Sequence[Event], expected_version: int) -> int:
         """Append ``events`` if the stream holds exactly ``expected_version`` events."""
-        return await self._loop_groups().run(self.prepare(stream, events, expected_version))
+        return await self._committer().run(self.prepare(stream, events, expected_version))
 
     async def read(self, stream: str, after: int = -1) -> list[Event]:
         """The stream's events with ``seq > after``, in order ([] for an unknown stream)."""
@@ -108,6 +90,9 @@ class ThreadedStore(abc.ABC):
 
     def close(self) -> None:
         """Release what the store holds; later calls raise ``StoreError``."""
+        committer = self._commits
+        if committer is not None:
+            committer.close()  # commits what is queued first
         self._closed = True
 
     async def aclose(self) -> None:

@@ -192,8 +192,8 @@ class SqliteEventStore(ThreadedStore):
 
     def close(self) -> None:
         """Close the database connection; later calls raise ``StoreError``."""
+        super().close()
         with self._lock:
-            super().close()
             if self._connection is not None:
                 self._connection.close()
                 self._connection = None
