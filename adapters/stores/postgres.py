@@ -2,12 +2,14 @@
 
 Theory of operation. ``streams`` gives each stream a position in creation order; ``events`` holds
 one row per event with the event as ``encode_event`` JSON, keyed by ``(stream, seq)``, and a
-``position`` that orders all events of the schema. An append is one transaction: it inserts the
-rows at ``seq = expected_version, expected_version + 1, ...``, guarded by the primary key (a row
-already at that seq means another writer got there first: a unique violation, reported as
-``ConflictError``) and by the condition that the row before the batch exists (a stream shorter
-than ``expected_version`` inserts nothing, and is a conflict too). Either way the transaction rolls
-back and nothing is written.
+``position`` that orders all events of the schema. Appends that arrive while one is committing
+are committed together (``_group``): one transaction reads the versions of the group's streams
+under the append lock, fails each append whose ``expected_version`` is stale with
+``ConflictError`` (it writes nothing), and inserts the other batches' rows at ``seq =
+expected_version, expected_version + 1, ...`` in one statement, so a group costs one commit. The
+primary key backs the check: a row the versions did not show makes the group roll back and its
+appends go one by one, each in its own transaction, guarded by the key (a unique violation is a
+``ConflictError``) and by the condition that the row before the batch exists.
 
 Positions are allocated under a transaction-scoped advisory lock, so they are handed out in commit
 order and a reader that has seen position ``p`` will never see a smaller one commit later: that is

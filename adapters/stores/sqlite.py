@@ -3,12 +3,14 @@
 Two tables. ``streams`` gives each stream an integer id in creation order; ``events`` holds one row
 per appended batch, keyed by ``(stream, seq)`` (the batch's first seq), with ``last`` its last seq
 and ``data`` its events as ``encode_event`` JSON lines. A row per batch rather than per event makes
-a read one row per step of a run instead of one per event, and a stream decodes in one call. An
-append runs in a ``BEGIN IMMEDIATE`` transaction (one writer at a time, others wait up to
-``busy_timeout``): it compares the stream's length with ``expected_version``, inserts the batch's
-row and commits, so a batch is stored whole or not at all. The primary key backs the version
-check: two batches can never start at the same seq, and if it were attempted it would surface as
-``ConflictError`` too. Databases of schema version 1 (a row per event) are migrated on open.
+a read one row per step of a run instead of one per event, and a stream decodes in one call.
+Appends are committed in groups (``_group``): a group runs in one ``BEGIN IMMEDIATE`` transaction
+(one writer at a time, others wait up to ``busy_timeout``) that, for each append in turn, compares
+the stream's length with its ``expected_version`` and inserts its batch's row (a stale one fails
+alone, writing nothing), then commits once, so a batch is stored whole or not at all. The
+primary key backs the version check: two batches can never start at the same seq, and if it were
+attempted it would surface as ``ConflictError`` too. Databases of schema version 1 (a row per
+event) are migrated on open.
 
 The database runs in WAL mode (readers never block the writer) with ``synchronous=FULL`` by
 default, so a committed append survives power loss. Reads check that the rows they return have no
