@@ -24,7 +24,7 @@ from .response import AgentResponse, AgentResponseUpdate
 from .run.lifecycle import AgentRun
 from .run.spec import Layers, RunSpec, check_option_names, check_tool_choice, merge_options
 from .session import AgentSession
-from .store import EventStore, MemoryEventStore
+from .store import DEFAULT_MAX_EVENTS, DEFAULT_MAX_RUNS, EventStore, MemoryEventStore
 from .streaming import RunStream
 from .structured import response_schema
 from .subagents import StreamCallback, agent_tool, take_child_link
@@ -43,8 +43,10 @@ def _frozen_layers(layers: Mapping[str, list[Layer]]) -> dict[str, tuple[Layer, 
 class Agent:
     """An LLM agent: a chat client, instructions, tools and middleware.
 
-    Every run is recorded: ``agent.store`` (a ``MemoryEventStore`` unless another store is given,
-    ``store=False`` for none) receives each run's events as the run goes, and
+    Every run is recorded: ``agent.store`` (unless another store is given, a ``MemoryEventStore``
+    keeping the last ``DEFAULT_MAX_RUNS`` finished runs and at most ``DEFAULT_MAX_EVENTS`` events;
+    ``store=MemoryEventStore()`` keeps everything, ``store=False`` nothing) receives each run's
+    events as the run goes, and
     ``AgentResponse.events`` holds them too. ``event_sinks`` are called with every event the
     moment it is recorded (live logging, tracing); they must not block.
 
@@ -113,7 +115,7 @@ class Agent:
         self.default_options = dict(default_options or {})
         check_option_names(self.default_options)
         if store is True:
-            store = MemoryEventStore()
+            store = MemoryEventStore(max_runs=DEFAULT_MAX_RUNS, max_events=DEFAULT_MAX_EVENTS)
         self.store: EventStore | None = None if store is False else store
         self.redact = redact or default_redactor
         self.event_sinks = tuple(event_sinks)
