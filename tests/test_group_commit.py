@@ -179,3 +179,49 @@ def test_blocking_appends_from_threads_share_commits(tmp_path: Path) -> None:
     assert sum(store.gate.groups) == 9
     assert [len(store.read_sync(f"run_{i}")) for i in range(8)] == [2] * 8
     store.close()
+
+
+@pytest.mark.anyio
+async def test_a_cancelled_append_still_waits_for_its_commit(store: GatedSqlite | GatedJsonl) -> None:
+    """Cancelled while its commit is held, an append is settled first, then cancelled: never half-done."""
+    outcomes: list[str] = []
+
+    async def cancelled_append() -> None:
+        with anyio.CancelScope() as scope:
+            cancel_scopes.append(scope)
+            await store.append("run_c", make_events("run_c", 0, 2, "c"), 0)
+            outcomes.append("returned")
+        outcomes.append("cancelled" if scope.cancelled_caught else "not cancelled")
+
+    cancel_scopes: list[anyio.CancelScope] = []
+    async with anyio.create_task_group() as group:
+        group.start_soon(store.append, "run_first", make_events("run_first", 0, 1, "first"), 0)
+        await anyio.wait_all_tasks_blocked()
+        group.start_soon(cancelled_append)
+        await anyio.wait_all_tasks_blocked()
+        cancel_scopes[0].cancel()
+        await anyio.wait_all_tasks_blocked()
+        assert outcomes == []  # still waiting for the held commit
+        store.gate.opened.set()
+    assert outcomes == ["cancelled"]
+    assert store.gate.groups == [1, 1]
+    assert await reopen(store).read("run_c") == make_events("run_c", 0, 2, "c")
+    store.close()
+
+
+def test_appends_through_two_connections_see_each_other(tmp_path: Path) -> None:
+    """Two stores on one database take turns on a stream: each sees the other's appends."""
+    one, two = SqliteEventStore(tmp_path / "e.sqlite"), SqliteEventStore(tmp_path / "e.sqlite")
+    assert one.append_sync("run_a", make_events("run_a", 0, 1, "1"), 0) == 1
+    assert two.append_sync("run_a", make_events("run_a", 1, 1, "2"), 1) == 2
+    with pytest.raises(ConflictError) as raised:
+        one.append_sync("run_a", make_events("run_a", 1, 1, "stale"), 1)
+    assert (raised.value.expected, raised.value.actual) == (1, 2)
+    assert one.append_sync("run_a", make_events("run_a", 2, 1, "3"), 2) == 3
+    with pytest.raises(ConflictError):
+        two.append_sync("run_a", make_events("run_a", 2, 1, "stale"), 2)
+    assert two.read_sync("run_a") == (
+        make_events("run_a", 0, 1, "1") + make_events("run_a", 1, 1, "2") + make_events("run_a", 2, 1, "3")
+    )
+    one.close()
+    two.close()

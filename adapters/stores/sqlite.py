@@ -23,6 +23,7 @@ threads under a lock; open one store per process (after any fork).
 
 from __future__ import annotations
 
+import itertools
 import os
 import sqlite3
 import threading
@@ -80,6 +81,10 @@ CREATE TABLE events (
 INSERT INTO events (stream, seq, last, data) SELECT stream, seq, seq, data FROM events_v1;
 DROP TABLE events_v1;
 """
+_KNOWN_STREAMS = 10_000
+"""How many streams' ids and versions a store keeps between commits (the most recently written)."""
+_LOOKUP_CHUNK = 500
+"""Streams looked up per query (older SQLite allows 999 parameters)."""
 _READ = (
     "SELECT seq, last, data FROM events WHERE stream = (SELECT id FROM streams WHERE name = ?)"
     " AND last > ? ORDER BY seq"
@@ -108,27 +113,104 @@ class SqliteEventStore(ThreadedStore):
         self.busy_timeout = busy_timeout
         self._connection: sqlite3.Connection | None = None
         self._lock = threading.Lock()
+        self._known: dict[str, tuple[int, int]] = {}  # stream -> (id, version) as this connection left it
+        self._data_version: int | None = None
 
     def prepare(self, stream: str, events: Sequence[Event], expected_version: int) -> Append[bytes]:
         self._check_open()
         return Append(stream, [encode_event(event) for event in events], expected_version)
 
     def commit_group(self, group: list[Append[bytes]]) -> None:
-        """One transaction, one commit (one sync) for the whole group; each append checked alone."""
+        """One transaction, one commit (one sync) for the whole group; each append checked alone.
+
+        The versions come from what this connection knows of its own commits while no other
+        connection has written (``PRAGMA data_version`` unchanged), else from one query; the
+        group's batches go in with one ``executemany``. A row the key or the trigger refuses (a
+        version that was not what it seemed) takes the group back and checks it append by
+        append, as a lone writer would.
+        """
         with self._lock, self._errors(appending(group)):
             connection = self._connect()
             self._begin(connection)
-            accepted: list[Append[bytes]] = []
             try:
-                for append in group:
-                    if self._insert_one(connection, append):
-                        accepted.append(append)
+                accepted, versions = self._insert_group(connection, group)
                 self._commit(connection)
-            except BaseException:
+            except sqlite3.IntegrityError:
                 connection.rollback()
+                self._known.clear()
+                self._begin(connection)
+                accepted, versions = self._insert_each(connection, group), {}
+                self._commit_each(connection)
+            except BaseException:
+                self._known.clear()  # the outcome of a failed commit is not known here
+                if connection.in_transaction:
+                    connection.rollback()
                 raise
+            self._remember(versions)
         for append in accepted:
             append.succeed()
+
+    def _insert_group(
+        self, connection: sqlite3.Connection, group: list[Append[bytes]]
+    ) -> tuple[list[Append[bytes]], dict[str, tuple[int, int]]]:
+        """Check each append in queue order against the versions; insert the others' rows at once."""
+        data_version = connection.execute("PRAGMA data_version").fetchone()[0]
+        if data_version != self._data_version:  # another connection wrote: what we knew may be stale
+            self._known.clear()
+            self._data_version = data_version
+        known = self._known
+        missing = [append.stream for append in group if append.stream not in known]
+        versions = _lookup(connection, missing) if missing else {}
+        accepted: list[Append[bytes]] = []
+        rows: list[tuple[int, int, int, bytes]] = []
+        for append in group:
+            stream = append.stream
+            found = versions.get(stream) or known.get(stream)
+            stream_id, version = found if found is not None else (0, 0)
+            if version != append.expected:
+                append.fail(ConflictError(stream, append.expected, version))
+                continue
+            accepted.append(append)
+            records = append.records
+            if not records:
+                continue
+            if found is None:
+                stream_id = _new_stream(connection, stream)
+            rows.append((stream_id, version, version + len(records) - 1, b"\n".join(records)))
+            versions[stream] = (stream_id, version + len(records))
+        if rows:
+            connection.executemany("INSERT INTO events (stream, seq, last, data) VALUES (?, ?, ?, ?)", rows)
+        return accepted, versions
+
+    def _remember(self, versions: dict[str, tuple[int, int]]) -> None:
+        """Keep the versions this connection just committed, the most recent last, within a bound."""
+        known = self._known
+        for stream, found in versions.items():
+            known.pop(stream, None)
+            known[stream] = found
+        excess = len(known) - _KNOWN_STREAMS
+        if excess > 0:
+            for stream in list(itertools.islice(known, excess)):
+                del known[stream]
+
+    def _insert_each(self, connection: sqlite3.Connection, group: list[Append[bytes]]) -> list[Append[bytes]]:
+        """The group checked and inserted append by append (after a refused row)."""
+        accepted: list[Append[bytes]] = []
+        try:
+            for append in group:
+                if self._insert_one(connection, append):
+                    accepted.append(append)
+        except BaseException:
+            connection.rollback()
+            raise
+        return accepted
+
+    def _commit_each(self, connection: sqlite3.Connection) -> None:
+        try:
+            self._commit(connection)
+        except BaseException:
+            connection.rollback()
+            raise
 
     def _insert_one(self, connection: sqlite3.Connection, append: Append[bytes]) -> bool:
         """Insert one append's batch in the group's transaction; a conflict fails only that append."""
@@ -288,6 +370,21 @@ def _version(connection: sqlite3.Connection, stream: str) -> int:
     query = "SELECT max(last) FROM events WHERE stream = (SELECT id FROM streams WHERE name = ?)"
     last = connection.execute(query, (stream,)).fetchone()[0]
     return 0 if last is None else int(last) + 1
+
+
+def _lookup(connection: sqlite3.Connection, streams: list[str]) -> dict[str, tuple[int, int]]:
+    """The id and version of each of ``streams`` that exists."""
+    found: dict[str, tuple[int, int]] = {}
+    names = list(dict.fromkeys(streams))
+    for start in range(0, len(names), _LOOKUP_CHUNK):
+        chunk = names[start : start + _LOOKUP_CHUNK]
+        query = (
+            "SELECT name, id, coalesce((SELECT max(last) FROM events WHERE stream = streams.id), -1) + 1"
+            f" FROM streams WHERE name IN ({', '.join('?' * len(chunk))})"
+        )
+        for name, stream_id, version in connection.execute(query, chunk):
+            found[name] = (stream_id, version)
+    return found
 
 
 def _drop_empty_stream(connection: sqlite3.Connection, stream: str) -> None:
