@@ -26,6 +26,7 @@ event, or a callback scheduled on the caller's event loop (one call per loop and
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import threading
 from collections.abc import Awaitable, Callable, Sequence
@@ -45,7 +46,18 @@ Payload = TypeVar("Payload")
 class Append(Generic[Payload]):
     """One append waiting to be committed; ``records`` are what the store writes for it."""
 
-    __slots__ = ("error", "expected", "loop", "notify", "records", "settled", "stream", "wake")
+    __slots__ = (
+        "error",
+        "expected",
+        "loop",
+        "notify",
+        "records",
+        "settled",
+        "stream",
+        "waiter",
+        "wake",
+        "woken",
+    )
 
     def __init__(self, stream: str, records: Sequence[Payload], expected: int) -> None:
         self.stream = stream
@@ -53,9 +65,11 @@ class Append(Generic[Payload]):
         self.expected = expected
         self.settled = False
         self.error: BaseException | None = None
-        self.wake: anyio.Event | None = None
+        self.wake: Any = None  # what the caller waits on: an asyncio future, or an anyio event
         self.notify: Callable[[], object] | None = None
-        self.loop: Any = None  # the caller's event loop, when ``notify`` must run there
+        self.loop: Any = None  # the caller's event loop, when it must be woken there
+        self.woken = False  # the caller's wake-up ran (on its event loop)
+        self.waiter: anyio.Event | None = None  # a cancelled caller waiting for the outcome
 
     def succeed(self) -> None:
         """The append is durable."""
@@ -105,9 +119,33 @@ class Committer(Generic[Payload]):
         """Commit ``append`` from a task; its new version, or its error raised.
 
         A cancelled caller still waits for its append to be settled (never half-done); the
-        cancellation reaches it at its next checkpoint.
+        cancellation reaches it at its next checkpoint. On asyncio the caller waits on a bare
+        future, woken with the rest of its group by one call on its loop; a cancellation found
+        waiting there waits again, shielded, until the append is settled.
         """
-        wake = append.wake = anyio.Event()
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # another event loop (trio): anyio's event, shielded
+            return await self._run_anyio(append)
+        woken = append.wake = loop.create_future()
+        append.loop = loop
+        self.submit(append)
+        try:
+            await woken
+        except BaseException:
+            if not append.woken:
+                await self._settled(append)
+            raise
+        return append.result()
+
+    async def _settled(self, append: Append[Payload]) -> None:
+        """Wait, shielded from cancellation, until ``append`` is settled (runs on its loop)."""
+        waiter = append.waiter = anyio.Event()
+        with anyio.CancelScope(shield=True):
+            await waiter.wait()
+
+    async def _run_anyio(self, append: Append[Payload]) -> int:
+        wake = anyio.Event()
         append.notify = wake.set
         append.loop = anyio.lowlevel.current_token().native_token
         self.submit(append)
@@ -163,23 +201,30 @@ class Committer(Generic[Payload]):
 
 def _notify(group: Sequence[Append[Any]]) -> None:
     """Wake each append's caller: threads at once, each event loop with one scheduled call."""
-    loops: dict[int, tuple[Any, list[Callable[[], object]]]] = {}
+    loops: dict[int, tuple[Any, list[Append[Any]]]] = {}
     for append in group:
-        if append.notify is None:
-            continue
         if append.loop is None:
-            append.notify()
+            if append.notify is not None:
+                append.notify()
         else:
-            loops.setdefault(id(append.loop), (append.loop, []))[1].append(append.notify)
-    for loop, wakes in loops.values():
+            loops.setdefault(id(append.loop), (append.loop, []))[1].append(append)
+    for loop, appends in loops.values():
         schedule = getattr(loop, "call_soon_threadsafe", None) or loop.run_sync_soon  # asyncio, trio
         with contextlib.suppress(RuntimeError):  # a closed event loop: nobody waits there any more
-            schedule(_call_all, wakes)
+            schedule(_wake_all, appends)
 
 
-def _call_all(calls: list[Callable[[], object]]) -> None:
-    for call in calls:
-        call()
+def _wake_all(appends: list[Append[Any]]) -> None:
+    """On the callers' event loop: wake each append's caller."""
+    for append in appends:
+        append.woken = True
+        wake = append.wake
+        if wake is not None and not wake.done():
+            wake.set_result(None)
+        if append.notify is not None:
+            append.notify()
+        if append.waiter is not None:
+            append.waiter.set()
 
 
 class LoopGroups(Generic[Payload]):
