@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 import anyio
 import pytest
 
-from agentledger.errors import LogCorruptError, StoreError
+from agentledger.errors import ConflictError, LogCorruptError, StoreError
 from agentledger.store import EventStore
 from agentledger.testing.stores import (
     CrashOutcome,
@@ -266,3 +266,25 @@ async def test_call_outcomes_keep_the_first_recorded(dsn: str, schema: str) -> N
         assert await store.complete_call("run_1/1/c1", b"second") == b"first"
         with pytest.raises(StoreError, match="never claimed"):
             await store.complete_call("run_1/1/other", b"x")
+
+
+@pytest.mark.anyio
+async def test_two_stores_on_one_schema_see_each_others_appends(dsn: str, schema: str) -> None:
+    """Two stores (as two processes would) take turns on one stream: each sees the other's appends."""
+    async with _store(dsn, schema) as one, _store(dsn, schema) as two:
+        assert await one.append("run_a", make_events("run_a", 0, 1, "1"), 0) == 1
+        assert await two.append("run_a", make_events("run_a", 1, 1, "2"), 1) == 2
+        with pytest.raises(ConflictError) as raised:
+            await one.append("run_a", make_events("run_a", 1, 1, "stale"), 1)
+        assert (raised.value.expected, raised.value.actual) == (1, 2)
+        assert await one.append("run_a", make_events("run_a", 2, 1, "3"), 2) == 3
+        with pytest.raises(ConflictError):
+            await two.append("run_a", make_events("run_a", 2, 1, "stale"), 2)
+        with pytest.raises(ConflictError):
+            await two.append("run_a", [], 2)
+        assert await two.append("run_a", [], 3) == 3
+        with pytest.raises(ConflictError):
+            await two.append("run_a", make_events("run_a", 0, 1, "again"), 0)
+        expected = [make_events("run_a", seq, 1, str(seq + 1))[0] for seq in range(3)]
+        assert await two.read("run_a") == expected
+        assert await two.streams() == ["run_a"]

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import threading
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -38,7 +39,7 @@ import anyio.lowlevel
 
 from agentledger.errors import StoreError
 
-__all__ = ("Append", "Committer", "LoopGroups", "appending")
+__all__ = ("Append", "Committer", "LoopGroups", "appending", "remember")
 
 Payload = TypeVar("Payload")
 
@@ -95,6 +96,20 @@ def appending(group: Sequence[Append[Payload]]) -> str:
         return f"appending to {streams[0]!r}"
     named = ", ".join(map(repr, streams[:3]))
     return f"appending to {len(streams)} streams ({named}{', ...' if len(streams) > 3 else ''})"
+
+
+Known = TypeVar("Known")
+
+
+def remember(known: dict[str, Known], committed: dict[str, Known], bound: int) -> None:
+    """Keep what a store just committed per stream in ``known``: the latest last, at most ``bound``."""
+    for stream, value in committed.items():
+        known.pop(stream, None)
+        known[stream] = value
+    excess = len(known) - bound
+    if excess > 0:
+        for stream in list(itertools.islice(known, excess)):
+            del known[stream]
 
 
 def _settle_all(group: Sequence[Append[Payload]], error: BaseException) -> None:

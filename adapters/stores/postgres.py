@@ -3,13 +3,12 @@
 Theory of operation. ``streams`` gives each stream a position in creation order; ``events`` holds
 one row per event with the event as ``encode_event`` JSON, keyed by ``(stream, seq)``, and a
 ``position`` that orders all events of the schema. Appends that arrive while one is committing
-are committed together (``_group``): one transaction reads the versions of the group's streams
-under the append lock, fails each append whose ``expected_version`` is stale with
-``ConflictError`` (it writes nothing), and inserts the other batches' rows at ``seq =
-expected_version, expected_version + 1, ...`` in one statement, so a group costs one commit. The
-primary key backs the check: a row the versions did not show makes the group roll back and its
-appends go one by one, each in its own transaction, guarded by the key (a unique violation is a
-``ConflictError``) and by the condition that the row before the batch exists.
+are committed together (``_group``), in one transaction sent as one pipeline: under the append
+lock, each append is checked in queue order against its stream's version (a stale one fails with
+``ConflictError`` and writes nothing) and the other batches' rows go in with one statement. The
+versions this store committed last are kept, not read again; the primary key backs them: a row
+they did not foresee (another process wrote) rolls the group back, and its appends go one by
+one, each in its own transaction, guarded by the key and by the row before the batch.
 
 Positions are allocated under a transaction-scoped advisory lock, so they are handed out in commit
 order and a reader that has seen position ``p`` will never see a smaller one commit later: that is
@@ -49,7 +48,7 @@ from agentledger.core.events import Event, encode_event
 from agentledger.errors import ConflictError, LogCorruptError, StoreError
 
 from ._codec import decode_records
-from ._group import Append, LoopGroups, appending
+from ._group import Append, LoopGroups, appending, remember
 
 try:
     import psycopg
@@ -77,22 +76,26 @@ __all__ = (
 _SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,47}$")
 _INSERT = """INSERT INTO {schema}.events (stream, seq, type, data)
 SELECT %(stream)s, %(start)s + t.ord - 1, t.type, t.data::json
-FROM unnest(%(types)s::text[], %(data)s::text[]) WITH ORDINALITY AS t(type, data, ord)
+FROM unnest(%(types)b::text[], %(data)b::text[]) WITH ORDINALITY AS t(type, data, ord)
 WHERE %(start)s = 0 OR EXISTS (
     SELECT 1 FROM {schema}.events WHERE stream = %(stream)s AND seq = %(start)s - 1
 )
 ORDER BY t.ord"""
 # A group's batches, checked against the versions read under the append lock: one statement each.
-_GROUP_VERSIONS = "SELECT stream, max(seq) + 1 FROM {schema}.events WHERE stream = ANY(%s) GROUP BY stream"
+# Arrays go as binary parameters (``%b``): as text each element would be quoted and escaped.
+_GROUP_VERSIONS = "SELECT stream, max(seq) + 1 FROM {schema}.events WHERE stream = ANY(%b) GROUP BY stream"
 _GROUP_STREAMS = """INSERT INTO {schema}.streams (name)
-SELECT t.name FROM unnest(%s::text[]) WITH ORDINALITY AS t(name, ord) ORDER BY t.ord
+SELECT t.name FROM unnest(%b::text[]) WITH ORDINALITY AS t(name, ord) ORDER BY t.ord
 ON CONFLICT (name) DO NOTHING"""
 _GROUP_INSERT = """INSERT INTO {schema}.events (stream, seq, type, data)
 SELECT t.stream, t.seq, t.type, t.data::json
-FROM unnest(%s::text[], %s::integer[], %s::text[], %s::text[]) WITH ORDINALITY
+FROM unnest(%b::text[], %b::integer[], %b::text[], %b::text[]) WITH ORDINALITY
     AS t(stream, seq, type, data, ord)
 ORDER BY t.ord"""
-_GROUP_NOTIFY = "SELECT pg_notify(%s, t.name) FROM unnest(%s::text[]) AS t(name)"
+_GROUP_NOTIFY = "SELECT pg_notify(%s, t.name) FROM unnest(%b::text[]) AS t(name)"
+
+_KNOWN_STREAMS = 10_000
+"""How many streams' versions a store keeps between commits (the most recently written)."""
 
 _Row = tuple[str, str]
 """An event to insert: its type and its JSON text."""
@@ -142,6 +145,7 @@ class PostgresEventStore:
         self._migrating: anyio.Lock | None = None
         self._closed = False
         self._groups: LoopGroups[_Row] = LoopGroups(self._commit_group)
+        self._known: dict[str, int] = {}  # stream -> version, as this store's last commit to it left it
 
     # -- the EventStore protocol ------------------------------------------------------------------
 
@@ -243,55 +247,71 @@ class PostgresEventStore:
         """The group in one transaction (one WAL flush at commit); each append checked alone."""
         async with self.connection() as connection:
             try:
-                accepted = await self._insert_group(connection, group)
+                accepted, versions = await self._insert_group(connection, group)
             except pg_errors.UniqueViolation:  # a row the versions did not show: one by one, as before
+                self._known.clear()
                 for append in group:
                     if not append.settled:
                         await self._append_alone(connection, append)
                 return
             except psycopg.Error as exc:
+                self._known.clear()
                 raise StoreError(f"{self}: {appending(group)} failed: {exc}") from exc
+            except BaseException:
+                self._known.clear()
+                raise
+        remember(self._known, versions, _KNOWN_STREAMS)
         for append in accepted:
             append.succeed()
 
     async def _insert_group(
         self, connection: psycopg.AsyncConnection[Any], group: list[Append[_Row]]
-    ) -> list[Append[_Row]]:
-        accepted: list[Append[_Row]] = []
-        names = list(dict.fromkeys(append.stream for append in group))
+    ) -> tuple[list[Append[_Row]], dict[str, int]]:
+        """Check each append in queue order and insert the batches: one pipeline, one or two round
+        trips. Streams whose version is not known here, and appends without events, are read first.
+        """
+        known = self._known
+        lookup = [a.stream for a in group if not a.records or known.get(a.stream, 0) != a.expected]
         writing = any(append.records for append in group)
-        async with connection.transaction():
+        accepted: list[Append[_Row]] = []
+        versions: dict[str, int] = {}
+        async with connection.pipeline(), connection.transaction():
             if writing:  # positions are handed out in commit order: see the module docstring
                 await connection.execute("SELECT pg_advisory_xact_lock(%s)", (self._append_key,))
-            cursor = await connection.execute(self.query(_GROUP_VERSIONS), (names,))
-            versions = {str(name): int(next_seq) for name, next_seq in await cursor.fetchall()}
+            if lookup:
+                names = list(dict.fromkeys(lookup))
+                cursor = await connection.execute(self.query(_GROUP_VERSIONS), (names,))
+                found = {str(name): int(next_seq) for name, next_seq in await cursor.fetchall()}
+                versions = {name: found.get(name, 0) for name in names}
             new: list[str] = []
             streams: list[str] = []
             seqs: list[int] = []
             kinds: list[str] = []
             texts: list[str] = []
             for append in group:
-                version = versions.get(append.stream, 0)
+                stream = append.stream
+                version = versions[stream] if stream in versions else known.get(stream, 0)
                 if version != append.expected:
-                    append.fail(ConflictError(append.stream, append.expected, version))
+                    append.fail(ConflictError(stream, append.expected, version))
                     continue
                 accepted.append(append)
-                if not append.records:
+                records = append.records
+                if not records:
                     continue
-                versions[append.stream] = version + len(append.records)
+                versions[stream] = version + len(records)
                 if version == 0:
-                    new.append(append.stream)
-                streams.extend([append.stream] * len(append.records))
-                seqs.extend(range(version, version + len(append.records)))
-                kinds.extend(kind for kind, _ in append.records)
-                texts.extend(text for _, text in append.records)
+                    new.append(stream)
+                streams.extend([stream] * len(records))
+                seqs.extend(range(version, version + len(records)))
+                kinds.extend(kind for kind, _ in records)
+                texts.extend(text for _, text in records)
             if texts:
                 if new:
                     await connection.execute(self.query(_GROUP_STREAMS), (new,))
                 await connection.execute(self.query(_GROUP_INSERT), (streams, seqs, kinds, texts))
                 await connection.execute(_GROUP_NOTIFY, (self.channel, list(dict.fromkeys(streams))))
                 await self._before_commit()
-        return accepted
+        return accepted, versions
 
     async def _append_alone(self, connection: psycopg.AsyncConnection[Any], append: Append[_Row]) -> None:
         params = {

@@ -23,7 +23,6 @@ threads under a lock; open one store per process (after any fork).
 
 from __future__ import annotations
 
-import itertools
 import os
 import sqlite3
 import threading
@@ -36,7 +35,7 @@ from agentledger.core.events import Event, encode_event
 from agentledger.errors import ConflictError, LogCorruptError, StoreError
 
 from ._codec import decode_block, decode_records
-from ._group import Append, appending
+from ._group import Append, appending, remember
 from ._threaded import ThreadedStore
 
 __all__ = ("SCHEMA_VERSION", "SqliteEventStore")
@@ -146,7 +145,7 @@ class SqliteEventStore(ThreadedStore):
                 if connection.in_transaction:
                     connection.rollback()
                 raise
-            self._remember(versions)
+            remember(self._known, versions, _KNOWN_STREAMS)
         for append in accepted:
             append.succeed()
 
@@ -181,17 +180,6 @@ class SqliteEventStore(ThreadedStore):
         if rows:
             connection.executemany("INSERT INTO events (stream, seq, last, data) VALUES (?, ?, ?, ?)", rows)
         return accepted, versions
-
-    def _remember(self, versions: dict[str, tuple[int, int]]) -> None:
-        """Keep the versions this connection just committed, the most recent last, within a bound."""
-        known = self._known
-        for stream, found in versions.items():
-            known.pop(stream, None)
-            known[stream] = found
-        excess = len(known) - _KNOWN_STREAMS
-        if excess > 0:
-            for stream in list(itertools.islice(known, excess)):
-                del known[stream]
 
     def _insert_each(self, connection: sqlite3.Connection, group: list[Append[bytes]]) -> list[Append[bytes]]:
         """The group checked and inserted append by append (after a refused row)."""
