@@ -148,16 +148,9 @@ class Committer(Generic[Payload]):
         try:
             await woken
         except BaseException:
-            if not append.woken:
-                await self._settled(append)
+            await _shielded_wait(append)
             raise
         return append.result()
-
-    async def _settled(self, append: Append[Payload]) -> None:
-        """Wait, shielded from cancellation, until ``append`` is settled (runs on its loop)."""
-        waiter = append.waiter = anyio.Event()
-        with anyio.CancelScope(shield=True):
-            await waiter.wait()
 
     async def _run_anyio(self, append: Append[Payload]) -> int:
         wake = anyio.Event()
@@ -232,14 +225,27 @@ def _notify(group: Sequence[Append[Any]]) -> None:
 def _wake_all(appends: list[Append[Any]]) -> None:
     """On the callers' event loop: wake each append's caller."""
     for append in appends:
-        append.woken = True
-        wake = append.wake
-        if wake is not None and not wake.done():
-            wake.set_result(None)
-        if append.notify is not None:
-            append.notify()
-        if append.waiter is not None:
-            append.waiter.set()
+        _wake(append)
+
+
+def _wake(append: Append[Any]) -> None:
+    """Wake the caller of ``append``, however it waits (on the event loop it waits on)."""
+    append.woken = True
+    wake = append.wake
+    if wake is not None and not wake.done():
+        wake.set_result(None)
+    if append.notify is not None:
+        append.notify()
+    if append.waiter is not None:
+        append.waiter.set()
+
+
+async def _shielded_wait(append: Append[Any]) -> None:
+    """Wait, shielded from cancellation, until the caller of ``append`` is woken."""
+    if not append.woken:
+        waiter = append.waiter = anyio.Event()
+        with anyio.CancelScope(shield=True):
+            await waiter.wait()
 
 
 class LoopGroups(Generic[Payload]):
@@ -253,17 +259,34 @@ class LoopGroups(Generic[Payload]):
     async def run(self, append: Append[Payload]) -> int:
         """Commit ``append`` in the next group; its new version, or its error raised.
 
-        A cancelled caller still waits for its append to be settled (never half-done); the
-        cancellation reaches it at its next checkpoint.
+        A cancelled caller still waits for its append to be settled (never half-done), leading
+        its group if the lead comes to it; the cancellation reaches it at its next checkpoint.
         """
         self._queue.append(append)
-        with anyio.CancelScope(shield=True):
-            if self._busy:
-                append.wake = anyio.Event()
-                await append.wake.wait()
-            if not append.settled:  # the lead is ours
-                await self._lead()
+        if self._busy:
+            try:
+                await self._woken(append)
+            except BaseException:
+                await _shielded_wait(append)
+                await self._lead_unless_settled(append)
+                raise
+        await self._lead_unless_settled(append)
         return append.result()
+
+    async def _woken(self, append: Append[Payload]) -> None:
+        """Wait until a commit settles ``append`` or hands it the lead."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # another event loop (trio)
+            await _shielded_wait(append)
+            return
+        append.wake = loop.create_future()
+        await append.wake
+
+    async def _lead_unless_settled(self, append: Append[Payload]) -> None:
+        if not append.settled:  # the lead is ours
+            with anyio.CancelScope(shield=True):
+                await self._lead()
 
     async def _lead(self) -> None:
         self._busy = True
@@ -274,11 +297,8 @@ class LoopGroups(Generic[Payload]):
             _settle_all(group, exc)
         finally:
             if self._queue:  # the lead passes on first, so the next commit overlaps the wakers' work
-                following = self._queue[0].wake
-                assert following is not None, "an append queued behind a commit waits for it"
-                following.set()
+                _wake(self._queue[0])
             else:
                 self._busy = False
             for append in group:
-                if append.wake is not None:
-                    append.wake.set()
+                _wake(append)

@@ -145,6 +145,7 @@ class PostgresEventStore:
         self._migrating: anyio.Lock | None = None
         self._closed = False
         self._groups: LoopGroups[_Row] = LoopGroups(self._commit_group)
+        self._statements: dict[str, bytes] = {}
         self._known: dict[str, int] = {}  # stream -> version, as this store's last commit to it left it
 
     # -- the EventStore protocol ------------------------------------------------------------------
@@ -280,7 +281,7 @@ class PostgresEventStore:
                 await connection.execute("SELECT pg_advisory_xact_lock(%s)", (self._append_key,))
             if lookup:
                 names = list(dict.fromkeys(lookup))
-                cursor = await connection.execute(self.query(_GROUP_VERSIONS), (names,))
+                cursor = await connection.execute(self._statement(_GROUP_VERSIONS), (names,))
                 found = {str(name): int(next_seq) for name, next_seq in await cursor.fetchall()}
                 versions = {name: found.get(name, 0) for name in names}
             new: list[str] = []
@@ -307,8 +308,8 @@ class PostgresEventStore:
                 texts.extend(text for _, text in records)
             if texts:
                 if new:
-                    await connection.execute(self.query(_GROUP_STREAMS), (new,))
-                await connection.execute(self.query(_GROUP_INSERT), (streams, seqs, kinds, texts))
+                    await connection.execute(self._statement(_GROUP_STREAMS), (new,))
+                await connection.execute(self._statement(_GROUP_INSERT), (streams, seqs, kinds, texts))
                 await connection.execute(_GROUP_NOTIFY, (self.channel, list(dict.fromkeys(streams))))
                 await self._before_commit()
         return accepted, versions
@@ -400,6 +401,13 @@ class PostgresEventStore:
     def query(self, template: str) -> sql.Composed:
         """``template`` as SQL, with ``{schema}`` standing for this store's schema."""
         return sql.SQL(template).format(schema=sql.Identifier(self.schema))
+
+    def _statement(self, template: str) -> bytes:
+        """``query(template)`` rendered once (an append runs the same few statements again and again)."""
+        statement = self._statements.get(template)
+        if statement is None:
+            statement = self._statements[template] = self.query(template).as_bytes(None)
+        return statement
 
     def where(self, stream: str, seq: int) -> str:
         """Where the event at ``seq`` of ``stream`` is kept, for error messages."""
