@@ -288,3 +288,41 @@ async def test_two_stores_on_one_schema_see_each_others_appends(dsn: str, schema
         expected = [make_events("run_a", seq, 1, str(seq + 1))[0] for seq in range(3)]
         assert await two.read("run_a") == expected
         assert await two.streams() == ["run_a"]
+
+
+@pytest.mark.anyio
+async def test_a_cancelled_append_still_waits_for_its_commit(dsn: str, schema: str) -> None:
+    """Cancelled while queued behind a commit, an append is settled first, then cancelled."""
+    release, entered = anyio.Event(), anyio.Event()
+    held: list[int] = []
+    outcomes: list[str] = []
+    scopes: list[anyio.CancelScope] = []
+
+    async def before_commit() -> None:
+        held.append(1)
+        if len(held) == 1:
+            entered.set()
+            await release.wait()
+
+    async def cancelled_append() -> None:
+        with anyio.CancelScope() as scope:
+            scopes.append(scope)
+            await store.append("run_c", make_events("run_c", 0, 2, "c"), 0)
+            outcomes.append("returned")
+        outcomes.append("cancelled" if scope.cancelled_caught else "not cancelled")
+
+    async with _store(dsn, schema) as store:
+        await store.migrate()
+        store._before_commit = before_commit
+        async with anyio.create_task_group() as group:
+            group.start_soon(store.append, "run_first", make_events("run_first", 0, 1, "first"), 0)
+            await entered.wait()  # the first commit is held, inside its transaction
+            group.start_soon(cancelled_append)
+            await anyio.wait_all_tasks_blocked()
+            scopes[0].cancel()
+            await anyio.wait_all_tasks_blocked()
+            assert outcomes == []  # still waiting for the held commit
+            release.set()
+        assert outcomes == ["cancelled"]
+        assert held == [1, 1]
+        assert await store.read("run_c") == make_events("run_c", 0, 2, "c")
