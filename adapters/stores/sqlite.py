@@ -6,11 +6,13 @@ and ``data`` its events as ``encode_event`` JSON lines. A row per batch rather t
 a read one row per step of a run instead of one per event, and a stream decodes in one call.
 Appends are committed in groups (``_group``): a group runs in one ``BEGIN IMMEDIATE`` transaction
 (one writer at a time, others wait up to ``busy_timeout``) that, for each append in turn, compares
-the stream's length with its ``expected_version`` and inserts its batch's row (a stale one fails
-alone, writing nothing), then commits once, so a batch is stored whole or not at all. The
-primary key backs the version check: two batches can never start at the same seq, and if it were
-attempted it would surface as ``ConflictError`` too. Databases of schema version 1 (a row per
-event) are migrated on open.
+the stream's length with its ``expected_version`` (a stale one fails alone, writing nothing),
+inserts the other batches' rows with one ``executemany``, then commits once, so a batch is stored
+whole or not at all. The lengths come from what this connection committed last, while ``PRAGMA
+data_version`` shows no other writer, or from one query. The primary key and a trigger back the
+check: a batch can never start anywhere but right after its stream's last event, and if that were
+attempted the group is checked again append by append, where it surfaces as ``ConflictError``.
+Databases of schema version 1 (a row per event) are migrated on open.
 
 The database runs in WAL mode (readers never block the writer) with ``synchronous=FULL`` by
 default, so a committed append survives power loss. Reads check that the rows they return have no
