@@ -1,4 +1,4 @@
-"""The PostgreSQL store's schema: its migrations, and applying them once per schema.
+"""The PostgreSQL store's schema: its migrations, applying them once per schema, and the appends' statements.
 
 ``schema_version`` records each migration applied. On first use a store applies the migrations it
 knows beyond the recorded version, in one transaction under an advisory lock, so several processes
@@ -14,7 +14,17 @@ from psycopg import sql
 
 from agentledger.errors import StoreError
 
-__all__ = ("MIGRATIONS", "SCHEMA_VERSION", "Migration", "upgrade")
+__all__ = (
+    "GROUP_INSERT",
+    "GROUP_NOTIFY",
+    "GROUP_STREAMS",
+    "GROUP_VERSIONS",
+    "INSERT_AT",
+    "MIGRATIONS",
+    "SCHEMA_VERSION",
+    "Migration",
+    "upgrade",
+)
 
 
 class Migration(NamedTuple):
@@ -64,6 +74,28 @@ MIGRATIONS: tuple[Migration, ...] = (
 
 SCHEMA_VERSION = MIGRATIONS[-1].version
 """The schema version this code writes and reads."""
+
+# One batch at a given seq, only if the row before it exists (a stream never has a gap).
+INSERT_AT = """INSERT INTO {schema}.events (stream, seq, type, data)
+SELECT %(stream)s, %(start)s + t.ord - 1, t.type, t.data::json
+FROM unnest(%(types)b::text[], %(data)b::text[]) WITH ORDINALITY AS t(type, data, ord)
+WHERE %(start)s = 0 OR EXISTS (
+    SELECT 1 FROM {schema}.events WHERE stream = %(stream)s AND seq = %(start)s - 1
+)
+ORDER BY t.ord"""
+# A group's batches, checked against the versions read under the append lock: one statement each.
+# Arrays go as binary parameters (``%b``): as text each element would be quoted and escaped.
+GROUP_VERSIONS = "SELECT stream, max(seq) + 1 FROM {schema}.events WHERE stream = ANY(%b) GROUP BY stream"
+GROUP_STREAMS = """INSERT INTO {schema}.streams (name)
+SELECT t.name FROM unnest(%b::text[]) WITH ORDINALITY AS t(name, ord) ORDER BY t.ord
+ON CONFLICT (name) DO NOTHING"""
+GROUP_INSERT = """INSERT INTO {schema}.events (stream, seq, type, data)
+SELECT t.stream, t.seq, t.type, t.data::json
+FROM unnest(%b::text[], %b::integer[], %b::text[], %b::text[]) WITH ORDINALITY
+    AS t(stream, seq, type, data, ord)
+ORDER BY t.ord"""
+GROUP_NOTIFY = "SELECT pg_notify(%s, t.name) FROM unnest(%b::text[]) AS t(name)"
+
 
 _VERSION_TABLE = """CREATE TABLE IF NOT EXISTS {schema}.schema_version (
     version integer PRIMARY KEY,

@@ -59,7 +59,16 @@ except ImportError:  # pragma: no cover - exercised only without the extra
 
 from . import _pg_schema
 from ._pg_pool import Pool, lock_key
-from ._pg_schema import MIGRATIONS, SCHEMA_VERSION, Migration
+from ._pg_schema import (
+    GROUP_INSERT,
+    GROUP_NOTIFY,
+    GROUP_STREAMS,
+    GROUP_VERSIONS,
+    INSERT_AT,
+    MIGRATIONS,
+    SCHEMA_VERSION,
+    Migration,
+)
 from ._pg_tail import StoredEvent, Tail
 
 __all__ = (
@@ -74,26 +83,6 @@ __all__ = (
 
 
 _SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,47}$")
-_INSERT = """INSERT INTO {schema}.events (stream, seq, type, data)
-SELECT %(stream)s, %(start)s + t.ord - 1, t.type, t.data::json
-FROM unnest(%(types)b::text[], %(data)b::text[]) WITH ORDINALITY AS t(type, data, ord)
-WHERE %(start)s = 0 OR EXISTS (
-    SELECT 1 FROM {schema}.events WHERE stream = %(stream)s AND seq = %(start)s - 1
-)
-ORDER BY t.ord"""
-# A group's batches, checked against the versions read under the append lock: one statement each.
-# Arrays go as binary parameters (``%b``): as text each element would be quoted and escaped.
-_GROUP_VERSIONS = "SELECT stream, max(seq) + 1 FROM {schema}.events WHERE stream = ANY(%b) GROUP BY stream"
-_GROUP_STREAMS = """INSERT INTO {schema}.streams (name)
-SELECT t.name FROM unnest(%b::text[]) WITH ORDINALITY AS t(name, ord) ORDER BY t.ord
-ON CONFLICT (name) DO NOTHING"""
-_GROUP_INSERT = """INSERT INTO {schema}.events (stream, seq, type, data)
-SELECT t.stream, t.seq, t.type, t.data::json
-FROM unnest(%b::text[], %b::integer[], %b::text[], %b::text[]) WITH ORDINALITY
-    AS t(stream, seq, type, data, ord)
-ORDER BY t.ord"""
-_GROUP_NOTIFY = "SELECT pg_notify(%s, t.name) FROM unnest(%b::text[]) AS t(name)"
-
 _KNOWN_STREAMS = 10_000
 """How many streams' versions a store keeps between commits (the most recently written)."""
 
@@ -281,7 +270,7 @@ class PostgresEventStore:
                 await connection.execute("SELECT pg_advisory_xact_lock(%s)", (self._append_key,))
             if lookup:
                 names = list(dict.fromkeys(lookup))
-                cursor = await connection.execute(self._statement(_GROUP_VERSIONS), (names,))
+                cursor = await connection.execute(self._statement(GROUP_VERSIONS), (names,))
                 found = {str(name): int(next_seq) for name, next_seq in await cursor.fetchall()}
                 versions = {name: found.get(name, 0) for name in names}
             new: list[str] = []
@@ -308,9 +297,9 @@ class PostgresEventStore:
                 texts.extend(text for _, text in records)
             if texts:
                 if new:
-                    await connection.execute(self._statement(_GROUP_STREAMS), (new,))
-                await connection.execute(self._statement(_GROUP_INSERT), (streams, seqs, kinds, texts))
-                await connection.execute(_GROUP_NOTIFY, (self.channel, list(dict.fromkeys(streams))))
+                    await connection.execute(self._statement(GROUP_STREAMS), (new,))
+                await connection.execute(self._statement(GROUP_INSERT), (streams, seqs, kinds, texts))
+                await connection.execute(GROUP_NOTIFY, (self.channel, list(dict.fromkeys(streams))))
                 await self._before_commit()
         return accepted, versions
 
@@ -341,7 +330,7 @@ class PostgresEventStore:
                 if start == 0:
                     insert = "INSERT INTO {schema}.streams (name) VALUES (%s) ON CONFLICT (name) DO NOTHING"
                     await connection.execute(self.query(insert), (stream,))
-                cursor = await connection.execute(self.query(_INSERT), params)
+                cursor = await connection.execute(self.query(INSERT_AT), params)
                 if cursor.rowcount != len(params["data"]):
                     raise _Behind
                 await connection.execute("SELECT pg_notify(%s, %s)", (self.channel, stream))
