@@ -86,23 +86,19 @@ class AgentRun:
             driver = LocalDriver(binding, recorder, spec.store)
             self._binding = binding
             with binding.bound():
-                if not spec.layers["agent"]:
-                    return await self._run_loop(binding, driver)
-                return await self._run_agent_layers(binding, driver, inputs, stream)
+                if spec.layers["agent"]:
+                    return await self._run_agent_layers(binding, driver, inputs, stream)
+                # The loop alone (no agent middleware): nothing can change the run's input.
+                try:
+                    recorder.begin()
+                    response = self._response(recorder, await driver.drive())
+                except BaseException as exc:
+                    await self._failed(driver, exc)
+                    raise
+                return await self._complete(binding, driver, response, response)
         finally:
             if token is not None:
                 capture_sinks.reset(token)
-
-    async def _run_loop(self, binding: RunBinding, driver: LocalDriver) -> AgentResponse:
-        """The loop alone (no agent middleware): nothing can change the run's input."""
-        recorder = driver.recorder
-        try:
-            recorder.begin()
-            response = self._response(recorder, await driver.drive())
-        except BaseException as exc:
-            await self._failed(driver, exc)
-            raise
-        return await self._complete(binding, driver, response, response)
 
     async def _run_agent_layers(
         self, binding: RunBinding, driver: LocalDriver, inputs: list[Message], stream: bool

@@ -45,37 +45,28 @@ async def call_model(binding: RunBinding, command: CallModel) -> None:
         options["conversation_id"] = command.conversation_id
     else:
         options.pop("conversation_id", None)
+    layers = binding.spec.layers["chat"]
     context = ChatContext(
         client=binding.spec.client,
         messages=command.messages,
         options=options,  # type: ignore[arg-type]
-        client_kwargs=dict(binding.client_kwargs),
+        client_kwargs=dict(binding.client_kwargs) if layers else binding.client_kwargs,
         run_id=binding.run_id,
         iteration=command.iteration,
     )
-    layers = binding.spec.layers["chat"]
-    sent = dict(options) if layers else options
-
-    async def final() -> None:
-        if layers:
-            _record_request_changes(binding, command, context, sent)
-        context.result = await _get_response(binding, context)
-
     token = writer.set("chat_middleware")
     try:
         if layers:
-            outcome = await run_chain(layers, context, final, binding.checkpoint)
-            if outcome.short_circuited_by is not None:
-                text = context.result.text if isinstance(context.result, ChatResponse) else None
-                binding.recorder.record(
-                    MiddlewareShortCircuit,
-                    call_id=None,
-                    middleware=outcome.short_circuited_by,
-                    result=text,
-                    scope="model",
-                )
+            await _through_middleware(binding, command, context, layers)
+        elif binding.on_update is None:  # no closure, no copies: every model call of every run
+            context.result = await binding.spec.client.get_response(
+                context.outgoing,
+                options=context.options,
+                client_kwargs=context.client_kwargs,
+                **binding.spec.legacy_kwargs,
+            )
         else:
-            await final()
+            context.result = await _get_response(binding, context)
     except MiddlewareTermination as exc:
         binding.recorder.record(
             RunTerminated, iteration=command.iteration, reason=str(exc), by="chat_middleware"
@@ -87,6 +78,28 @@ async def call_model(binding: RunBinding, command: CallModel) -> None:
     finally:
         writer.reset(token)
     _responded(binding, command.iteration, context.result)
+
+
+async def _through_middleware(
+    binding: RunBinding, command: CallModel, context: ChatContext, layers: Sequence[Any]
+) -> None:
+    """Chat middleware around the client; what it changed or answered is recorded."""
+    sent = dict(context.options)
+
+    async def final() -> None:
+        _record_request_changes(binding, command, context, sent)
+        context.result = await _get_response(binding, context)
+
+    outcome = await run_chain(layers, context, final, binding.checkpoint)
+    if outcome.short_circuited_by is not None:
+        text = context.result.text if isinstance(context.result, ChatResponse) else None
+        binding.recorder.record(
+            MiddlewareShortCircuit,
+            call_id=None,
+            middleware=outcome.short_circuited_by,
+            result=text,
+            scope="model",
+        )
 
 
 def _record_request_changes(
