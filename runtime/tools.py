@@ -14,7 +14,6 @@ import os
 import re
 import sys
 import typing
-import warnings
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Literal, TypeVar, overload
 
@@ -26,6 +25,7 @@ from .context import FunctionInvocationContext
 from .core.events import ToolSpec
 from .core.messages import Content
 from .errors import ArgumentsError, ToolDefinitionError
+from .logs import warn
 
 __all__ = (
     "ApprovalMode",
@@ -108,10 +108,11 @@ class FunctionTool:
         )
         """What the model is offered and the run records; ``approval_mode`` is read from it."""
         if self.accepts_kwargs:
-            warnings.warn(
+            warn(
                 f"tool {self.name!r} declares **kwargs to receive runtime values; read them from "
                 "an injected FunctionInvocationContext (ctx.kwargs) instead",
                 DeprecationWarning,
+                part="deprecations",
                 stacklevel=_caller_level(),
             )
 

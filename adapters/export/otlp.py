@@ -37,6 +37,7 @@ import msgspec
 
 from agentledger.core.events import Event, RunStarted
 from agentledger.errors import AgentLedgerError
+from agentledger.logs import logger
 
 from ._otlp_encode import INSTALL_HINT, assemble, request_json, request_protobuf
 from ._otlp_fold import SpanFold
@@ -59,6 +60,8 @@ __all__ = (
     "traces_url",
     "write_otlp_json_file",
 )
+
+_log = logger("export")
 
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
 """The responses worth another attempt (the OTLP/HTTP specification's retryable statuses)."""
@@ -334,7 +337,12 @@ async def _post(
             raise ExportError(f"cannot reach {url}: {type(exc).__name__}", attempts=attempt) from exc
         if response.status_code not in RETRY_STATUSES or attempt >= max_attempts:
             return response, attempt
-        await sleep(retry_delay(response, attempt, backoff, max_delay))
+        delay = retry_delay(response, attempt, backoff, max_delay)
+        _log.warning(
+            "OTLP export to %s answered %s; attempt %d of %d, next in %.1f s",
+            url, response.status_code, attempt + 1, max_attempts, delay,
+        )  # fmt: skip
+        await sleep(delay)
 
 
 async def export_otlp(

@@ -23,13 +23,13 @@ from __future__ import annotations
 import itertools
 import os
 import threading
-import warnings
 from array import array
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
 from agentledger.errors import TornTailWarning
+from agentledger.logs import warn
 
 try:
     import fcntl
@@ -175,11 +175,12 @@ class OpenLineFile:
         os.ftruncate(self.fd, file.end)
         if file.fsync:
             _sync(self.fd)
-        warnings.warn(
+        warn(
             TornTailWarning(
                 f"{file.path}: line {file.count + 1} was torn by an interrupted write; "
                 f"cut off its {torn} bytes at offset {file.end}"
             ),
+            part="stores",
             stacklevel=2,
         )
 
