@@ -45,6 +45,7 @@ from .errors import (
     TornTailWarning,
     TransitionError,
     UnknownToolError,
+    UnrecordableError,
 )
 from .middleware import (
     AgentMiddleware,
@@ -111,6 +112,7 @@ __all__ = (
     "TornTailWarning",
     "TransitionError",
     "UnknownToolError",
+    "UnrecordableError",
     "Usage",
     "__version__",
     "agent_middleware",

@@ -17,6 +17,7 @@ therefore gives back the same state.
 from __future__ import annotations
 
 import contextvars
+import re
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -24,6 +25,7 @@ from typing import Any
 import msgspec
 
 from .core.approvals import approval_responses, conversation
+from .core.depth import MAX_DEPTH, too_deep
 from .core.errors import TransitionError
 from .core.events import (
     Event,
@@ -34,6 +36,7 @@ from .core.events import (
     SessionUpdated,
     StateChange,
 )
+from .core.limits import INT64_MAX, INT64_MIN, safe_text
 from .core.messages import Message
 from .core.projections import SessionProjection, TranscriptProjection, apply_changes
 from .errors import SessionStateError
@@ -42,6 +45,7 @@ __all__ = ("AgentSession", "SessionState")
 
 _SCALARS = (str, int, float, bool, type(None))
 _encoder = msgspec.json.Encoder(order="deterministic")
+_LONG_NUMBER = re.compile(rb"\d{19}")
 
 writer: contextvars.ContextVar[str] = contextvars.ContextVar("agentledger_writer", default="caller")
 """Who is writing session state: a call id, ``agent_middleware``, ``chat_middleware`` or ``caller``."""
@@ -51,12 +55,39 @@ _sinks: contextvars.ContextVar[dict[int, Sink]] = contextvars.ContextVar("agentl
 
 
 def _encode(key: str, value: Any) -> bytes:
+    """The value as the log records it; ``SessionStateError`` for one the log could not give back
+    (not JSON, text that is not UTF-8, nested deeper than ``MAX_DEPTH``, an integer past 64 bits)."""
     try:
-        return _encoder.encode(value)
-    except (TypeError, msgspec.EncodeError) as exc:
+        key.encode()
+        encoded = _encoder.encode(value)
+    except (TypeError, ValueError, msgspec.EncodeError) as exc:
         raise SessionStateError(
-            f"session state value for {key!r} cannot be recorded as JSON ({type(value).__name__}): {exc}"
+            f"session state value for {safe_text(key)!r} cannot be recorded as JSON "
+            f"({type(value).__name__}): {safe_text(str(exc))}"
         ) from exc
+    except RecursionError as exc:
+        encoded = b"[" * (MAX_DEPTH + 1)  # too deep to encode: refused below
+        del exc
+    if too_deep(encoded, MAX_DEPTH - 3):  # an event holds the value three levels down
+        raise SessionStateError(
+            f"session state value for {safe_text(key)!r} is nested deeper than {MAX_DEPTH - 3} levels"
+        )
+    if _LONG_NUMBER.search(encoded) is not None and _has_big_int(msgspec.json.decode(encoded)):
+        raise SessionStateError(f"session state value for {safe_text(key)!r} holds an integer past 64 bits")
+    return encoded
+
+
+def _has_big_int(value: Any) -> bool:
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if type(item) is int and not INT64_MIN <= item <= INT64_MAX:
+            return True
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
 
 
 class SessionState(dict[str, Any]):

@@ -28,6 +28,7 @@ from urllib.parse import quote, unquote
 
 import msgspec
 
+from agentledger.core.depth import MAX_DEPTH, too_deep
 from agentledger.core.events import Event, encode_event
 from agentledger.errors import ConflictError, LogCorruptError, StoreError
 
@@ -170,15 +171,17 @@ class _Journal:
         first, count = self.indexed, self.file.count
         try:
             envelopes = _envelope.decode_lines(handle.block(first, count))
-        except msgspec.DecodeError:
+        except (msgspec.DecodeError, RecursionError):
             envelopes = []
         if len(envelopes) == count - first:
             return envelopes
         envelopes = []  # find the line that does not decode
         for number, line in enumerate(handle.lines(range(first, count)), first):
             try:
+                if too_deep(line):
+                    raise msgspec.DecodeError(f"the record is nested deeper than {MAX_DEPTH} levels")
                 envelopes.append(_envelope.decode(line))
-            except msgspec.DecodeError as exc:
+            except (msgspec.DecodeError, RecursionError) as exc:
                 raise LogCorruptError(f"{EXPECTED}; {exc}", where=f"{self.file.path}:{number + 1}") from exc
         return envelopes
 
@@ -265,11 +268,15 @@ class _Directory:
         known = self.catalog_indexed
         names: list[str] = []
         for number, line in enumerate(handle.lines(range(known, self.catalog.count)), known + 1):
+            where = f"{self.catalog.path}:{number}"
             try:
-                names.append(msgspec.json.decode(line, type=str))
+                name = msgspec.json.decode(line, type=str)
+                _file_name(name)
             except msgspec.DecodeError as exc:
-                where = f"{self.catalog.path}:{number}"
                 raise LogCorruptError(f"expected a stream name as a JSON string; {exc}", where=where) from exc
+            except ValueError as exc:  # empty, too long
+                raise LogCorruptError(f"expected a stream name; {exc}", where=where) from exc
+            names.append(name)
         self.catalogued.update(dict.fromkeys(names))
         self.catalog_indexed = self.catalog.count
 

@@ -128,6 +128,7 @@ class SqliteEventStore(ThreadedStore):
             rows: list[tuple[int, int, bytes]] = self._connect().execute(_READ, (stream, after)).fetchall()
         if not rows:
             return []
+        self._check_types(stream, rows)
         self._check_contiguous(stream, rows, first)
         start, end = rows[0][0], rows[-1][1]
         count = end - start + 1
@@ -152,6 +153,15 @@ class SqliteEventStore(ThreadedStore):
     def _positions(self, stream: str, seq: int) -> Callable[[int], str]:
         return lambda index: self._where(stream, seq + index)
 
+    def _check_types(self, stream: str, rows: list[tuple[int, int, bytes]]) -> None:
+        """Refuse a row whose ``seq`` or ``last`` is not an integer (a row edited by hand)."""
+        for row in rows:
+            if type(row[0]) is not int or type(row[1]) is not int:
+                where = f"{self.path}: stream {stream!r} row {row[0]!r}"
+                raise LogCorruptError(
+                    f"expected integer seq and last, found {row[0]!r} and {row[1]!r}", where=where
+                )
+
     def _check_contiguous(self, stream: str, rows: list[tuple[int, int, bytes]], first: int) -> None:
         expected = min(first, rows[0][0])
         if rows[0][0] > first:
@@ -166,6 +176,11 @@ class SqliteEventStore(ThreadedStore):
     def streams_sync(self) -> list[str]:
         with self._lock, self._errors("listing streams"):
             rows = self._connect().execute("SELECT name FROM streams ORDER BY id").fetchall()
+        for row in rows:
+            if not isinstance(row[0], str):
+                raise LogCorruptError(
+                    f"expected a stream name as text, found {row[0]!r}", where=str(self.path)
+                )
         return [row[0] for row in rows]
 
     def close(self) -> None:
@@ -187,8 +202,12 @@ class SqliteEventStore(ThreadedStore):
     def _errors(self, doing: str) -> Iterator[None]:
         try:
             yield
-        except sqlite3.Error as exc:
+        except sqlite3.Error as exc:  # also a file that is no database, a damaged page or schema
             raise StoreError(f"{self.path}: {doing} failed: {exc}") from exc
+        except (UnicodeDecodeError, ValueError, TypeError, OverflowError) as exc:  # damaged text or numbers
+            raise LogCorruptError(
+                f"{doing} failed: {type(exc).__name__}: {exc}", where=str(self.path)
+            ) from exc
 
     def _open(self) -> sqlite3.Connection:
         connection = sqlite3.connect(

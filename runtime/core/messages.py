@@ -109,14 +109,16 @@ class Usage(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
     total_tokens: int = 0
 
     def __add__(self, other: Usage) -> Usage:
+        """The sum, each count at most ``2**63 - 1`` (what a log and OpenTelemetry hold)."""
         return Usage(
-            input_tokens=self.input_tokens + other.input_tokens,
-            output_tokens=self.output_tokens + other.output_tokens,
-            total_tokens=self.total_tokens + other.total_tokens,
+            input_tokens=min(self.input_tokens + other.input_tokens, _INT64_MAX),
+            output_tokens=min(self.output_tokens + other.output_tokens, _INT64_MAX),
+            total_tokens=min(self.total_tokens + other.total_tokens, _INT64_MAX),
         )
 
 
 _ONLY_CONTENT = frozenset({Content})
+_INT64_MAX = 2**63 - 1
 
 
 def _content(item: Any) -> Content:

@@ -17,6 +17,7 @@ import anyio
 from ..chat import ChatResponseUpdate, normalize_messages
 from ..context import AgentContext, SessionSink
 from ..core.commands import FinishRun
+from ..core.errors import UnrecordableError
 from ..core.events import (
     ApprovalRequested,
     ArgumentsRejected,
@@ -205,7 +206,11 @@ class AgentRun:
         if response is own:
             recorder.finish()
         else:  # agent middleware answered in the run's place
-            recorder.finish(messages=response.messages, text=response.text, usage=response.usage)
+            try:
+                recorder.finish(messages=response.messages, text=response.text, usage=response.usage)
+            except UnrecordableError as exc:
+                await self._failed(driver, exc)
+                raise
         await driver.flush()
         if self.session is not None and self.spec.share_history:
             machine = recorder.machine
