@@ -91,7 +91,7 @@ APPROVED_YES = Content("function_approval_response", call_id="c", approved="yes"
         (ChatResponse(text="ok", usage=Usage("a", None, 1.5)), "usage.input_tokens"),  # type: ignore[arg-type]
         (ChatResponse(text="ok", usage=Usage(2**63, 0, 0)), "usage.input_tokens"),
         (ChatResponse(text="ok", usage=Usage(-1, 0, 0)), "usage.input_tokens"),
-        (ChatResponse(text="ok", usage=Usage(True, 0, 0)), "usage.input_tokens"),  # type: ignore[arg-type]
+        (ChatResponse(text="ok", usage=Usage(True, 0, 0)), "usage.input_tokens"),
         (ChatResponse(Message("assistant", [APPROVED_YES])), "approved"),
         (ChatResponse(Message("assistant", [Content("text", text="x", result=nested(300))])), "deeper"),
     ],

@@ -43,6 +43,8 @@ def decode(data: bytes | str, type_: type[T], what: str) -> T:
         raise MalformedResponseError(f"{what} is not valid JSON: {exc}") from exc
     except msgspec.ValidationError as exc:
         raise MalformedResponseError(f"{what} does not have the expected shape: {exc}") from exc
+    except RecursionError as exc:  # nested past the interpreter's limit: no answer looks like that
+        raise MalformedResponseError(f"{what} is nested too deep to be an answer") from exc
 
 
 def copy_options(body: dict[str, Any], options: ChatOptions, names: Mapping[str, str]) -> None:

@@ -229,10 +229,12 @@ class AgentRun:
             cancelled = isinstance(exc, anyio.get_cancelled_exc_class())
             error_type = "Cancelled" if cancelled else type(exc).__name__
             message = str(exc) if not isinstance(exc, RunError) else str(exc.__cause__ or exc)
-            driver.recorder.fail(error_type, message)
-            self._keep_resumed_batch()
-            with contextlib.suppress(StoreError):  # the store is what failed: the error says so
-                await driver.flush()
+            try:
+                driver.recorder.fail(error_type, message)
+                self._keep_resumed_batch()
+            finally:  # a sink that raised on the way still leaves every recorded event stored
+                with contextlib.suppress(StoreError):  # the store is what failed: the error says so
+                    await driver.flush()
 
     def _keep_resumed_batch(self) -> None:
         """A resumed run that fails after its batch ran still puts that batch's results in the
