@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 import msgspec
 
-from agentledger.redaction import REDACTED, scrub_text
+from agentledger.redaction import scrub_text
 
 from ._openai_errors import (
     APIConnectionError,
@@ -46,6 +46,7 @@ _PLAIN_HEADERS = frozenset(
     {"accept", "accept-encoding", "connection", "content-length", "content-type", "host", "user-agent"}
 )
 _SCHEMES = ("bearer ", "basic ", "token ")
+_MASK = "***"  # what the clients put where a secret was
 
 
 def shown_url(request: httpx.Request) -> str:
@@ -65,7 +66,7 @@ def without_secrets(text: str, request: httpx.Request) -> str:
             secrets.add(value.split(" ", 1)[1].strip())
     secrets.update(value for _, value in request.url.params.multi_items())
     for secret in sorted((s for s in secrets if len(s) >= 3), key=len, reverse=True):
-        text = text.replace(secret, REDACTED)
+        text = text.replace(secret, _MASK)
     return scrub_text(text)
 
 

@@ -42,7 +42,7 @@ def decode_block(data: bytes, count: int, where: Callable[[int], str]) -> list[E
         gc.disable()
     try:
         events = _decoder.decode_lines(data)
-    except (msgspec.DecodeError, RecursionError):
+    except (msgspec.DecodeError, RecursionError, ValueError):  # ValueError: text that is not UTF-8
         events = []
     finally:
         if paused:

@@ -171,7 +171,7 @@ class _Journal:
         first, count = self.indexed, self.file.count
         try:
             envelopes = _envelope.decode_lines(handle.block(first, count))
-        except (msgspec.DecodeError, RecursionError):
+        except (msgspec.DecodeError, RecursionError, ValueError):
             envelopes = []
         if len(envelopes) == count - first:
             return envelopes
@@ -181,7 +181,7 @@ class _Journal:
                 if too_deep(line):
                     raise msgspec.DecodeError(f"the record is nested deeper than {MAX_DEPTH} levels")
                 envelopes.append(_envelope.decode(line))
-            except (msgspec.DecodeError, RecursionError) as exc:
+            except (msgspec.DecodeError, RecursionError, ValueError) as exc:  # ValueError: not UTF-8
                 raise LogCorruptError(f"{EXPECTED}; {exc}", where=f"{self.file.path}:{number + 1}") from exc
         return envelopes
 
@@ -272,7 +272,7 @@ class _Directory:
             try:
                 name = msgspec.json.decode(line, type=str)
                 _file_name(name)
-            except msgspec.DecodeError as exc:
+            except (msgspec.DecodeError, UnicodeDecodeError) as exc:
                 raise LogCorruptError(f"expected a stream name as a JSON string; {exc}", where=where) from exc
             except ValueError as exc:  # empty, too long
                 raise LogCorruptError(f"expected a stream name; {exc}", where=where) from exc

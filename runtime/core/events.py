@@ -353,6 +353,8 @@ def decode_event(data: bytes | str) -> Event:
         return _decoder.decode(raw)
     except RecursionError as exc:
         raise msgspec.DecodeError(f"the record is nested deeper than {MAX_DEPTH} levels") from exc
+    except UnicodeDecodeError as exc:
+        raise msgspec.DecodeError(f"the record holds text that is not UTF-8: {exc}") from exc
 
 
 def decode_events(data: bytes | str) -> list[Event]:
@@ -364,6 +366,8 @@ def decode_events(data: bytes | str) -> list[Event]:
         return _list_decoder.decode(raw)
     except RecursionError as exc:
         raise msgspec.DecodeError(f"an event is nested deeper than {MAX_DEPTH} levels") from exc
+    except UnicodeDecodeError as exc:
+        raise msgspec.DecodeError(f"an event holds text that is not UTF-8: {exc}") from exc
 
 
 def to_plain(value: Any) -> Any:
