@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import msgspec
 import pytest
 
 from agentledger import (
@@ -26,6 +27,9 @@ from agentledger import (
     UnrecordableError,
     tool,
 )
+from agentledger.adapters.chat._openai_chat import chat_response
+from agentledger.adapters.chat._openai_responses import responses_response
+from agentledger.adapters.chat.openai import MalformedResponseError
 from agentledger.adapters.chat.scripted import Call, ScriptedChatClient
 from agentledger.adapters.stores.jsonl import JsonlEventStore
 from agentledger.adapters.stores.sqlite import SqliteEventStore
@@ -243,3 +247,24 @@ def test_the_gate_refuses_what_the_decoder_would_refuse() -> None:
     ):
         with pytest.raises(UnrecordableError):
             check_event(bad)
+
+
+# -- what an OpenAI-compatible server reports ------------------------------------------------------
+
+
+@pytest.mark.parametrize("count", [-1, 2**63, 2**64, 1.5, "12", True])
+def test_a_usage_no_run_could_record_is_a_malformed_answer(count: Any) -> None:
+    usage = {"prompt_tokens": count, "completion_tokens": 1}
+    chat = {"choices": [{"message": {"content": "hi"}, "finish_reason": "stop"}], "usage": usage}
+    responses = {"status": "completed", "output": [], "usage": {"input_tokens": count, "output_tokens": 1}}
+    with pytest.raises(MalformedResponseError, match="expected shape"):
+        chat_response(msgspec.json.encode(chat), "m")
+    with pytest.raises(MalformedResponseError, match="expected shape"):
+        responses_response(msgspec.json.encode(responses), "m")
+
+
+def test_an_answer_nested_past_the_recursion_limit_is_a_malformed_answer() -> None:
+    payload = b'{"choices": [{"message": {"content": "hi", "x": ' + b"[" * 5_000 + b"]" * 5_000 + b"}}]}"
+    for parse in (chat_response, responses_response):
+        with pytest.raises(MalformedResponseError):
+            parse(payload, "m")
