@@ -181,3 +181,18 @@ def test_brackets_inside_strings_do_not_count() -> None:
     text: Any = "[" * 2_000 + "{" * 2_000
     record = b'{"type":"ToolReturned","run_id":"r","seq":0,"at":0,"call_id":"c","name":"n","result":"'
     assert decode_event(record + text.encode() + b'"}').seq == 0
+
+
+@pytest.mark.parametrize("layout", ["runs", "runs.jsonl"])
+def test_a_record_whose_text_is_not_utf8_is_corruption(
+    tmp_path: Path, layout: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store_path = tmp_path / layout
+    record_run(JsonlEventStore(store_path))
+    log = store_path / "run_1.jsonl" if layout == "runs" else store_path
+    log.write_bytes(log.read_bytes().replace(b'"role":"assistant"', b'"role":"\x80assistant"'))
+    with pytest.raises(LogCorruptError, match=r"not UTF-8|invalid start byte") as caught:
+        JsonlEventStore(store_path).read_sync("run_1")
+    assert caught.value.where.startswith(f"{log}:")
+    for command in READ_COMMANDS[1:]:
+        fails_in_one_line(store_path, command, capsys)
