@@ -17,7 +17,6 @@ therefore gives back the same state.
 from __future__ import annotations
 
 import contextvars
-import re
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -36,7 +35,7 @@ from .core.events import (
     SessionUpdated,
     StateChange,
 )
-from .core.limits import INT64_MAX, INT64_MIN, safe_text
+from .core.limits import INT64_MAX, INT64_MIN, may_overflow, safe_text
 from .core.messages import Message
 from .core.projections import SessionProjection, TranscriptProjection, apply_changes
 from .errors import SessionStateError
@@ -45,7 +44,6 @@ __all__ = ("AgentSession", "SessionState")
 
 _SCALARS = (str, int, float, bool, type(None))
 _encoder = msgspec.json.Encoder(order="deterministic")
-_LONG_NUMBER = re.compile(rb"\d{19}")
 
 writer: contextvars.ContextVar[str] = contextvars.ContextVar("agentledger_writer", default="caller")
 """Who is writing session state: a call id, ``agent_middleware``, ``chat_middleware`` or ``caller``."""
@@ -72,7 +70,7 @@ def _encode(key: str, value: Any) -> bytes:
         raise SessionStateError(
             f"session state value for {safe_text(key)!r} is nested deeper than {MAX_DEPTH - 3} levels"
         )
-    if _LONG_NUMBER.search(encoded) is not None and _has_big_int(msgspec.json.decode(encoded)):
+    if may_overflow(encoded) and _has_big_int(msgspec.json.decode(encoded)):
         raise SessionStateError(f"session state value for {safe_text(key)!r} holds an integer past 64 bits")
     return encoded
 
