@@ -196,3 +196,21 @@ def test_a_record_whose_text_is_not_utf8_is_corruption(
     assert caught.value.where.startswith(f"{log}:")
     for command in READ_COMMANDS[1:]:
         fails_in_one_line(store_path, command, capsys)
+
+
+def test_a_journal_read_of_many_runs_reports_only_the_runs_asked_for(tmp_path: Path) -> None:
+    log = tmp_path / "runs.jsonl"
+    store = JsonlEventStore(log)
+    agent = Agent(
+        client=ScriptedChatClient(["a", "b", "c"]), store=store, clock=FixedClock(), ids=SequentialIds()
+    )
+    for _ in range(3):
+        anyio.run(agent.run, "hi")
+    lines = log.read_bytes().splitlines()
+    lines[-1] = lines[-1].replace(b'"text":"c"', b'"text":3')  # run_3's last event, now corrupt
+    log.write_bytes(b"\n".join(lines) + b"\n")
+    fresh = JsonlEventStore(log)
+    many = fresh.read_many_sync(["run_1", "run_2"])
+    assert [len(events) for events in many.values()] == [4, 4]
+    with pytest.raises(LogCorruptError, match=f"{log}:{len(lines)}"):
+        fresh.read_many_sync(["run_1", "run_2", "run_3"])

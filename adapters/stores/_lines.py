@@ -139,13 +139,20 @@ class LineFile:
 
 
 class OpenLineFile:
-    """A ``LineFile`` opened and locked for one operation."""
+    """A ``LineFile`` opened and locked for one operation.
 
-    __slots__ = ("fd", "file")
+    The bytes ``catch_up`` read (whole lines from ``seen_at``) are kept for the operation, so a
+    read of lines among them (a fresh store reading a file for the first time) does not read
+    the file again.
+    """
+
+    __slots__ = ("fd", "file", "seen", "seen_at")
 
     def __init__(self, file: LineFile, fd: int) -> None:
         self.file = file
         self.fd = fd
+        self.seen = b""
+        self.seen_at = 0
 
     def catch_up(self) -> None:
         """Index the lines other writers appended; cut off a torn last record."""
@@ -157,9 +164,11 @@ class OpenLineFile:
             file.generation += 1
         if stat.st_size == file.end:
             return
-        data = _pread_all(self.fd, stat.st_size - file.end, file.end)
+        start = file.end
+        data = _pread_all(self.fd, stat.st_size - start, start)
         whole = data.rfind(b"\n") + 1
         self._index(data[:whole].split(b"\n")[:-1])
+        self.seen, self.seen_at = (data if whole == len(data) else data[:whole]), start
         if whole < len(data):
             self._cut(len(data) - whole)
 
@@ -201,8 +210,16 @@ class OpenLineFile:
         file = self.file
         if first >= stop:
             return b""
+        begin = file.starts[first]
         end = file.starts[stop] if stop < file.count else file.end
-        return _pread_all(self.fd, end - file.starts[first], file.starts[first])
+        offset = begin - self.seen_at
+        if offset >= 0 and end - self.seen_at <= len(self.seen):  # read just now by catch_up
+            return (
+                self.seen
+                if offset == 0 and end - begin == len(self.seen)
+                else self.seen[offset : end - self.seen_at]
+            )
+        return _pread_all(self.fd, end - begin, begin)
 
     def lines(self, numbers: Sequence[int]) -> list[bytes]:
         """The lines numbered ``numbers`` (0-based, ascending), without their line ends."""

@@ -18,10 +18,11 @@ are read, except in a journal, where each new line's ``run_id`` is read to index
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 from array import array
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import quote, unquote
@@ -73,6 +74,15 @@ class JsonlEventStore(ThreadedStore):
         self._check_open()
         with self._os_errors(f"reading {stream!r}"):
             return self._layout.read(stream, after)
+
+    def read_many_sync(self, streams: Sequence[str]) -> dict[str, list[Event]]:
+        if isinstance(self._layout, _Journal):
+            self._check_open()
+            with self._os_errors("reading streams"):
+                many = self._layout.read_many(streams)
+            if many is not None:
+                return many
+        return super().read_many_sync(streams)
 
     def streams_sync(self) -> list[str]:
         self._check_open()
@@ -147,6 +157,31 @@ class _Journal:
         else:
             events = decode_records(data, where)
         return check_sequence(events, stream, max(after + 1, 0), where)
+
+    def read_many(self, streams: Sequence[str]) -> dict[str, list[Event]] | None:
+        """Whole streams under one lock, decoded in one call when they are most of the file
+        (rebuilding every run of a journal); ``None`` when reading them one by one is better."""
+        with self.file.locked(create=False) as handle:
+            if handle is None:
+                return {stream: [] for stream in streams}
+            index = self._refresh(handle)
+            wanted = sum(len(index.get(stream, ())) for stream in set(streams))
+            if wanted * 2 < self.file.count:
+                return None
+            count = self.file.count
+            data = handle.block(0, count)
+            numbers = {stream: index.get(stream, array("q")) for stream in streams}
+
+        path = self.file.path
+        try:
+            events = decode_block(data, count, lambda number: f"{path}:{number + 1}")
+        except LogCorruptError:  # perhaps in a stream not asked for: read them one by one
+            return None
+        result: dict[str, list[Event]] = {}
+        for stream, lines in numbers.items():
+            mine = list(map(events.__getitem__, lines))
+            result[stream] = check_sequence(mine, stream, 0, _line_of(path, lines))
+        return result
 
     def streams(self) -> list[str]:
         with self.file.locked(create=False) as handle:
@@ -243,12 +278,10 @@ class _Directory:
         with self.catalog.locked(create=False) as handle:
             if handle is not None:
                 self._refresh_catalog(handle)
-        names = [n for n in self.catalogued if _has_records(self.path / _file_name(n))]
-        known = {_file_name(n) for n in self.catalogued}
-        found = sorted(
-            p.name for p in self.path.iterdir() if p.name.endswith(_SUFFIX) and p.name not in known
-        )
-        return names + [unquote(f[: -len(_SUFFIX)]) for f in found if _has_records(self.path / f)]
+        sizes = _log_sizes(self.path)  # one directory scan, not a stat per stream
+        names = [n for n in self.catalogued if sizes.pop(_file_name(n), 0) > 0]
+        found = sorted(f for f, size in sizes.items() if size > 0)
+        return names + [unquote(f[: -len(_SUFFIX)]) for f in found]
 
     def _catalogue(self, stream: str) -> None:
         """Add ``stream`` to the catalog unless another writer already did."""
@@ -281,6 +314,12 @@ class _Directory:
         self.catalog_indexed = self.catalog.count
 
 
+def _line_of(path: Path, lines: array[int]) -> Callable[[int], str]:
+    """Where the ``i``-th of a stream's events is in a journal."""
+    return lambda index: f"{path}:{lines[index] + 1}"
+
+
+@functools.lru_cache(maxsize=1 << 14)
 def _file_name(stream: str) -> str:
     """The file of ``stream``: percent-encoded, never hidden, never a path."""
     if not stream:
@@ -293,8 +332,14 @@ def _file_name(stream: str) -> str:
     return name + _SUFFIX
 
 
-def _has_records(path: Path) -> bool:
-    try:
-        return path.stat().st_size > 0
-    except FileNotFoundError:
-        return False
+def _log_sizes(directory: Path) -> dict[str, int]:
+    """The size of every stream file in ``directory``, by file name."""
+    sizes: dict[str, int] = {}
+    with os.scandir(directory) as entries:
+        for entry in entries:
+            if entry.name.endswith(_SUFFIX):
+                try:
+                    sizes[entry.name] = entry.stat().st_size
+                except FileNotFoundError:  # removed meanwhile
+                    continue
+    return sizes

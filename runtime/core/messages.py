@@ -84,9 +84,13 @@ class Message(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
 
     def __post_init__(self) -> None:
         contents: Sequence[Any] = self.contents
-        # Decoding always gives a tuple of Content; the check stays in C for that common case.
-        if type(contents) is tuple and _ONLY_CONTENT.issuperset(map(type, contents)):
-            return
+        # Decoding always gives a tuple of Content (this runs for every message a log decodes).
+        if type(contents) is tuple:
+            for content in contents:
+                if type(content) is not Content:
+                    break
+            else:
+                return
         if isinstance(contents, str | Content):
             contents = (contents,)
         msgspec.structs.force_setattr(self, "contents", tuple(_content(c) for c in contents))
@@ -117,7 +121,6 @@ class Usage(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
         )
 
 
-_ONLY_CONTENT = frozenset({Content})
 _INT64_MAX = 2**63 - 1
 
 
