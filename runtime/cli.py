@@ -37,8 +37,8 @@ T = TypeVar("T")
 
 def open_store(spec: str | None, *, create: bool = False) -> EventStore:
     """The store ``spec`` names: a ``postgresql://`` URL, a ``.jsonl`` path or a directory
-    (JSONL), anything else a SQLite file. Without ``create``, the store must exist, and a SQLite
-    file is opened read-only (reading never changes it, and a read-only file can be read)."""
+    (JSONL), anything else a SQLite file. Without ``create``, the store must exist and is opened
+    read-only (reading never changes it, and a read-only file can be read)."""
     spec = check_path(spec or os.environ.get("AGENTLEDGER_STORE") or DEFAULT_STORE, "the store")
     if spec.startswith(("postgresql://", "postgres://")):
         from agentledger.adapters.stores.postgres import PostgresEventStore
@@ -50,7 +50,7 @@ def open_store(spec: str | None, *, create: bool = False) -> EventStore:
     if path.suffix == ".jsonl" or path.is_dir():
         from agentledger.adapters.stores.jsonl import JsonlEventStore
 
-        return JsonlEventStore(path)
+        return JsonlEventStore(path, read_only=not create)
     from agentledger.adapters.stores.sqlite import SqliteEventStore
 
     return SqliteEventStore(path, read_only=not create)

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import warnings
 from pathlib import Path
 
 import anyio
 import pytest
 
-from agentledger import Agent, StoreError
+from agentledger import Agent, StoreError, TornTailWarning
 from agentledger.adapters.chat.scripted import ScriptedChatClient
 from agentledger.adapters.stores.jsonl import JsonlEventStore
 from agentledger.adapters.stores.sqlite import SqliteEventStore
@@ -52,10 +53,11 @@ def one_line_error(args: list[str], capsys: pytest.CaptureFixture[str], code: in
     return err
 
 
-@pytest.mark.parametrize("run_id", ["../escaped", "/tmp/absolute-run", "..", ".hidden", "a/../../b"])
+@pytest.mark.parametrize("run_id", ["../escaped", "/ABSOLUTE/run", "..", ".hidden", "a/../../b"])
 def test_view_writes_into_the_current_directory_under_a_safe_name(
     tmp_path: Path, run_id: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    run_id = run_id.replace("/ABSOLUTE", str(tmp_path))  # an absolute path outside the directory
     inside = tmp_path / "work"
     inside.mkdir()
     os.chdir(inside)
@@ -65,8 +67,7 @@ def test_view_writes_into_the_current_directory_under_a_safe_name(
     written = sorted(p.name for p in inside.iterdir() if p.suffix == ".html")
     assert len(written) == 1
     assert not written[0].startswith(".")
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["work"]
-    assert not Path("/tmp/absolute-run.html").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["work"]  # nothing beside it, run.html neither
 
 
 def test_an_unusable_otlp_url_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
@@ -167,3 +168,28 @@ def test_an_unexpected_error_is_still_one_line(
 
     monkeypatch.setattr("agentledger.render.render_run", broken)
     one_line_error(["show", "run_1", "--store", "runs.jsonl"], capsys, 1)
+
+
+@pytest.mark.parametrize("layout", ["runs", "runs.jsonl"])
+def test_reading_commands_leave_a_torn_jsonl_log_as_it_is(
+    layout: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    record(JsonlEventStore(layout))
+    log = Path(layout) / "run_1.jsonl" if layout == "runs" else Path(layout)
+    with log.open("ab") as file:
+        file.write(b'{"type":"RunFailed","run_')  # what a writer killed mid-write leaves
+    before = log.read_bytes()
+    with warnings.catch_warnings():
+        warnings.simplefilter("default")  # shown as the command shows warnings, not raised
+        assert main(["show", "run_1", "--store", layout]) == 0
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert "torn" in err
+    assert "read-only" in err
+    assert log.read_bytes() == before
+    reader = JsonlEventStore(layout, read_only=True)
+    with pytest.warns(TornTailWarning):
+        assert len(reader.read_sync("run_1")) == 4
+    with pytest.raises(StoreError, match="read-only"):
+        reader.append_sync("run_1", [], 4)
+    assert log.read_bytes() == before

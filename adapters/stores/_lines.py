@@ -86,11 +86,13 @@ def _pread_all(fd: int, size: int, offset: int) -> bytes:
 class LineFile:
     """One append-only file of records, one per line; see the module docstring."""
 
-    __slots__ = ("_identity", "_lock", "end", "fsync", "generation", "path", "starts")
+    __slots__ = ("_identity", "_lock", "end", "fsync", "generation", "path", "read_only", "starts", "torn")
 
-    def __init__(self, path: Path, *, fsync: bool = True) -> None:
+    def __init__(self, path: Path, *, fsync: bool = True, read_only: bool = False) -> None:
         self.path = path
         self.fsync = fsync
+        self.read_only = read_only  # opened for reading, locked shared; a torn record is left as is
+        self.torn = 0  # the file size at which a torn record was last reported (read-only)
         self.starts = array("q")  # where each whole line starts
         self.end = 0  # every byte before this is whole lines
         self.generation = 0  # bumped when the file had to be read again from the start
@@ -111,7 +113,7 @@ class LineFile:
                 yield None
                 return
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX)
+                fcntl.flock(fd, fcntl.LOCK_SH if self.read_only else fcntl.LOCK_EX)
                 handle = OpenLineFile(self, fd)
                 handle.catch_up()
                 yield handle
@@ -120,6 +122,11 @@ class LineFile:
 
     def _open(self, create: bool) -> int | None:
         flags = os.O_RDWR | os.O_APPEND | os.O_CLOEXEC
+        if self.read_only:
+            try:
+                return os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+            except FileNotFoundError:
+                return None
         try:
             return os.open(self.path, flags)
         except FileNotFoundError:
@@ -181,6 +188,17 @@ class OpenLineFile:
 
     def _cut(self, torn: int) -> None:
         file = self.file
+        if file.read_only:  # leave the file as it is; say so once per torn record
+            if file.torn != file.end + torn:
+                file.torn = file.end + torn
+                warnings.warn(
+                    TornTailWarning(
+                        f"{file.path}: line {file.count + 1} was torn by an interrupted write; "
+                        f"ignored its {torn} bytes at offset {file.end} (opened read-only)"
+                    ),
+                    stacklevel=2,
+                )
+            return
         os.ftruncate(self.fd, file.end)
         if file.fsync:
             _sync(self.fd)

@@ -51,13 +51,14 @@ class JsonlEventStore(ThreadedStore):
     power loss, not only a crash of the process. ``fsync=False`` leaves flushing to the OS.
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, fsync: bool = True) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, fsync: bool = True, read_only: bool = False) -> None:
         self.path = Path(path)
         self.fsync = fsync
+        self.read_only = read_only
         if self.path.suffix == _SUFFIX or self.path.is_file():
-            self._layout: _Journal | _Directory = _Journal(self.path, fsync)
+            self._layout: _Journal | _Directory = _Journal(self.path, fsync, read_only)
         else:
-            self._layout = _Directory(self.path, fsync)
+            self._layout = _Directory(self.path, fsync, read_only)
 
     @property
     def layout(self) -> str:
@@ -66,6 +67,8 @@ class JsonlEventStore(ThreadedStore):
 
     def append_sync(self, stream: str, events: Sequence[Event], expected_version: int) -> int:
         self._check_open()
+        if self.read_only:
+            raise StoreError(f"{self.path}: opened read-only; appending to {stream!r} is refused")
         records = [encode_event(event) for event in self._layout.check(stream, events)]
         with self._os_errors(f"appending to {stream!r}"):
             return self._layout.append(stream, records, expected_version)
@@ -110,8 +113,8 @@ _envelope = msgspec.json.Decoder(_Envelope)
 class _Journal:
     """Every stream in one file; each line's stream is its event's ``run_id``."""
 
-    def __init__(self, path: Path, fsync: bool) -> None:
-        self.file = LineFile(path, fsync=fsync)
+    def __init__(self, path: Path, fsync: bool, read_only: bool) -> None:
+        self.file = LineFile(path, fsync=fsync, read_only=read_only)
         self.index: dict[str, array[int]] = {}  # stream -> its line numbers
         self.indexed = 0
         self.generation = 0
@@ -224,10 +227,11 @@ class _Journal:
 class _Directory:
     """One file per stream, and a catalog of stream names in creation order."""
 
-    def __init__(self, path: Path, fsync: bool) -> None:
+    def __init__(self, path: Path, fsync: bool, read_only: bool) -> None:
         self.path = path
         self.fsync = fsync
-        self.catalog = LineFile(path / _CATALOG, fsync=fsync)
+        self.read_only = read_only
+        self.catalog = LineFile(path / _CATALOG, fsync=fsync, read_only=read_only)
         self.catalogued: dict[str, None] = {}  # an ordered set
         self.catalog_indexed = 0
         self.catalog_generation = 0
@@ -242,7 +246,8 @@ class _Directory:
         with self._files_lock:
             file = self.files.get(stream)
             if file is None:
-                file = self.files[stream] = LineFile(self.path / _file_name(stream), fsync=self.fsync)
+                path = self.path / _file_name(stream)
+                file = self.files[stream] = LineFile(path, fsync=self.fsync, read_only=self.read_only)
             return file
 
     def append(self, stream: str, records: list[bytes], expected_version: int) -> int:
