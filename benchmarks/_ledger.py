@@ -56,8 +56,9 @@ class LedgerRunner:
 
     framework = "agentledger"
 
-    def __init__(self, scenario: Scenario) -> None:
+    def __init__(self, scenario: Scenario, max_iterations: int = 40) -> None:
         self.scenario = scenario
+        self.max_iterations = max_iterations
         self.counter = Counter()
         self.agent = self._build()
 
@@ -71,7 +72,13 @@ class LedgerRunner:
 
         client = BenchChatClient(self.scenario.steps, counter)
         tools = [tool(name=TOOL_NAME)(ping)]
-        return Agent(client=client, name="bench", instructions="Answer briefly.", tools=tools)
+        return Agent(
+            client=client,
+            name="bench",
+            instructions="Answer briefly.",
+            tools=tools,
+            max_iterations=self.max_iterations,
+        )
 
     def reset(self) -> None:
         self.agent = self._build()

@@ -83,8 +83,11 @@ class PeerRunner:
 
     framework = "agent-framework-core"
 
-    def __init__(self, scenario: Scenario, layers: str = "standard") -> None:
+    def __init__(
+        self, scenario: Scenario, layers: str = "standard", max_iterations: int | None = None
+    ) -> None:
         self.scenario = scenario
+        self.max_iterations = max_iterations
         self.client_class = LAYERS[layers]
         self.counter = Counter()
         self.agent = self._build()
@@ -97,7 +100,9 @@ class PeerRunner:
             counter.tool_calls += 1
             return "ok"
 
-        client = self.client_class(steps=self.scenario.steps, counter=counter)
+        client: Any = self.client_class(steps=self.scenario.steps, counter=counter)
+        if self.max_iterations is not None:  # the tool loop layer's own setting
+            client.function_invocation_configuration["max_iterations"] = self.max_iterations
         tools = [af.tool(ping, name=TOOL_NAME)]
         return af.Agent(client=client, name="bench", instructions="Answer briefly.", tools=tools)
 

@@ -18,12 +18,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, Union, get_args, get_origin
 
+import docstring_parser
 import msgspec
 
 from .context import FunctionInvocationContext
 from .errors import ToolDefinitionError
 
-__all__ = ("ToolArguments", "read_arguments")
+__all__ = ("ToolArguments", "describe_parameters", "read_arguments", "read_docstring")
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +58,33 @@ def read_arguments(
 _Field = tuple[str, Any, Any]
 
 
+def read_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
+    """A tool's description and its parameters' descriptions, from a Google, NumPy or Sphinx
+    style docstring; a docstring without a parameter section is the description as it is."""
+    if not doc:
+        return "", {}
+    try:
+        parsed = docstring_parser.parse(doc)
+    except docstring_parser.ParseError:
+        return doc, {}
+    documented = {p.arg_name: p.description for p in parsed.params if p.description}
+    if not documented:
+        return doc, {}
+    parts = [part for part in (parsed.short_description, parsed.long_description) if part]
+    return "\n\n".join(parts), documented
+
+
+def describe_parameters(parameters: dict[str, Any], documented: Mapping[str, str]) -> None:
+    """Give each property the docstring's description where its schema has none."""
+    properties = parameters.get("properties")
+    if not documented or not isinstance(properties, dict):
+        return
+    for name, text in documented.items():
+        prop = properties.get(name)
+        if isinstance(prop, dict) and "description" not in prop:
+            properties[name] = {**prop, "description": text}
+
+
 def _parameters(func: Callable[..., Any], *, explicit: bool) -> tuple[list[_Field], list[str], bool]:
     """The model's fields, the context parameters and whether ``func`` takes ``**kwargs``."""
     hints = _type_hints(func)
@@ -85,6 +113,8 @@ def _parameters(func: Callable[..., Any], *, explicit: bool) -> tuple[list[_Fiel
 
 
 def _from_fields(name: str, fields: list[_Field]) -> ToolArguments:
+    if any(_mentions_pydantic(ftype) for _, ftype, _ in fields):
+        return _from_pydantic_fields(name, fields)
     spec = [
         (field, ftype) if default is inspect.Parameter.empty else (field, ftype, default)
         for field, ftype, default in fields
@@ -97,15 +127,69 @@ def _from_fields(name: str, fields: list[_Field]) -> ToolArguments:
     return ToolArguments(parameters, tuple(field for field, _, _ in fields), struct)
 
 
+def _from_pydantic_fields(name: str, fields: list[_Field]) -> ToolArguments:
+    """Parameters typed with pydantic models: pydantic builds the schema and validates, and the
+    tool receives model instances."""
+    import pydantic
+
+    definitions: dict[str, Any] = {}
+    for field, ftype, default in fields:
+        value = ... if default is inspect.Parameter.empty else default
+        definitions[field] = (_for_pydantic(ftype), value)
+    try:
+        model = pydantic.create_model(f"{name}_arguments", **definitions)
+        parameters = _pydantic_schema(model)
+    except (TypeError, ValueError, pydantic.PydanticUserError) as exc:
+        raise ToolDefinitionError(f"tool {name!r}: {exc}") from exc
+    return ToolArguments(parameters, tuple(field for field, _, _ in fields), pydantic=model)
+
+
+def _pydantic_schema(model: Any) -> dict[str, Any]:
+    parameters: dict[str, Any] = model.model_json_schema()
+    parameters.pop("title", None)
+    parameters.setdefault("properties", {})
+    return parameters
+
+
+def _is_pydantic_model(value: Any) -> bool:
+    return isinstance(value, type) and all(hasattr(value, n) for n in ("model_json_schema", "model_validate"))
+
+
+def _mentions_pydantic(annotation: Any) -> bool:
+    """Whether a pydantic model appears anywhere in ``annotation`` (``list[Order]``...)."""
+    if _is_pydantic_model(annotation):
+        return True
+    return any(_mentions_pydantic(arg) for arg in get_args(annotation) if not isinstance(arg, str | int))
+
+
+def _for_pydantic(annotation: Any) -> Any:
+    """``annotation`` as pydantic reads it: descriptions and ``msgspec.Meta`` constraints as
+    ``pydantic.Field`` arguments."""
+    if get_origin(annotation) is not Annotated:
+        return annotation
+    import pydantic
+
+    base, *extras = get_args(annotation)
+    converted: list[Any] = []
+    for extra in extras:
+        if isinstance(extra, str):
+            converted.append(pydantic.Field(description=extra))
+        elif isinstance(extra, msgspec.Meta):
+            keys = ("ge", "gt", "le", "lt", "min_length", "max_length", "pattern", "multiple_of")
+            found = {k: getattr(extra, k) for k in (*keys, "description") if getattr(extra, k) is not None}
+            converted.append(pydantic.Field(**found))
+        else:
+            converted.append(extra)
+    return Annotated[(base, *converted)]
+
+
 def _from_schema(name: str, schema: type | Mapping[str, Any]) -> ToolArguments:
     if isinstance(schema, Mapping):
         return ToolArguments(dict(schema))
     if isinstance(schema, type) and issubclass(schema, msgspec.Struct):
         return ToolArguments(_inline_schema(schema), schema.__struct_fields__, schema)
-    if hasattr(schema, "model_json_schema") and hasattr(schema, "model_validate"):
-        parameters = schema.model_json_schema()
-        parameters.pop("title", None)
-        return ToolArguments(parameters, tuple(schema.model_fields), pydantic=schema)  # type: ignore[attr-defined]
+    if _is_pydantic_model(schema):
+        return ToolArguments(_pydantic_schema(schema), tuple(schema.model_fields), pydantic=schema)  # type: ignore[attr-defined]
     raise ToolDefinitionError(
         f"tool {name!r}: schema must be a JSON schema dict, a msgspec Struct type "
         f"or a pydantic model, not {schema!r}"

@@ -6,10 +6,13 @@ which records the run from ``RunStarted`` to how it ended.
 
 from __future__ import annotations
 
+import asyncio
 import time
 import warnings
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any, Literal, overload
+
+import anyio
 
 from ._sources import Clock, IdSource, RandomIds
 from .chat import ChatClient
@@ -19,10 +22,11 @@ from .middleware import Layer, split_middleware
 from .redaction import Redactor, default_redactor
 from .response import AgentResponse, AgentResponseUpdate
 from .run.lifecycle import AgentRun
-from .run.spec import Layers, RunSpec, check_tool_choice, merge_options
+from .run.spec import Layers, RunSpec, check_option_names, check_tool_choice, merge_options
 from .session import AgentSession
-from .store import EventStore, MemoryEventStore
+from .store import DEFAULT_MAX_EVENTS, DEFAULT_MAX_RUNS, EventStore, MemoryEventStore
 from .streaming import RunStream
+from .structured import response_schema
 from .subagents import StreamCallback, agent_tool, take_child_link
 from .tools import FunctionTool, normalize_tools
 
@@ -39,8 +43,10 @@ def _frozen_layers(layers: Mapping[str, list[Layer]]) -> dict[str, tuple[Layer, 
 class Agent:
     """An LLM agent: a chat client, instructions, tools and middleware.
 
-    Every run is recorded: ``agent.store`` (a ``MemoryEventStore`` unless another store is given,
-    ``store=False`` for none) receives each run's events as the run goes, and
+    Every run is recorded: ``agent.store`` (unless another store is given, a ``MemoryEventStore``
+    keeping the last ``DEFAULT_MAX_RUNS`` finished runs and at most ``DEFAULT_MAX_EVENTS`` events;
+    ``store=MemoryEventStore()`` keeps everything, ``store=False`` nothing) receives each run's
+    events as the run goes, and
     ``AgentResponse.events`` holds them too. ``event_sinks`` are called with every event the
     moment it is recorded (live logging, tracing); they must not block.
 
@@ -87,6 +93,15 @@ class Agent:
     ) -> None:
         if client is None:
             raise TypeError("Agent needs a chat client: Agent(client=...)")
+        if isinstance(client, str):
+            raise TypeError(
+                f"Agent's first argument is a chat client, not the string {client!r}: pass a client "
+                "object, e.g. Agent(client=OpenAIChatClient('gpt-4o')) from agentledger.openai"
+            )
+        if not callable(getattr(client, "get_response", None)):
+            raise TypeError(
+                f"Agent(client=...) needs a chat client with get_response(), not {type(client).__name__}"
+            )
         self.client = client
         self.instructions = instructions
         self.name = name
@@ -98,8 +113,9 @@ class Agent:
         self.middleware = list(middleware or ())
         self._layers = _frozen_layers(split_middleware(self.middleware))
         self.default_options = dict(default_options or {})
+        check_option_names(self.default_options)
         if store is True:
-            store = MemoryEventStore()
+            store = MemoryEventStore(max_runs=DEFAULT_MAX_RUNS, max_events=DEFAULT_MAX_EVENTS)
         self.store: EventStore | None = None if store is False else store
         self.redact = redact or default_redactor
         self.event_sinks = tuple(event_sinks)
@@ -115,6 +131,13 @@ class Agent:
     def create_session(self, *, session_id: str | None = None) -> AgentSession:
         """A new conversation for this agent (pass it to ``run(session=...)``)."""
         return AgentSession(session_id or self.ids("session"))
+
+    def get_session(self, service_session_id: str, *, session_id: str | None = None) -> AgentSession:
+        """A session that continues a conversation a service keeps (``resp_...`` or
+        ``conv_...`` for OpenAI's Responses API): its runs send only their own input."""
+        if not isinstance(service_session_id, str) or not service_session_id:
+            raise TypeError(f"service_session_id must be a non-empty str, not {service_session_id!r}")
+        return AgentSession(session_id or self.ids("session"), service_session_id=service_session_id)
 
     @overload
     def run(
@@ -186,6 +209,43 @@ class Agent:
             return RunStream(run, messages)
         return run.execute(messages)
 
+    def run_sync(
+        self,
+        messages: str | Content | Message | Sequence[Any] | None = None,
+        *,
+        session: AgentSession | None = None,
+        options: Mapping[str, Any] | None = None,
+        function_invocation_kwargs: Mapping[str, Any] | None = None,
+        client_kwargs: Mapping[str, Any] | None = None,
+        middleware: Sequence[Any] | None = None,
+        tools: Any = None,
+    ) -> AgentResponse:
+        """``run`` for code that is not async (a script): it runs the event loop until the run
+        ends. Inside a running event loop (an async function, a notebook cell) it refuses, with
+        ``RuntimeError``: there, ``await agent.run(...)``."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            pass
+        else:
+            raise RuntimeError(
+                "run_sync() cannot run inside a running event loop (an async function or a notebook "
+                "cell): use `await agent.run(...)` there"
+            )
+
+        async def run() -> AgentResponse:
+            return await self.run(
+                messages,
+                session=session,
+                options=options,
+                function_invocation_kwargs=function_invocation_kwargs,
+                client_kwargs=client_kwargs,
+                middleware=middleware,
+                tools=tools,
+            )
+
+        return anyio.run(run)
+
     def run_stream(
         self,
         messages: str | Content | Message | Sequence[Any] | None = None,
@@ -233,9 +293,12 @@ class Agent:
     ) -> RunSpec:
         """The specification of one run of this agent with these arguments (what ``run`` builds;
         drivers other than the local one start from it too)."""
+        if options:
+            check_option_names(options)
         merged = merge_options(self.default_options, self.instructions, options)
         offered = tuple(self.tools + normalize_tools(tools) if tools is not None else self.tools)
         check_tool_choice(merged.get("tool_choice"), offered)
+        response_schema(merged.get("response_format"))  # OptionsError now, not at the first call
         layers = self._layers
         if middleware:
             extra = split_middleware(middleware)

@@ -59,13 +59,19 @@ class ChatOptions(TypedDict, Generic[ResponseModelT], total=False):
     user: str
     metadata: dict[str, Any]
     response_format: type[ResponseModelT] | dict[str, Any]
+    conversation_id: str
+    """A conversation the service keeps (``resp_...`` or ``conv_...`` for OpenAI's Responses
+    API): the request continues it, and only messages it does not hold are sent."""
+    store: bool
+    """Whether the service should keep the response; with ``True``, a client that can continue
+    a stored conversation reports it in ``ChatResponse.conversation_id``."""
     additional_properties: dict[str, Any]
 
 
 class ChatResponse:
     """The model's answer to one request."""
 
-    __slots__ = ("finish_reason", "messages", "model", "response_id", "usage")
+    __slots__ = ("conversation_id", "finish_reason", "messages", "model", "response_id", "usage")
 
     def __init__(
         self,
@@ -76,6 +82,7 @@ class ChatResponse:
         model: str | None = None,
         usage: Usage | None = None,
         finish_reason: str | None = None,
+        conversation_id: str | None = None,
     ) -> None:
         if isinstance(messages, Message):
             messages = [messages]
@@ -86,6 +93,9 @@ class ChatResponse:
         self.model = model
         self.usage = usage
         self.finish_reason = finish_reason
+        self.conversation_id = conversation_id
+        """The conversation the service keeps this response in, when it keeps one: the next
+        request of the run continues it (``options["conversation_id"]``)."""
 
     @property
     def text(self) -> str:
@@ -104,6 +114,7 @@ class ChatResponseUpdate(msgspec.Struct, frozen=True, kw_only=True, omit_default
     model: str | None = None
     usage: Usage | None = None
     finish_reason: str | None = None
+    conversation_id: str | None = None
 
     @property
     def text(self) -> str:
@@ -115,7 +126,7 @@ def merge_updates(updates: Sequence[ChatResponseUpdate]) -> ChatResponse:
     contents: list[Content] = []
     text: list[str] = []
     usage: Usage | None = None
-    response_id = model = finish_reason = None
+    response_id = model = finish_reason = conversation_id = None
     for update in updates:
         for content in update.contents:
             if content.type == "text":
@@ -129,11 +140,17 @@ def merge_updates(updates: Sequence[ChatResponseUpdate]) -> ChatResponse:
         response_id = update.response_id or response_id
         model = update.model or model
         finish_reason = update.finish_reason or finish_reason
+        conversation_id = update.conversation_id or conversation_id
     if text:
         contents.append(Content.from_text("".join(text)))
     message = Message("assistant", tuple(contents))
     return ChatResponse(
-        message, response_id=response_id, model=model, usage=usage, finish_reason=finish_reason
+        message,
+        response_id=response_id,
+        model=model,
+        usage=usage,
+        finish_reason=finish_reason,
+        conversation_id=conversation_id,
     )
 
 

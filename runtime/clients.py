@@ -69,6 +69,7 @@ class BaseChatClient(abc.ABC):
                 model=response.model,
                 usage=response.usage,
                 finish_reason=response.finish_reason,
+                conversation_id=response.conversation_id,
             )
 
     def as_agent(self, **kwargs: Any) -> Agent:

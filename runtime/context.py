@@ -247,26 +247,47 @@ class AgentContext:
 
 
 class ChatContext:
-    """One model request as chat middleware sees it, ``client_kwargs`` included."""
+    """One model request as chat middleware sees it, ``client_kwargs`` included.
+
+    ``messages`` is a list middleware may change or replace; it is made from the run's messages
+    when first read, so a request no middleware looks at is sent without copying them.
+    """
 
     def __init__(
         self,
         *,
         client: ChatClient,
-        messages: list[Message],
+        messages: Sequence[Message],
         options: ChatOptions,
         client_kwargs: dict[str, Any],
         run_id: str,
         iteration: int,
     ) -> None:
         self.client = client
-        self.messages = messages
+        self._messages = messages
         self.options = options
         self.client_kwargs = client_kwargs
         self.run_id = run_id
         self.iteration = iteration
         self.result: ChatResponse | None = None
         self.metadata: dict[str, Any] = {}
+
+    @property
+    def messages(self) -> list[Message]:
+        """The messages the request sends (a list of the run's own, made on first use)."""
+        if type(self._messages) is not list:
+            self._messages = list(self._messages)
+        return self._messages
+
+    @messages.setter
+    def messages(self, messages: list[Message]) -> None:
+        self._messages = messages
+
+    @property
+    def outgoing(self) -> Sequence[Message]:
+        """What the request sends, without making the list: the run's own messages unless
+        middleware read or replaced them."""
+        return self._messages
 
 
 class Recorder(Protocol):

@@ -18,6 +18,7 @@
     │                                           (with terminate_on_unknown_calls)
     ├── StoreError
     │   ├── RunNotFoundError (also LookupError) a store has no run by that id
+    │   │   └── RunEvictedError                 a bounded store dropped it (or runs its session needs)
     │   ├── ConflictError                       a stale expected_version (stream, expected, actual)
     │   └── LogCorruptError                     a stored log does not decode (where, what)
     ├── ReplayDivergence                        a rerun differs from the log (seq, expected, actual)
@@ -57,9 +58,11 @@ __all__ = (
     "OptionsError",
     "ReplayDivergence",
     "RunError",
+    "RunEvictedError",
     "RunNotFoundError",
     "SessionStateError",
     "StoreError",
+    "StructuredOutputError",
     "ToolDefinitionError",
     "TornTailWarning",
     "TransitionError",
@@ -74,6 +77,10 @@ class ToolDefinitionError(AgentLedgerError, ValueError):
 
 class OptionsError(AgentLedgerError, ValueError):
     """Run options that cannot be sent as they are (a ``tool_choice`` no model would accept)."""
+
+
+class StructuredOutputError(AgentLedgerError, ValueError):
+    """The model's answer does not parse as the ``response_format`` the run asked for."""
 
 
 class ArgumentsError(AgentLedgerError, ValueError):
@@ -130,6 +137,26 @@ class RunNotFoundError(StoreError, LookupError):
     def __init__(self, run_id: str) -> None:
         super().__init__(f"no run {run_id!r} in the store")
         self.run_id = run_id
+
+
+class RunEvictedError(RunNotFoundError):
+    """A bounded store dropped the run, or runs of its session, to stay within its limits.
+
+    ``session_id`` is set when the run itself is there but earlier runs of its session, which
+    its session state and history are rebuilt from, are not.
+    """
+
+    def __init__(self, run_id: str, *, session_id: str | None = None) -> None:
+        super().__init__(run_id)
+        if session_id is None:
+            message = f"run {run_id!r} was evicted from the store, which keeps only its most recent runs"
+        else:
+            message = (
+                f"run {run_id!r} needs the earlier runs of session {session_id!r}, and the store "
+                "evicted some of them; load it with_session=False, or keep more runs"
+            )
+        self.args = (message,)
+        self.session_id = session_id
 
 
 class ConflictError(StoreError):

@@ -3,22 +3,28 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import msgspec
 
 from .core.events import Event
 from .core.messages import Content, Message, Usage
+from .structured import parse_value
 
 __all__ = ("AgentResponse", "AgentResponseUpdate")
+
+_UNPARSED: Any = object()
 
 
 class AgentResponse:
     """What a run produced: its text, its new messages, its id and its events."""
 
     __slots__ = (
+        "_value",
         "events",
         "finish_reason",
         "messages",
+        "response_format",
         "run_id",
         "session_id",
         "usage",
@@ -35,8 +41,12 @@ class AgentResponse:
         user_input_requests: Sequence[Content] = (),
         finish_reason: str = "completed",
         session_id: str | None = None,
+        response_format: Any = None,
     ) -> None:
         self.messages = list(messages)
+        self.response_format = response_format
+        """The run's ``options["response_format"]``, which ``value`` parses the text as."""
+        self._value: Any = _UNPARSED
         self.run_id = run_id
         self.events: list[Event] = events if events is not None else []
         self.usage = usage or Usage()
@@ -52,6 +62,15 @@ class AgentResponse:
                 return message.text
         return ""
 
+    @property
+    def value(self) -> Any:
+        """The answer as the run's ``response_format`` (a model instance, a typed value or the
+        decoded JSON), parsed on first use; None without one. ``StructuredOutputError`` when the
+        answer does not match."""
+        if self._value is _UNPARSED:
+            self._value = parse_value(self.response_format, self.text)
+        return self._value
+
     def __str__(self) -> str:
         return self.text
 
@@ -60,11 +79,15 @@ class AgentResponse:
 
 
 class AgentResponseUpdate(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
-    """A piece of a streamed run: model text deltas, function calls and function results."""
+    """A piece of a streamed run: model text deltas, function calls and function results; the
+    last piece of each model call carries its ``usage`` and ``finish_reason`` when the client
+    reports them."""
 
     contents: tuple[Content, ...] = ()
     role: str = "assistant"
     run_id: str = ""
+    usage: Usage | None = None
+    finish_reason: str | None = None
 
     @property
     def text(self) -> str:

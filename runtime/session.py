@@ -28,6 +28,7 @@ from .core.depth import MAX_DEPTH, too_deep
 from .core.errors import TransitionError
 from .core.events import (
     Event,
+    ModelResponded,
     RunCompleted,
     RunFailed,
     RunInputRewritten,
@@ -37,7 +38,7 @@ from .core.events import (
 )
 from .core.limits import INT64_MAX, INT64_MIN, may_overflow, safe_text
 from .core.messages import Message
-from .core.projections import SessionProjection, TranscriptProjection, apply_changes
+from .core.projections import SessionProjection, TranscriptProjection, apply_changes, conversation_after
 from .errors import SessionStateError
 
 __all__ = ("AgentSession", "SessionState")
@@ -59,9 +60,13 @@ def _encode(key: str, value: Any) -> bytes:
         key.encode()
         encoded = _encoder.encode(value)
     except (TypeError, ValueError, msgspec.EncodeError) as exc:
+        hint = ""
+        if callable(getattr(value, "model_dump", None)):
+            hint = '; store value.model_dump(mode="json") and rebuild the model when reading it'
+        kind = type(value).__name__
         raise SessionStateError(
             f"session state value for {safe_text(key)!r} cannot be recorded as JSON "
-            f"({type(value).__name__}): {safe_text(str(exc))}"
+            f"({kind}): {safe_text(str(exc))}{hint}"
         ) from exc
     except RecursionError as exc:
         encoded = b"[" * (MAX_DEPTH + 1)  # too deep to encode: refused below
@@ -240,10 +245,16 @@ class SessionState(dict[str, Any]):
 
 
 class AgentSession:
-    """A conversation: its id, its state (``.state``) and its message history (``.history``)."""
+    """A conversation: its id, its state (``.state``) and its message history (``.history``).
 
-    def __init__(self, session_id: str) -> None:
+    ``service_session_id`` names the conversation when a service keeps it too (OpenAI's
+    Responses API with ``store``): a run on the session then continues it there and sends only
+    its own input; ``history`` still holds every message, as the log does.
+    """
+
+    def __init__(self, session_id: str, *, service_session_id: str | None = None) -> None:
         self.session_id = session_id
+        self.service_session_id = service_session_id
         self.history: list[Message] = []
         self._state = SessionState(self._record)
         self._pending: list[tuple[str, tuple[StateChange, ...]]] = []
@@ -336,8 +347,9 @@ class AgentSession:
         session = cls(session_id)
         view = SessionProjection(session_id)
         runs: dict[str, list[Message]] = {}
+        continued: dict[str, list[Event]] = {}  # the events that say which conversation a run is in
         resumed: dict[str, TranscriptProjection] = {}  # runs resuming a batch paused for approval
-        completed: list[tuple[int, int, list[Message]]] = []
+        completed: list[tuple[int, int, list[Message], str | None]] = []
         for event in events:
             view.apply(event)
             if event.run_id in resumed:
@@ -345,26 +357,40 @@ class AgentSession:
             if isinstance(event, RunStarted):
                 if event.session_id == session_id and event.session_history:
                     runs[event.run_id] = conversation(event.messages)
+                    continued[event.run_id] = [event]
                     if approval_responses(event.messages):
                         resumed[event.run_id] = TranscriptProjection.rebuild([event])
             elif isinstance(event, RunInputRewritten) and event.run_id in runs:
                 runs[event.run_id] = conversation(event.messages)
+                continued[event.run_id].append(event)
+            elif isinstance(event, ModelResponded) and event.conversation_id and event.run_id in runs:
+                continued[event.run_id].append(event)
             elif isinstance(event, RunCompleted) and event.run_id in runs:
                 messages = runs.pop(event.run_id) + list(event.messages)
-                completed.append((event.at, len(completed), messages))
+                after = conversation_after(continued.pop(event.run_id))
+                completed.append((event.at, len(completed), messages, after))
             elif isinstance(event, RunFailed) and event.run_id in resumed:
                 # A failed resume keeps its batch's results, as the live session does.
                 messages = resumed.pop(event.run_id).messages
                 tool = next((i for i, m in enumerate(messages) if m.role == "tool"), None)
                 if tool is not None:
-                    completed.append((event.at, len(completed), messages[: tool + 1]))
-        for _, _, messages in sorted(completed, key=lambda item: (item[0], item[1])):
+                    completed.append((event.at, len(completed), messages[: tool + 1], None))
+        for _, _, messages, after in sorted(completed, key=lambda item: (item[0], item[1])):
             session.history.extend(messages)
+            session.service_session_id = after or session.service_session_id
         session.state.load(view.state)
         return session
+
+    def continue_conversation(self, events: Iterable[Event]) -> None:
+        """A run on this session completed with ``events``: follow the service-side
+        conversation it ended in, if any (a failed run leaves it where it was)."""
+        after = conversation_after(events)
+        if after is not None:
+            self.service_session_id = after
 
     def __iter__(self) -> Iterator[str]:  # pragma: no cover - sessions are not containers
         raise TypeError("AgentSession is not iterable; use session.state or session.history")
 
     def __repr__(self) -> str:
-        return f"AgentSession(session_id={self.session_id!r}, keys={list(self.state)!r})"
+        service = f", service_session_id={self.service_session_id!r}" if self.service_session_id else ""
+        return f"AgentSession(session_id={self.session_id!r}{service}, keys={list(self.state)!r})"

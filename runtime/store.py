@@ -11,7 +11,14 @@ that callers check with ``isinstance`` instead of probing for attributes:
 
 - ``SupportsReadMany``: ``read_many(streams)`` reads several whole streams in one call;
 - ``SupportsAclose``: ``aclose()`` releases what the store holds (connections, a pool);
-- ``SupportsAppendNowait``: ``append_nowait(...)`` appends without awaiting (a store without IO).
+- ``SupportsAppendNowait``: ``append_nowait(...)`` appends without awaiting (a store without IO);
+- ``SupportsEviction``: ``session_evicted(session_id)`` says whether a bounded store dropped runs
+  of that session, whose state and history a rebuild would then miss.
+
+``MemoryEventStore`` keeps everything unless given limits. ``Agent`` gives itself a bounded one
+(``DEFAULT_MAX_RUNS`` finished runs, ``DEFAULT_MAX_EVENTS`` events) so a long-lived process does
+not grow without end: the oldest finished runs are evicted first, a run still going never is, and
+asking for an evicted run raises ``RunEvictedError``.
 """
 
 from __future__ import annotations
@@ -19,17 +26,27 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
-from .core.events import Event
-from .errors import ConflictError
+from .core.events import Event, RunCompleted, RunFailed, RunStarted, SessionUpdated
+from .errors import ConflictError, RunEvictedError
 
 __all__ = (
+    "DEFAULT_MAX_EVENTS",
+    "DEFAULT_MAX_RUNS",
     "EventStore",
     "MemoryEventStore",
     "SupportsAclose",
     "SupportsAppendNowait",
+    "SupportsEviction",
     "SupportsReadMany",
     "read_many",
 )
+
+DEFAULT_MAX_RUNS = 1_000
+"""Finished runs the default store of an ``Agent`` keeps (runs still going are never evicted)."""
+DEFAULT_MAX_EVENTS = 100_000
+"""Events the default store of an ``Agent`` keeps (about 30 MiB at 300 bytes an event)."""
+
+_FINISHED = frozenset({RunCompleted, RunFailed})
 
 
 @runtime_checkable
@@ -79,30 +96,99 @@ class SupportsAppendNowait(Protocol):
         ...
 
 
-class MemoryEventStore:
-    """Keeps every stream in memory; the reference implementation of ``EventStore``."""
+@runtime_checkable
+class SupportsEviction(Protocol):
+    """A bounded store, which drops old runs to stay within its limits."""
 
-    def __init__(self) -> None:
+    def session_evicted(self, session_id: str) -> bool:
+        """Whether the store dropped a run of ``session_id`` (its state and history are incomplete)."""
+        ...
+
+
+class MemoryEventStore:
+    """Keeps streams in memory; the reference implementation of ``EventStore``.
+
+    Without limits it keeps every event. With ``max_runs`` (finished runs kept) and/or
+    ``max_events`` (events kept, across all runs), a run that ends with ``RunCompleted`` or
+    ``RunFailed`` may be evicted, oldest finished first, once a limit is passed; a run still
+    going is never evicted, so the limits can be exceeded while many runs are in flight. Reading
+    or appending to an evicted run raises ``RunEvictedError``; the store remembers the names of
+    the last ``remember`` evicted runs (and their sessions) to say so, and reads a run it never
+    had, or forgot, as empty.
+    """
+
+    def __init__(
+        self, *, max_runs: int | None = None, max_events: int | None = None, remember: int = 100_000
+    ) -> None:
+        for name, limit in (("max_runs", max_runs), ("max_events", max_events), ("remember", remember)):
+            if limit is not None and (type(limit) is not int or limit < 0):
+                raise ValueError(f"{name} must be a whole number >= 0 or None, not {limit!r}")
+        self.max_runs = max_runs
+        self.max_events = max_events
+        self.remember = remember
+        self.evicted = 0
+        """How many runs were evicted so far."""
         self._streams: dict[str, list[Event]] = {}
+        self._bounded = max_runs is not None or max_events is not None
+        self._finished: dict[str, None] = {}  # finished streams, in the order they finished
+        self._events = 0
+        self._evicted: dict[str, None] = {}  # the last `remember` evicted streams
+        self._evicted_sessions: dict[str, None] = {}
 
     def append_nowait(self, stream: str, events: Sequence[Event], expected_version: int) -> int:
         """``append`` without awaiting (the store does no IO)."""
         log = self._streams.get(stream)
         current = len(log) if log is not None else 0
         if current != expected_version:
+            if log is None and stream in self._evicted:
+                raise RunEvictedError(stream)
             raise ConflictError(stream, expected_version, current)
         if events:
             if log is None:
                 log = self._streams[stream] = []
             log.extend(events)
+            if self._bounded:
+                self._account(stream, log, len(events))
         return current + len(events)
 
     async def append(self, stream: str, events: Sequence[Event], expected_version: int) -> int:
         return self.append_nowait(stream, events, expected_version)
 
     def read_nowait(self, stream: str, after: int = -1) -> list[Event]:
-        log = self._streams.get(stream, [])
+        log = self._streams.get(stream)
+        if log is None:
+            if stream in self._evicted:
+                raise RunEvictedError(stream)
+            return []
         return log[after + 1 :] if after >= 0 else list(log)
+
+    def session_evicted(self, session_id: str) -> bool:
+        """Whether a run of ``session_id`` (started in it, or writing its state) was evicted."""
+        return session_id in self._evicted_sessions
+
+    def _account(self, stream: str, log: list[Event], added: int) -> None:
+        self._events += added
+        self._finished.pop(stream, None)
+        if type(log[-1]) in _FINISHED:
+            self._finished[stream] = None
+        max_runs, max_events = self.max_runs, self.max_events
+        while self._finished and (
+            (max_runs is not None and len(self._finished) > max_runs)
+            or (max_events is not None and self._events > max_events)
+        ):
+            self._evict(next(iter(self._finished)))
+
+    def _evict(self, stream: str) -> None:
+        del self._finished[stream]
+        log = self._streams.pop(stream)
+        self._events -= len(log)
+        self.evicted += 1
+        sessions: dict[str, None] = {}
+        for event in log:
+            if isinstance(event, RunStarted | SessionUpdated) and event.session_id is not None:
+                sessions[event.session_id] = None
+        _remember(self._evicted, [stream], self.remember)
+        _remember(self._evicted_sessions, list(sessions), self.remember)
 
     async def read(self, stream: str, after: int = -1) -> list[Event]:
         return self.read_nowait(stream, after)
@@ -112,6 +198,11 @@ class MemoryEventStore:
 
     async def read_many(self, streams: Sequence[str]) -> dict[str, list[Event]]:
         return {stream: self.read_nowait(stream) for stream in streams}
+
+    def __repr__(self) -> str:
+        if not self._bounded:
+            return "MemoryEventStore()"
+        return f"MemoryEventStore(max_runs={self.max_runs!r}, max_events={self.max_events!r})"
 
     async def aclose(self) -> None:
         """Nothing to release; here so every store closes the same way."""
@@ -129,3 +220,12 @@ async def read_many(store: EventStore, streams: Sequence[str]) -> dict[str, list
     if isinstance(store, SupportsReadMany):
         return await store.read_many(streams)
     return {stream: await store.read(stream) for stream in streams}
+
+
+def _remember(names: dict[str, None], new: Sequence[str], limit: int) -> None:
+    """Add ``new`` to an ordered set that keeps its last ``limit`` names."""
+    for name in new:
+        names.pop(name, None)
+        names[name] = None
+    while len(names) > limit:
+        del names[next(iter(names))]

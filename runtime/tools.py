@@ -21,7 +21,7 @@ from typing import Any, Literal, TypeVar, overload
 import anyio.to_thread
 import msgspec
 
-from ._tool_schema import read_arguments
+from ._tool_schema import describe_parameters, read_arguments, read_docstring
 from .context import FunctionInvocationContext
 from .core.depth import MAX_DEPTH, too_deep
 from .core.events import ToolSpec
@@ -87,8 +87,10 @@ class FunctionTool:
         if approval_mode not in _APPROVAL_MODES:
             raise ToolDefinitionError(_approval_mode_error(self.name, approval_mode))
         doc = inspect.getdoc(func) if inspect.isroutine(func) else None
-        self.description = description if description is not None else (doc or "")
+        summary, documented = read_docstring(doc)
+        self.description = description if description is not None else summary
         shape = read_arguments(func, self.name, schema)
+        describe_parameters(shape.parameters, documented)
         self.parameters = ToolParameters(shape.parameters)
         self.context_param: str | None = shape.context_param
         self.accepts_kwargs = shape.accepts_kwargs
@@ -170,7 +172,7 @@ class FunctionTool:
             try:
                 model = self._pydantic.model_validate(dict(arguments))
             except ValueError as exc:
-                raise ArgumentsError(str(exc)) from exc
+                raise ArgumentsError(_pydantic_problems(exc)) from exc
             return {name: getattr(model, name) for name in self._fields}
         missing = [k for k in self.parameters.get("required", ()) if k not in arguments]
         if missing:
@@ -239,7 +241,7 @@ class FunctionTool:
         return typing.cast(FunctionTool, bound)
 
     def _explicit_schema(self) -> type | Mapping[str, Any] | None:
-        if self._pydantic is not None:
+        if self._pydantic is not None and not self._pydantic.__name__.endswith("_arguments"):
             return typing.cast(type, self._pydantic)
         if self._args_type is not None and not self._args_type.__name__.endswith("_arguments"):
             return self._args_type
@@ -250,6 +252,18 @@ class FunctionTool:
 
     def __repr__(self) -> str:
         return f"FunctionTool(name={self.name!r})"
+
+
+def _pydantic_problems(exc: ValueError) -> str:
+    """A pydantic validation error in one line: each problem with where it is."""
+    errors = getattr(exc, "errors", None)
+    if not callable(errors):
+        return str(exc)
+    problems = []
+    for error in errors():
+        where = ".".join(str(part) for part in error.get("loc", ()))
+        problems.append(f"{error.get('msg', 'invalid')} - at $.{where}" if where else str(error.get("msg")))
+    return "; ".join(problems) or str(exc)
 
 
 @overload
@@ -285,6 +299,11 @@ def normalize_tools(items: Any) -> list[FunctionTool]:
     """A tool, a callable, or a sequence of them, as a new list of ``FunctionTool``."""
     if items is None:
         return []
+    if isinstance(items, str | bytes):
+        raise ToolDefinitionError(
+            f"tools= takes tools or callables (or a list of them), not the string {items!r}: "
+            "pass the function itself"
+        )
     if isinstance(items, FunctionTool) or (callable(items) and not isinstance(items, Sequence)):
         items = [items]
     out: list[FunctionTool] = []
@@ -295,6 +314,8 @@ def normalize_tools(items: Any) -> list[FunctionTool]:
             out.append(item.as_function_tool())
         elif callable(item):
             out.append(FunctionTool(item))
+        elif isinstance(item, str):
+            raise ToolDefinitionError(f"tools= takes tools or callables, not the string {item!r}")
         else:
             raise ToolDefinitionError(f"not a tool or a callable: {item!r}")
     return out

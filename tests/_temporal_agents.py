@@ -24,7 +24,10 @@ from agentledger import (
     Agent,
     AgentContext,
     ChatContext,
+    ChatResponse,
+    Content,
     FunctionInvocationContext,
+    Message,
     chat_middleware,
     function_middleware,
     tool,
@@ -286,3 +289,22 @@ def _cache(request: ScriptedRequest) -> Any:
 def cache_agent() -> Agent:
     """Function middleware answers one call itself; chat middleware changes each request."""
     return Agent(client=_scripted(_cache), name="Cache", tools=[lookup], middleware=[_cached, _cool])
+
+
+def _kept(request: ScriptedRequest) -> Any:
+    """A lookup for each new question, then the answer; the response id follows the chain."""
+    previous = request.options.get("conversation_id") or "new"
+    last = request.messages[-1]
+    if last.role == "tool":
+        message = Message("assistant", [f"noted: {last.contents[0].result}"])
+    else:
+        call = Content.from_function_call("k1", "lookup", arguments={"key": last.text})
+        message = Message("assistant", (call,))
+    return ChatResponse(message, response_id=f"resp_{len(request.messages)}_{previous}")
+
+
+@REGISTRY.register("kept")
+def kept_agent() -> Agent:
+    """A conversation the service keeps: each call sends only what it does not hold."""
+    client = ScriptedChatClient([_kept], repeat=True, keeps_conversations=True)
+    return Agent(client=client, name="Kept", tools=[lookup], default_options={"store": True})

@@ -158,7 +158,7 @@ def snapshot(machine: RunMachine) -> bytes:
         "counters": (machine.calls_made, machine.error_streak, machine.model_calls, machine.terminated),
         "pending": machine.pending(),
     }
-    return msgspec.json.encode(state)
+    return msgspec.json.encode(state, enc_hook=list)  # a CallModel's messages are a view
 
 
 def reach(phase: Phase) -> Run:

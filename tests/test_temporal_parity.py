@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from agentledger import AgentResponse, AgentSession, Message
-from agentledger.core.events import ToolCalled
+from agentledger.core.events import ModelCalled, ToolCalled
 from agentledger.replay import compare
 from agentledger.store import MemoryEventStore
 from agentledger.testing import event_types, events_of
@@ -85,6 +85,7 @@ async def _both(server: TemporalServer, name: str, turns: Sequence[Turn]) -> lis
             responses.append(remote)
     assert remote_session.state.snapshot() == local_session.state.snapshot()
     assert remote_session.history == local_session.history
+    assert remote_session.service_session_id == local_session.service_session_id
     return responses
 
 
@@ -143,6 +144,14 @@ async def test_sub_agent_sharing_the_session_alike(temporal: TemporalServer) -> 
     """A sub-agent writing the shared session logs the same in the caller on both drivers."""
     [response] = await _both(temporal, "lead", [_text("Research Lisbon.")])
     assert {"ChildRunStarted", "SessionUpdated"} <= set(event_types(response.events))
+
+
+async def test_service_side_conversation_alike(temporal: TemporalServer) -> None:
+    """Runs continuing a conversation the service keeps send, record and follow it alike."""
+    first, second = await _both(temporal, "kept", [_text("lisbon"), _text("porto")])
+    assert first.text == "noted: value of lisbon"
+    called = [e for e in second.events if isinstance(e, ModelCalled)]
+    assert [e.conversation_id for e in called] == ["resp_1_resp_1_new", "resp_1_resp_1_resp_1_new"]
 
 
 async def test_progressive_tools_alike(temporal: TemporalServer) -> None:

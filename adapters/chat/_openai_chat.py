@@ -20,6 +20,7 @@ import msgspec
 from agentledger.clients import ChatOptions, ChatResponse, ChatResponseUpdate
 from agentledger.core.events import ToolSpec
 from agentledger.core.messages import Content, Message, Usage
+from agentledger.structured import ResponseSchema, response_schema
 
 from ._openai_common import (
     PendingCall,
@@ -61,10 +62,20 @@ def chat_request(
     }
     copy_options(body, options, _OPTIONS)
     body.update(tool_fields(options, _tool, chat_tool_choice))
+    wanted = response_schema(options.get("response_format"))
+    if wanted is not None:
+        body["response_format"] = _response_format(wanted)
     if stream:
         body["stream"] = True
         body["stream_options"] = {"include_usage": True}
     return body
+
+
+def _response_format(wanted: ResponseSchema) -> dict[str, Any]:
+    if wanted.schema is None:
+        return {"type": "json_object"}
+    section = {"name": wanted.name, "schema": wanted.schema, "strict": wanted.strict}
+    return {"type": "json_schema", "json_schema": section}
 
 
 def chat_messages(messages: Sequence[Message], instructions: str | None = None) -> list[dict[str, Any]]:

@@ -22,6 +22,7 @@ import msgspec
 from agentledger.clients import ChatOptions, ChatResponse, ChatResponseUpdate
 from agentledger.core.events import ToolSpec
 from agentledger.core.messages import Content, Message, Usage
+from agentledger.structured import response_schema
 
 from ._openai_common import (
     PendingCall,
@@ -40,6 +41,7 @@ from ._sse import ServerSentEvent
 
 __all__ = (
     "ResponsesStream",
+    "responses_continuation",
     "responses_input",
     "responses_request",
     "responses_response",
@@ -68,6 +70,20 @@ def responses_request(
         body["instructions"] = instructions
     copy_options(body, options, _OPTIONS)
     body.update(tool_fields(options, _tool, responses_tool_choice))
+    conversation_id = options.get("conversation_id")
+    if conversation_id:  # a conversation object, or the response the next one follows
+        key = "conversation" if conversation_id.startswith("conv_") else "previous_response_id"
+        body[key] = conversation_id
+    store = options.get("store")
+    if store is not None:
+        body["store"] = bool(store)
+    wanted = response_schema(options.get("response_format"))
+    if wanted is not None:
+        fmt: dict[str, Any] = {"type": "json_object"}
+        if wanted.schema is not None:
+            fmt = {"type": "json_schema", "name": wanted.name, "schema": wanted.schema}
+            fmt["strict"] = wanted.strict
+        body["text"] = {"format": fmt}
     if stream:
         body["stream"] = True
     return body
@@ -169,8 +185,13 @@ class _Error(msgspec.Struct):
     code: str | None = None
 
 
+class _Conversation(msgspec.Struct):
+    id: str | None = None
+
+
 class _Response(msgspec.Struct):
     id: str | None = None
+    conversation: _Conversation | None = None
     model: str | None = None
     status: str | None = None
     output: list[_Item] = msgspec.field(default_factory=list)
@@ -190,7 +211,22 @@ def responses_response(payload: bytes, model: str) -> ChatResponse:
         model=response.model or model,
         usage=response.usage.ours() if response.usage is not None else None,
         finish_reason=_finish_reason(response, any(c.type == "function_call" for c in contents)),
+        conversation_id=response.conversation.id if response.conversation is not None else None,
     )
+
+
+def responses_continuation(
+    options: ChatOptions, response_id: str | None, conversation: str | None
+) -> str | None:
+    """The conversation the service keeps a response in, as the next request continues it: the
+    conversation object the request named, else the response itself when it was stored
+    (``store`` true, or left unset while continuing); None when ``store`` is false."""
+    store = options.get("store")
+    if store is False:
+        return None
+    if conversation:
+        return conversation
+    return response_id if store or options.get("conversation_id") else None
 
 
 def _raise_if_failed(response: _Response) -> None:
@@ -330,7 +366,10 @@ class ResponsesStream:
             updates = [self.make(contents=(c,)) for c in _output_contents(response.output)]
         self.called = self.called or any(c.type == "function_call" for u in updates for c in u.contents)
         usage = response.usage.ours() if response.usage is not None else None
-        updates.append(self.make(usage=usage, finish_reason=_finish_reason(response, self.called)))
+        final = self.make(usage=usage, finish_reason=_finish_reason(response, self.called))
+        if response.conversation is not None and response.conversation.id:
+            final = msgspec.structs.replace(final, conversation_id=response.conversation.id)
+        updates.append(final)
         return updates
 
     def _failed(self, event: _Event) -> list[ChatResponseUpdate]:

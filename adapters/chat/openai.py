@@ -37,7 +37,7 @@ import abc
 import asyncio
 import contextlib
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar, Protocol, Self
 
 import anyio
@@ -63,7 +63,7 @@ from ._openai_errors import (
     TruncatedStreamError,
 )
 from ._openai_http import body_chunks, read_all, send_request, status_error_of
-from ._openai_responses import ResponsesStream, responses_request, responses_response
+from ._openai_responses import ResponsesStream, responses_continuation, responses_request, responses_response
 from ._sse import ServerSentEvent, SSEDecoder
 
 __all__ = (
@@ -137,6 +137,7 @@ class _OpenAIClient(BaseChatClient):
         self._http = http_client
         self._owns_http = http_client is None
         self._http_loop: object = None
+        self._closer: AsyncGenerator[None, None] | None = None
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(model={self.model!r}, base_url={self.base_url!r})"
@@ -148,10 +149,16 @@ class _OpenAIClient(BaseChatClient):
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Close the connection pool the client opened (not one passed as ``http_client``)."""
+        """Close the connection pool the client opened (not one passed as ``http_client``).
+
+        Without it, the pool is closed when its event loop shuts down (``asyncio.run`` returning),
+        so a script that never closes the client leaves no socket open."""
+        closer, self._closer = self._closer, None
         if self._owns_http and self._http is not None:
             http, self._http = self._http, None
             await http.aclose()
+        if closer is not None:
+            await closer.aclose()
 
     # -- the two wire formats fill these in ----------------------------------------------------
 
@@ -166,6 +173,12 @@ class _OpenAIClient(BaseChatClient):
     @abc.abstractmethod
     def _stream(self, model: str) -> _Stream:
         """A reader for one streamed answer."""
+
+    def _continuation(
+        self, options: ChatOptions, response_id: str | None, reported: str | None
+    ) -> str | None:
+        """The service-side conversation an answer continues in (``ChatResponse.conversation_id``)."""
+        return None
 
     # -- the BaseChatClient interface ----------------------------------------------------------
 
@@ -183,7 +196,9 @@ class _OpenAIClient(BaseChatClient):
         with self._masked():
             body = self._body(messages, options, stream=False)
             response = await self._send(body, client_kwargs or {}, stream=False)
-            return self._parse(response.content, options.get("model") or self.model)
+            answer = self._parse(response.content, options.get("model") or self.model)
+            answer.conversation_id = self._continuation(options, answer.response_id, answer.conversation_id)
+            return answer
 
     async def get_streaming_response(
         self,
@@ -200,6 +215,10 @@ class _OpenAIClient(BaseChatClient):
             response = await self._send(body, client_kwargs or {}, stream=True)
             try:
                 async for update in self._read_stream(response, options.get("model") or self.model):
+                    if update.finish_reason is not None or update.usage is not None:
+                        kept = self._continuation(options, update.response_id, update.conversation_id)
+                        if kept != update.conversation_id:
+                            update = msgspec.structs.replace(update, conversation_id=kept)
                     yield update
             finally:
                 await response.aclose()
@@ -272,6 +291,7 @@ class _OpenAIClient(BaseChatClient):
         if self._http is None or self._http_loop is not loop:
             timeout = DEFAULT_TIMEOUT if self.timeout is None else self.timeout
             self._http, self._http_loop = httpx.AsyncClient(timeout=timeout), loop
+            self._closer = _closed_with_the_loop(self._http)
         return self._http
 
     @contextlib.contextmanager
@@ -317,6 +337,11 @@ class OpenAIResponsesClient(_OpenAIClient):
     def _stream(self, model: str) -> _Stream:
         return ResponsesStream(model)
 
+    def _continuation(
+        self, options: ChatOptions, response_id: str | None, reported: str | None
+    ) -> str | None:
+        return responses_continuation(options, response_id, reported)
+
 
 # -- helpers ----------------------------------------------------------------------------------
 
@@ -332,6 +357,27 @@ def _as_updates(response: ChatResponse) -> list[ChatResponseUpdate]:
     updates = [update((content,)) for message in response.messages for content in message.contents]
     updates.append(update(usage=response.usage, finish_reason=response.finish_reason))
     return updates
+
+
+def _closed_with_the_loop(http: httpx.AsyncClient) -> AsyncGenerator[None, None]:
+    """An async generator, started and parked, whose ``finally`` closes ``http``.
+
+    The event loop keeps track of the async generators started on it and closes them when it
+    shuts down (``loop.shutdown_asyncgens``, which ``asyncio.run`` calls), or when one is dropped
+    while the loop runs: either way the pool is closed on its own loop. The caller holds the
+    generator for as long as the pool lives.
+    """
+
+    async def closer() -> AsyncGenerator[None, None]:
+        try:
+            yield
+        finally:
+            await http.aclose()
+
+    generator = closer()
+    with contextlib.suppress(StopIteration):  # runs to the ``yield`` without awaiting anything
+        generator.asend(None).send(None)
+    return generator
 
 
 def _running_loop() -> object:

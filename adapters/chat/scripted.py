@@ -57,11 +57,20 @@ class ScriptedChatClient(BaseChatClient):
     provider_name = "scripted"
 
     def __init__(
-        self, script: Sequence[ScriptEntry] = (), *, model: str = "scripted-1", repeat: bool = False
+        self,
+        script: Sequence[ScriptEntry] = (),
+        *,
+        model: str = "scripted-1",
+        repeat: bool = False,
+        keeps_conversations: bool = False,
     ) -> None:
         self.script = list(script)
         self.model = model
         self.repeat = repeat
+        self.keeps_conversations = keeps_conversations
+        """Answer as a service that keeps conversations (OpenAI's Responses API does): with
+        ``options["store"]`` true, or when continuing a conversation unless ``store`` is false,
+        a response reports its id as ``conversation_id``."""
         self.requests: list[ScriptedRequest] = []
         self._position = 0
         self._ids = itertools.count(1)
@@ -76,7 +85,10 @@ class ScriptedChatClient(BaseChatClient):
         **kwargs: Any,
     ) -> ChatResponse:
         request = self._record(messages, options, client_kwargs, function_invocation_kwargs)
-        return self._answer(self._next_entry(), request)
+        response = self._answer(self._next_entry(), request)
+        if self.keeps_conversations and response.conversation_id is None and _kept(request.options):
+            response.conversation_id = response.response_id
+        return response
 
     async def get_streaming_response(
         self,
@@ -101,6 +113,7 @@ class ScriptedChatClient(BaseChatClient):
             finish_reason=response.finish_reason,
             response_id=response.response_id,
             model=model,
+            conversation_id=response.conversation_id,
         )
 
     @property
@@ -171,6 +184,12 @@ class ScriptedChatClient(BaseChatClient):
             raise TypeError(f"a script entry must be a str, Call, Message or ChatResponse, not {call!r}")
         call_id = call.call_id or f"call_{next(self._ids)}"
         return Content.from_function_call(call_id, call.name, arguments=call.arguments)
+
+
+def _kept(options: Mapping[str, Any]) -> bool:
+    """Whether a service that keeps conversations keeps this response."""
+    store = options.get("store")
+    return bool(store) if store is not None else bool(options.get("conversation_id"))
 
 
 def _words(text: str) -> list[str]:

@@ -138,10 +138,11 @@ _TIMELINE = r"""
     ]],
     CallsSkipped: (e) => [[(e.call_ids || []).join(", "), " not run"], [el("span", "muted", e.reason)]],
     ModelCalled: (e) => [
-      ["sent " + plural(e.message_count || 0, "message") + ", offered " +
+      ["sent " + plural((e.message_count || 0) - (e.held || 0), "message") + ", offered " +
         plural((e.tools || []).length, "tool")],
       [field("offered", chips(e.tools || [])),
-        e.tool_choice != null ? field("tool_choice", chip(pretty(e.tool_choice), "choice")) : null],
+        e.tool_choice != null ? field("tool_choice", chip(pretty(e.tool_choice), "choice")) : null,
+        e.conversation_id ? field("continues", chip(e.conversation_id)) : null],
     ],
     ModelResponded: (e) => {
       const asked = calls(e.message);

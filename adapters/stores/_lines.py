@@ -211,16 +211,40 @@ class OpenLineFile:
         )
 
     def append(self, records: Sequence[bytes]) -> None:
-        """Append ``records`` (each without its line end) as one write."""
+        """Append ``records`` (each without its line end) as one write, durable on return."""
         if not records:
             return
+        self.write(records)
+        try:
+            self.sync()
+        except BaseException:
+            self.take_back()
+            raise
+        self.index(records)
+
+    def write(self, records: Sequence[bytes]) -> None:
+        """Write ``records`` as one write, not yet synced nor indexed (``sync``, then ``index``).
+
+        A write that fails is taken back at once; a written batch whose ``sync`` fails is taken
+        back with ``take_back``.
+        """
         try:
             write_all(self.fd, b"\n".join(records) + b"\n")
-            if self.file.fsync:
-                _sync(self.fd)
         except BaseException:
-            os.ftruncate(self.fd, self.file.end)  # take back a partial write
+            self.take_back()
             raise
+
+    def sync(self) -> None:
+        """Make what was written durable (unless the file was opened without ``fsync``)."""
+        if self.file.fsync:
+            _sync(self.fd)
+
+    def take_back(self) -> None:
+        """Cut off whatever was written since the last ``index``: nothing of it stays."""
+        os.ftruncate(self.fd, self.file.end)
+
+    def index(self, records: Sequence[bytes]) -> None:
+        """Count ``records``, written and synced, as the file's next lines."""
         self._index(records)
 
     def block(self, first: int, stop: int) -> bytes:

@@ -5,12 +5,19 @@ File and database IO (and ``fsync``, which can take milliseconds) would stall th
 waits for the thread to finish, so an append is never left half-done by cancellation. The
 blocking twins (``append_sync``, ``read_sync``, ``streams_sync``) are public for scripts, tools
 and benchmarks that have no event loop.
+
+Appends are committed in groups (see ``_group``): appends that arrive while a commit is in
+flight, from any task or thread, are written together by the store's committer thread with one
+flush (``commit_group``), and each caller is woken when its own append is settled.
+A subclass implements ``prepare`` (encode and check one append, raising on bad input before it
+joins a group) and ``commit_group``.
 """
 
 from __future__ import annotations
 
 import abc
 import gc
+import threading
 from collections.abc import Sequence
 from types import TracebackType
 from typing import Self
@@ -20,17 +27,39 @@ import anyio
 from agentledger.core.events import Event
 from agentledger.errors import StoreError
 
+from ._group import Append, Committer
+
 __all__ = ("ThreadedStore",)
+
+_creating = threading.Lock()
 
 
 class ThreadedStore(abc.ABC):
-    """``EventStore`` on top of blocking ``*_sync`` methods."""
+    """``EventStore`` on top of blocking ``*_sync`` methods, with appends committed in groups."""
 
     _closed: bool = False
+    _commits: Committer[bytes] | None = None
 
     @abc.abstractmethod
+    def prepare(self, stream: str, events: Sequence[Event], expected_version: int) -> Append[bytes]:
+        """One append, its events encoded; bad input (or a closed store) raises here."""
+
+    @abc.abstractmethod
+    def commit_group(self, group: list[Append[bytes]]) -> None:
+        """Write ``group`` durably, settling each append (see ``_group``); raise if all failed."""
+
     def append_sync(self, stream: str, events: Sequence[Event], expected_version: int) -> int:
         """``append``, blocking the calling thread."""
+        return self._committer().run_sync(self.prepare(stream, events, expected_version))
+
+    def _committer(self) -> Committer[bytes]:
+        committer = self._commits
+        if committer is None:
+            with _creating:
+                committer = self._commits
+                if committer is None:
+                    committer = self._commits = Committer(self.commit_group, repr(self))
+        return committer
 
     @abc.abstractmethod
     def read_sync(self, stream: str, after: int = -1) -> list[Event]:
@@ -42,8 +71,7 @@ class ThreadedStore(abc.ABC):
 
     async def append(self, stream: str, events: Sequence[Event], expected_version: int) -> int:
         """Append ``events`` if the stream holds exactly ``expected_version`` events."""
-        batch = tuple(events)
-        return await anyio.to_thread.run_sync(self.append_sync, stream, batch, expected_version)
+        return await self._committer().run(self.prepare(stream, events, expected_version))
 
     async def read(self, stream: str, after: int = -1) -> list[Event]:
         """The stream's events with ``seq > after``, in order ([] for an unknown stream)."""
@@ -75,6 +103,9 @@ class ThreadedStore(abc.ABC):
 
     def close(self) -> None:
         """Release what the store holds; later calls raise ``StoreError``."""
+        committer = self._commits
+        if committer is not None:
+            committer.close()  # commits what is queued first
         self._closed = True
 
     async def aclose(self) -> None:

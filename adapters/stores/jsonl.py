@@ -18,11 +18,13 @@ are read, except in a journal, where each new line's ``run_id`` is read to index
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import threading
 from array import array
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import quote, unquote
@@ -34,6 +36,7 @@ from agentledger.core.events import Event, encode_event
 from agentledger.errors import ConflictError, LogCorruptError, StoreError
 
 from ._codec import EXPECTED, check_sequence, decode_block, decode_records
+from ._group import Append, appending
 from ._lines import LineFile, OpenLineFile, TornTailWarning, make_directory
 from ._threaded import ThreadedStore
 
@@ -42,6 +45,10 @@ __all__ = ("JsonlEventStore", "TornTailWarning")
 _SUFFIX = ".jsonl"
 _CATALOG = "streams.index"
 _MAX_NAME = 250
+_FILES_PER_ROUND = 128
+"""Files a directory store holds open and locked at once while committing a group."""
+_SYNC_THREADS = 8
+"""Threads syncing a group's files together."""
 
 
 class JsonlEventStore(ThreadedStore):
@@ -65,13 +72,23 @@ class JsonlEventStore(ThreadedStore):
         """``"journal"`` (one file) or ``"directory"`` (one file per stream)."""
         return "journal" if isinstance(self._layout, _Journal) else "directory"
 
-    def append_sync(self, stream: str, events: Sequence[Event], expected_version: int) -> int:
+    def prepare(self, stream: str, events: Sequence[Event], expected_version: int) -> Append[bytes]:
         self._check_open()
         if self.read_only:
             raise StoreError(f"{self.path}: opened read-only; appending to {stream!r} is refused")
         records = [encode_event(event) for event in self._layout.check(stream, events)]
-        with self._os_errors(f"appending to {stream!r}"):
-            return self._layout.append(stream, records, expected_version)
+        return Append(stream, records, expected_version)
+
+    def commit_group(self, group: list[Append[bytes]]) -> None:
+        """Every append of the group written, then made durable, with as few syncs as the layout allows."""
+        self._check_open()
+        with self._os_errors(appending(group)):
+            self._layout.commit(group)
+
+    def close(self) -> None:
+        """Release the store's worker threads; later calls raise ``StoreError``."""
+        super().close()
+        self._layout.close()
 
     def read_sync(self, stream: str, after: int = -1) -> list[Event]:
         self._check_open()
@@ -127,20 +144,40 @@ class _Journal:
                 )
         return events
 
-    def append(self, stream: str, records: list[bytes], expected_version: int) -> int:
-        if records:
+    def commit(self, group: list[Append[bytes]]) -> None:
+        """The group's batches as one write and one sync; each append checked in queue order."""
+        writing = any(append.records for append in group)
+        if writing:
             make_directory(self.file.path.parent, fsync=self.file.fsync)
-        with self.file.locked(create=bool(records)) as handle:
-            numbers = self._refresh(handle).get(stream) if handle is not None else None
-            version = len(numbers) if numbers is not None else 0
-            if version != expected_version:
-                raise ConflictError(stream, expected_version, version)
+        accepted: list[Append[bytes]] = []
+        with self.file.locked(create=writing) as handle:
+            index = self._refresh(handle) if handle is not None else {}
+            versions: dict[str, int] = {}
+            records: list[bytes] = []
+            for append in group:
+                version = versions.get(append.stream)
+                if version is None:
+                    numbers = index.get(append.stream)
+                    version = len(numbers) if numbers is not None else 0
+                if version != append.expected:
+                    append.fail(ConflictError(append.stream, append.expected, version))
+                    continue
+                versions[append.stream] = version + len(append.records)
+                accepted.append(append)
+                records.extend(append.records)
             if handle is not None and records:
                 first = self.file.count
                 handle.append(records)
-                self.index.setdefault(stream, array("q")).extend(range(first, self.file.count))
+                for append in accepted:
+                    stop = first + len(append.records)
+                    self.index.setdefault(append.stream, array("q")).extend(range(first, stop))
+                    first = stop
                 self.indexed = self.file.count
-        return expected_version + len(records)
+        for append in accepted:
+            append.succeed()
+
+    def close(self) -> None:
+        """Nothing to release."""
 
     def read(self, stream: str, after: int) -> list[Event]:
         with self.file.locked(create=False) as handle:
@@ -237,6 +274,7 @@ class _Directory:
         self.catalog_generation = 0
         self.files: dict[str, LineFile] = {}
         self._files_lock = threading.Lock()
+        self._syncers: ThreadPoolExecutor | None = None
 
     def check(self, stream: str, events: Sequence[Event]) -> Sequence[Event]:
         _file_name(stream)  # refuse a name that cannot be a file name before any work
@@ -250,18 +288,79 @@ class _Directory:
                 file = self.files[stream] = LineFile(path, fsync=self.fsync, read_only=self.read_only)
             return file
 
-    def append(self, stream: str, records: list[bytes], expected_version: int) -> int:
-        file = self._file(stream)
-        create = expected_version == 0 and bool(records)
-        if create and stream not in self.catalogued:
-            self._catalogue(stream)
-        with file.locked(create=create) as handle:
-            version = file.count if handle is not None else 0
-            if version != expected_version:
-                raise ConflictError(stream, expected_version, version)
-            if handle is not None:
-                handle.append(records)
-        return expected_version + len(records)
+    def commit(self, group: list[Append[bytes]]) -> None:
+        """Each stream's batches as one write to its file, then every file synced at once.
+
+        Files are locked in the order of their names (so two writers never wait for each other
+        in a circle), at most ``_FILES_PER_ROUND`` at a time; each round is durable, and its
+        appends settled, before the next starts.
+        """
+        new = [a.stream for a in group if a.expected == 0 and a.records and a.stream not in self.catalogued]
+        if new:
+            self._catalogue(new)
+        by_stream: dict[str, list[Append[bytes]]] = {}
+        for append in group:
+            by_stream.setdefault(append.stream, []).append(append)
+        names = sorted(by_stream, key=_file_name)
+        for start in range(0, len(names), _FILES_PER_ROUND):
+            self._commit_round([by_stream[name] for name in names[start : start + _FILES_PER_ROUND]])
+
+    def _commit_round(self, queues: list[list[Append[bytes]]]) -> None:
+        accepted: list[Append[bytes]] = []
+        with contextlib.ExitStack() as stack:
+            writes: list[tuple[OpenLineFile, list[bytes]]] = []
+            for queue in queues:
+                stream = queue[0].stream
+                file = self._file(stream)
+                create = any(append.expected == 0 and append.records for append in queue)
+                handle = stack.enter_context(file.locked(create=create))
+                version = file.count if handle is not None else 0
+                records: list[bytes] = []
+                for append in queue:
+                    if append.expected != version:
+                        append.fail(ConflictError(stream, append.expected, version))
+                        continue
+                    version += len(append.records)
+                    records.extend(append.records)
+                    accepted.append(append)
+                if handle is not None and records:
+                    writes.append((handle, records))
+            self._write(writes)
+        for append in accepted:
+            append.succeed()
+
+    def _write(self, writes: list[tuple[OpenLineFile, list[bytes]]]) -> None:
+        written: list[OpenLineFile] = []
+        try:
+            for handle, records in writes:
+                handle.write(records)
+                written.append(handle)
+            self._sync(written)
+        except BaseException:
+            for handle in written:
+                handle.take_back()
+            raise
+        for handle, records in writes:
+            handle.index(records)
+
+    def _sync(self, handles: list[OpenLineFile]) -> None:
+        """Sync the files together: the file system commits concurrent syncs in one journal flush."""
+        if len(handles) < 2 or not self.fsync:
+            for handle in handles:
+                handle.sync()
+            return
+        with self._files_lock:
+            if self._syncers is None:
+                self._syncers = ThreadPoolExecutor(_SYNC_THREADS, thread_name_prefix="agentledger-fsync")
+            syncers = self._syncers
+        for _ in syncers.map(OpenLineFile.sync, handles):
+            pass
+
+    def close(self) -> None:
+        with self._files_lock:
+            syncers, self._syncers = self._syncers, None
+        if syncers is not None:
+            syncers.shutdown(wait=True)
 
     def read(self, stream: str, after: int) -> list[Event]:
         try:
@@ -288,15 +387,16 @@ class _Directory:
         found = sorted(f for f, size in sizes.items() if size > 0)
         return names + [unquote(f[: -len(_SUFFIX)]) for f in found]
 
-    def _catalogue(self, stream: str) -> None:
-        """Add ``stream`` to the catalog unless another writer already did."""
+    def _catalogue(self, streams: list[str]) -> None:
+        """Add ``streams`` to the catalog, in order, unless another writer already did."""
         make_directory(self.path, fsync=self.fsync)
         with self.catalog.locked(create=True) as handle:
             assert handle is not None
             self._refresh_catalog(handle)
-            if stream not in self.catalogued:
-                handle.append([msgspec.json.encode(stream)])
-                self.catalogued[stream] = None
+            missing = list(dict.fromkeys(name for name in streams if name not in self.catalogued))
+            if missing:
+                handle.append([msgspec.json.encode(name) for name in missing])
+                self.catalogued.update(dict.fromkeys(missing))
                 self.catalog_indexed = self.catalog.count
 
     def _refresh_catalog(self, handle: OpenLineFile) -> None:

@@ -2,12 +2,14 @@
 
 Theory of operation. ``streams`` gives each stream a position in creation order; ``events`` holds
 one row per event with the event as ``encode_event`` JSON, keyed by ``(stream, seq)``, and a
-``position`` that orders all events of the schema. An append is one transaction: it inserts the
-rows at ``seq = expected_version, expected_version + 1, ...``, guarded by the primary key (a row
-already at that seq means another writer got there first: a unique violation, reported as
-``ConflictError``) and by the condition that the row before the batch exists (a stream shorter
-than ``expected_version`` inserts nothing, and is a conflict too). Either way the transaction rolls
-back and nothing is written.
+``position`` that orders all events of the schema. Appends that arrive while one is committing
+are committed together (``_group``): one transaction reads the versions of the group's streams
+under the append lock, fails each append whose ``expected_version`` is stale with
+``ConflictError`` (it writes nothing), and inserts the other batches' rows at ``seq =
+expected_version, expected_version + 1, ...`` in one statement, so a group costs one commit. The
+primary key backs the check: a row the versions did not show makes the group roll back and its
+appends go one by one, each in its own transaction, guarded by the key (a unique violation is a
+``ConflictError``) and by the condition that the row before the batch exists.
 
 Positions are allocated under a transaction-scoped advisory lock, so they are handed out in commit
 order and a reader that has seen position ``p`` will never see a smaller one commit later: that is
@@ -47,6 +49,7 @@ from agentledger.core.events import Event, encode_event
 from agentledger.errors import ConflictError, LogCorruptError, StoreError
 
 from ._codec import decode_records
+from ._group import Append, LoopGroups, appending
 
 try:
     import psycopg
@@ -79,6 +82,20 @@ WHERE %(start)s = 0 OR EXISTS (
     SELECT 1 FROM {schema}.events WHERE stream = %(stream)s AND seq = %(start)s - 1
 )
 ORDER BY t.ord"""
+# A group's batches, checked against the versions read under the append lock: one statement each.
+_GROUP_VERSIONS = "SELECT stream, max(seq) + 1 FROM {schema}.events WHERE stream = ANY(%s) GROUP BY stream"
+_GROUP_STREAMS = """INSERT INTO {schema}.streams (name)
+SELECT t.name FROM unnest(%s::text[]) WITH ORDINALITY AS t(name, ord) ORDER BY t.ord
+ON CONFLICT (name) DO NOTHING"""
+_GROUP_INSERT = """INSERT INTO {schema}.events (stream, seq, type, data)
+SELECT t.stream, t.seq, t.type, t.data::json
+FROM unnest(%s::text[], %s::integer[], %s::text[], %s::text[]) WITH ORDINALITY
+    AS t(stream, seq, type, data, ord)
+ORDER BY t.ord"""
+_GROUP_NOTIFY = "SELECT pg_notify(%s, t.name) FROM unnest(%s::text[]) AS t(name)"
+
+_Row = tuple[str, str]
+"""An event to insert: its type and its JSON text."""
 
 
 class CallRecord(NamedTuple):
@@ -124,6 +141,7 @@ class PostgresEventStore:
         self._migrated = False
         self._migrating: anyio.Lock | None = None
         self._closed = False
+        self._groups: LoopGroups[_Row] = LoopGroups(self._commit_group)
 
     # -- the EventStore protocol ------------------------------------------------------------------
 
@@ -133,16 +151,10 @@ class PostgresEventStore:
             raise ValueError(f"expected_version must be >= 0, not {expected_version}")
         if not stream:
             raise ValueError("a stream name must be non-empty")
-        params = {
-            "stream": stream,
-            "start": expected_version,
-            "types": [type(event).__name__ for event in events],
-            "data": [encode_event(event).decode() for event in events],
-        }
-        with anyio.CancelScope(shield=True):  # a cancelled caller still learns nothing half-done
-            async with self.connection() as connection:
-                await self._append(connection, params)
-        return expected_version + len(events)
+        if self._closed:
+            raise StoreError(f"{self!r} is closed")
+        rows = [(type(event).__name__, encode_event(event).decode()) for event in events]
+        return await self._groups.run(Append(stream, rows, expected_version))
 
     async def read(self, stream: str, after: int = -1) -> list[Event]:
         """The stream's events with ``seq > after``, in order ([] for an unknown stream)."""
@@ -226,6 +238,74 @@ class PostgresEventStore:
         return f"PostgresEventStore(schema={self.schema!r})"
 
     # -- appending --------------------------------------------------------------------------------
+
+    async def _commit_group(self, group: list[Append[_Row]]) -> None:
+        """The group in one transaction (one WAL flush at commit); each append checked alone."""
+        async with self.connection() as connection:
+            try:
+                accepted = await self._insert_group(connection, group)
+            except pg_errors.UniqueViolation:  # a row the versions did not show: one by one, as before
+                for append in group:
+                    if not append.settled:
+                        await self._append_alone(connection, append)
+                return
+            except psycopg.Error as exc:
+                raise StoreError(f"{self}: {appending(group)} failed: {exc}") from exc
+        for append in accepted:
+            append.succeed()
+
+    async def _insert_group(
+        self, connection: psycopg.AsyncConnection[Any], group: list[Append[_Row]]
+    ) -> list[Append[_Row]]:
+        accepted: list[Append[_Row]] = []
+        names = list(dict.fromkeys(append.stream for append in group))
+        writing = any(append.records for append in group)
+        async with connection.transaction():
+            if writing:  # positions are handed out in commit order: see the module docstring
+                await connection.execute("SELECT pg_advisory_xact_lock(%s)", (self._append_key,))
+            cursor = await connection.execute(self.query(_GROUP_VERSIONS), (names,))
+            versions = {str(name): int(next_seq) for name, next_seq in await cursor.fetchall()}
+            new: list[str] = []
+            streams: list[str] = []
+            seqs: list[int] = []
+            kinds: list[str] = []
+            texts: list[str] = []
+            for append in group:
+                version = versions.get(append.stream, 0)
+                if version != append.expected:
+                    append.fail(ConflictError(append.stream, append.expected, version))
+                    continue
+                accepted.append(append)
+                if not append.records:
+                    continue
+                versions[append.stream] = version + len(append.records)
+                if version == 0:
+                    new.append(append.stream)
+                streams.extend([append.stream] * len(append.records))
+                seqs.extend(range(version, version + len(append.records)))
+                kinds.extend(kind for kind, _ in append.records)
+                texts.extend(text for _, text in append.records)
+            if texts:
+                if new:
+                    await connection.execute(self.query(_GROUP_STREAMS), (new,))
+                await connection.execute(self.query(_GROUP_INSERT), (streams, seqs, kinds, texts))
+                await connection.execute(_GROUP_NOTIFY, (self.channel, list(dict.fromkeys(streams))))
+                await self._before_commit()
+        return accepted
+
+    async def _append_alone(self, connection: psycopg.AsyncConnection[Any], append: Append[_Row]) -> None:
+        params = {
+            "stream": append.stream,
+            "start": append.expected,
+            "types": [kind for kind, _ in append.records],
+            "data": [data for _, data in append.records],
+        }
+        try:
+            await self._append(connection, params)
+        except StoreError as exc:
+            append.fail(exc)
+        else:
+            append.succeed()
 
     async def _append(self, connection: psycopg.AsyncConnection[Any], params: dict[str, Any]) -> None:
         stream, start = params["stream"], params["start"]

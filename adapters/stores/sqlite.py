@@ -3,12 +3,14 @@
 Two tables. ``streams`` gives each stream an integer id in creation order; ``events`` holds one row
 per appended batch, keyed by ``(stream, seq)`` (the batch's first seq), with ``last`` its last seq
 and ``data`` its events as ``encode_event`` JSON lines. A row per batch rather than per event makes
-a read one row per step of a run instead of one per event, and a stream decodes in one call. An
-append runs in a ``BEGIN IMMEDIATE`` transaction (one writer at a time, others wait up to
-``busy_timeout``): it compares the stream's length with ``expected_version``, inserts the batch's
-row and commits, so a batch is stored whole or not at all. The primary key backs the version
-check: two batches can never start at the same seq, and if it were attempted it would surface as
-``ConflictError`` too. Databases of schema version 1 (a row per event) are migrated on open.
+a read one row per step of a run instead of one per event, and a stream decodes in one call.
+Appends are committed in groups (``_group``): a group runs in one ``BEGIN IMMEDIATE`` transaction
+(one writer at a time, others wait up to ``busy_timeout``) that, for each append in turn, compares
+the stream's length with its ``expected_version`` and inserts its batch's row (a stale one fails
+alone, writing nothing), then commits once, so a batch is stored whole or not at all. The
+primary key backs the version check: two batches can never start at the same seq, and if it were
+attempted it would surface as ``ConflictError`` too. Databases of schema version 1 (a row per
+event) are migrated on open.
 
 The database runs in WAL mode (readers never block the writer) with ``synchronous=FULL`` by
 default, so a committed append survives power loss. Reads check that the rows they return have no
@@ -34,6 +36,7 @@ from agentledger.core.events import Event, encode_event
 from agentledger.errors import ConflictError, LogCorruptError, StoreError
 
 from ._codec import decode_block, decode_records
+from ._group import Append, appending
 from ._threaded import ThreadedStore
 
 __all__ = ("SCHEMA_VERSION", "SqliteEventStore")
@@ -114,21 +117,42 @@ class SqliteEventStore(ThreadedStore):
         self._connection: sqlite3.Connection | None = None
         self._lock = threading.Lock()
 
-    def append_sync(self, stream: str, events: Sequence[Event], expected_version: int) -> int:
-        records = [encode_event(event) for event in events]
-        with self._lock, self._errors(f"appending to {stream!r}"):
+    def prepare(self, stream: str, events: Sequence[Event], expected_version: int) -> Append[bytes]:
+        self._check_open()
+        return Append(stream, [encode_event(event) for event in events], expected_version)
+
+    def commit_group(self, group: list[Append[bytes]]) -> None:
+        """One transaction, one commit (one sync) for the whole group; each append checked alone."""
+        with self._lock, self._errors(appending(group)):
             connection = self._connect()
             self._begin(connection)
+            accepted: list[Append[bytes]] = []
             try:
-                self._insert(connection, stream, records, expected_version)
+                for append in group:
+                    if self._insert_one(connection, append):
+                        accepted.append(append)
                 self._commit(connection)
-            except sqlite3.IntegrityError as exc:  # the key refused a row at a taken seq
-                connection.rollback()
-                raise ConflictError(stream, expected_version, _version(connection, stream)) from exc
             except BaseException:
                 connection.rollback()
                 raise
-        return expected_version + len(records)
+        for append in accepted:
+            append.succeed()
+
+    def _insert_one(self, connection: sqlite3.Connection, append: Append[bytes]) -> bool:
+        """Insert one append's batch in the group's transaction; a conflict fails only that append."""
+        stream, expected = append.stream, append.expected
+        try:
+            self._insert(connection, stream, append.records, expected)
+        except ConflictError as exc:  # checked before anything was written
+            append.fail(exc)
+            return False
+        except sqlite3.IntegrityError as exc:  # the key refused a row at a taken seq: nothing inserted
+            _drop_empty_stream(connection, stream)
+            conflict = ConflictError(stream, expected, _version(connection, stream))
+            conflict.__cause__ = exc
+            append.fail(conflict)
+            return False
+        return True
 
     def read_sync(self, stream: str, after: int = -1) -> list[Event]:
         first = max(after + 1, 0)
@@ -193,8 +217,8 @@ class SqliteEventStore(ThreadedStore):
 
     def close(self) -> None:
         """Close the database connection; later calls raise ``StoreError``."""
+        super().close()
         with self._lock:
-            super().close()
             if self._connection is not None:
                 self._connection.close()
                 self._connection = None
@@ -274,7 +298,7 @@ class SqliteEventStore(ThreadedStore):
             raise StoreError(f"{self.path}: no write access within {self.busy_timeout} s: {exc}") from exc
 
     def _insert(
-        self, connection: sqlite3.Connection, stream: str, records: list[bytes], expected_version: int
+        self, connection: sqlite3.Connection, stream: str, records: Sequence[bytes], expected_version: int
     ) -> None:
         row = connection.execute("SELECT id FROM streams WHERE name = ?", (stream,)).fetchone()
         version = _version(connection, stream) if row is not None else 0
@@ -336,6 +360,14 @@ def _version(connection: sqlite3.Connection, stream: str) -> int:
     query = "SELECT max(last) FROM events WHERE stream = (SELECT id FROM streams WHERE name = ?)"
     last = connection.execute(query, (stream,)).fetchone()[0]
     return 0 if last is None else int(last) + 1
+
+
+def _drop_empty_stream(connection: sqlite3.Connection, stream: str) -> None:
+    """Take back a stream row created for a batch that was refused (a failed insert is undone alone)."""
+    connection.execute(
+        "DELETE FROM streams WHERE name = ? AND NOT EXISTS (SELECT 1 FROM events WHERE stream = streams.id)",
+        (stream,),
+    )
 
 
 def _new_stream(connection: sqlite3.Connection, stream: str) -> int:

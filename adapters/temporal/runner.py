@@ -158,7 +158,7 @@ class TemporalRunner:
             messages=tuple(inputs),
             run_id=run_id,
             session=_session_input(session) if session is not None else None,
-            options=dict(options or {}),
+            options=_with_conversation(options, session),
             function_invocation_kwargs=dict(function_invocation_kwargs or {}),
             client_kwargs=dict(client_kwargs or {}),
             timeouts=self.timeouts,
@@ -197,6 +197,7 @@ class TemporalRunner:
         if session is not None and isinstance(events[0], RunStarted):
             session.history.extend(conversation(events[0].messages))
             session.history.extend(completed.messages)
+            session.continue_conversation(events)
         return AgentResponse(
             messages=completed.messages,
             run_id=result.run_id,
@@ -224,6 +225,14 @@ def _seconds(value: float | None) -> Any:
     from datetime import timedelta
 
     return timedelta(seconds=value) if value is not None else None
+
+
+def _with_conversation(options: Mapping[str, Any] | None, session: AgentSession | None) -> dict[str, Any]:
+    """The run's options; a session whose conversation a service keeps continues it there."""
+    merged = dict(options or {})
+    if session is not None and session.service_session_id:
+        merged["conversation_id"] = session.service_session_id
+    return merged
 
 
 def _session_input(session: AgentSession) -> SessionInput:

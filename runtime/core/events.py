@@ -160,10 +160,19 @@ class CallsSkipped(EventBase, frozen=True, kw_only=True):
 
 
 class ModelCalled(EventBase, frozen=True, kw_only=True):
+    """The machine asks the model once.
+
+    ``message_count`` counts the conversation the model answers (history included). With a
+    service-side conversation (``conversation_id``) the service already holds the first ``held``
+    of those messages, and only the rest are sent.
+    """
+
     iteration: int
     tools: tuple[str, ...] = ()
     tool_choice: ToolChoice | None = None
     message_count: int = 0
+    conversation_id: str | None = None
+    held: int = 0
 
 
 class ModelResponded(EventBase, frozen=True, kw_only=True):
@@ -173,6 +182,9 @@ class ModelResponded(EventBase, frozen=True, kw_only=True):
     finish_reason: str | None = None
     model: str | None = None
     response_id: str | None = None
+    conversation_id: str | None = None
+    """The service-side conversation the response belongs to, when the service keeps it: the
+    next model call continues it instead of sending the conversation again."""
 
 
 class ModelFailed(EventBase, frozen=True, kw_only=True):

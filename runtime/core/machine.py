@@ -81,6 +81,8 @@ class RunMachine(Transitions):
         self.awaiting_approval: tuple[str, ...] = ()
         self.failure: tuple[str, str] | None = None  # (error type, message) RunFailed will carry
         self.approvals: tuple[Content, ...] = ()  # approval responses in the run's input
+        self.conversation_id: str | None = None  # a conversation the service keeps, once known
+        self.held = 0  # how many messages (history included) that service already holds
         self._batch: InvokeTools | None = None
         self._batch_failed = False
         self._at = 0
@@ -203,9 +205,12 @@ class RunMachine(Transitions):
         """The command the run waits on now (after ``observe``, what a driver carries out next)."""
         if self._phase is Phase.AWAITING_MODEL:
             call = self.transcript.calls[-1]
-            messages = (*self.history, *self.transcript.messages)
             return CallModel(
-                iteration=call.iteration, messages=messages, tools=call.tools, tool_choice=call.tool_choice
+                iteration=call.iteration,
+                messages=self.request_messages(),
+                tools=call.tools,
+                tool_choice=call.tool_choice,
+                conversation_id=call.conversation_id,
             )
         if self._phase is Phase.RUNNING_TOOLS and self._batch is not None:
             open_ids = set(self.transcript.pending)
@@ -250,7 +255,7 @@ class RunMachine(Transitions):
         if not strict and type(expected) is type(event):
             if isinstance(event, ModelCalled):  # the transcript keeps what the log says was sent
                 calls = self.transcript.calls
-                calls[-1] = ModelCall(event.iteration, event.message_count, event.tools, event.tool_choice)
+                calls[-1] = ModelCall.of(event)
             return
         self._expected = []
         raise self._refuse(f"recorded {event!r} but the machine derives {expected!r}", event)

@@ -6,12 +6,13 @@ into the very same values. ``Message("user", ["hi"])`` accepts plain strings for
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Literal
+import itertools
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 import msgspec
 
-__all__ = ("Content", "ContentType", "Message", "Usage", "result_text")
+__all__ = ("Content", "ContentType", "Message", "MessageView", "Usage", "result_text")
 
 ContentType = Literal[
     "text",
@@ -122,6 +123,57 @@ class Usage(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
 
 
 _INT64_MAX = 2**63 - 1
+
+
+class MessageView(Sequence[Message]):
+    """A read-only window on a conversation: ``head`` (a tuple, the history) followed by
+    ``body[start:stop]`` (the run's messages so far). Made in O(1), so handing a model call its
+    messages costs nothing that grows with the conversation; iterating or indexing reads the
+    messages in place. The run only appends to ``body`` past ``stop``, so a view never changes."""
+
+    __slots__ = ("_body", "_head", "_len", "_start", "_stop")
+
+    def __init__(
+        self, head: tuple[Message, ...], body: list[Message], start: int = 0, stop: int | None = None
+    ) -> None:
+        self._head = head
+        self._body = body
+        self._start = start
+        self._stop = len(body) if stop is None else stop
+        self._len = len(head) + self._stop - start
+
+    def __len__(self) -> int:
+        return self._len
+
+    @overload
+    def __getitem__(self, index: int) -> Message: ...
+    @overload
+    def __getitem__(self, index: slice) -> tuple[Message, ...]: ...
+    def __getitem__(self, index: int | slice) -> Message | tuple[Message, ...]:
+        if isinstance(index, slice):
+            return tuple(self)[index]
+        if index < 0:
+            index += self._len
+        if not 0 <= index < self._len:
+            raise IndexError("message index out of range")
+        head = len(self._head)
+        return self._head[index] if index < head else self._body[self._start + index - head]
+
+    def __iter__(self) -> Iterator[Message]:
+        yield from self._head
+        yield from itertools.islice(self._body, self._start, self._stop)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Sequence) or isinstance(other, str):
+            return NotImplemented
+        return len(other) == self._len and all(a == b for a, b in zip(self, other, strict=True))
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"MessageView({list(self)!r})"
+
+
 
 
 def _content(item: Any) -> Content:

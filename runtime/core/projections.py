@@ -47,6 +47,7 @@ __all__ = (
     "TranscriptProjection",
     "Views",
     "apply_changes",
+    "conversation_after",
     "error_text",
     "exception_text",
     "fold_views",
@@ -63,6 +64,20 @@ def apply_changes(state: dict[str, Any], changes: Iterable[StateChange]) -> None
             state[change.key] = change.value
         else:
             state.pop(change.key, None)
+
+
+def conversation_after(events: Iterable[Event]) -> str | None:
+    """The service-side conversation a run's log ends in, or None: the one it started with
+    (``options["conversation_id"]``), as agent middleware changed it, then the last one a
+    response reported (see ``ModelResponded.conversation_id``)."""
+    current: str | None = None
+    for event in events:
+        if isinstance(event, ModelResponded):
+            current = event.conversation_id or current
+        elif isinstance(event, RunStarted | RunInputRewritten) and "conversation_id" in event.options:
+            value = event.options["conversation_id"]
+            current = value if isinstance(value, str) and value else None
+    return current
 
 
 class ToolsProjection:
@@ -141,13 +156,26 @@ class SessionProjection:
         return view
 
 
-class ModelCall(msgspec.Struct, frozen=True):
-    """One model call as the transcript saw it."""
+class ModelCall(msgspec.Struct, frozen=True, gc=False):
+    """One model call as the transcript saw it (see ``ModelCalled``)."""
 
     iteration: int
     message_count: int
     tools: tuple[str, ...]
     tool_choice: Any
+    conversation_id: str | None = None
+    held: int = 0
+
+    @classmethod
+    def of(cls, event: ModelCalled) -> ModelCall:
+        return cls(
+            event.iteration,
+            event.message_count,
+            event.tools,
+            event.tool_choice,
+            event.conversation_id,
+            event.held,
+        )
 
 
 def exception_text(event: ToolFailed | ArgumentsRejected | ToolNotFound) -> str:
@@ -214,7 +242,7 @@ class TranscriptProjection:
         self.messages = conversation(event.messages)
 
     def _called(self, event: ModelCalled) -> None:
-        self.calls.append(ModelCall(event.iteration, event.message_count, event.tools, event.tool_choice))
+        self.calls.append(ModelCall.of(event))
 
     def _responded(self, event: ModelResponded) -> None:
         self.messages.append(event.message)
@@ -273,18 +301,26 @@ class TranscriptProjection:
         self.batch = ()
         self._results = {}
 
-    def seen_at(self, iteration: int) -> list[Message]:
-        """The run's messages the model was sent at ``iteration`` (history not included)."""
+    def call_at(self, iteration: int) -> ModelCall:
         for call in self.calls:
             if call.iteration == iteration:
-                return self.messages[: call.message_count - self.history_length]
+                return call
         raise KeyError(iteration)
+
+    def seen_at(self, iteration: int) -> list[Message]:
+        """The run's messages the model answered at ``iteration`` (history not included), sent
+        or, in a service-side conversation, already held by the service."""
+        return self.messages[: self.call_at(iteration).message_count - self.history_length]
 
     def sent_at(self, iteration: int, history: Iterable[Message] = ()) -> list[Message]:
         """Every message the model was sent at ``iteration``: chat middleware's version if it
-        rewrote the request, else the history and the run's messages."""
+        rewrote the request; else the history and the run's messages, or in a service-side
+        conversation only those the service did not hold yet."""
         if iteration in self.rewritten:
             return list(self.rewritten[iteration])
+        call = self.call_at(iteration)
+        if call.conversation_id is not None:
+            return self.messages[call.held - self.history_length : call.message_count - self.history_length]
         return [*history, *self.seen_at(iteration)]
 
     @classmethod

@@ -40,7 +40,7 @@ from .events import (
     ToolsAdded,
     ToolsRemoved,
 )
-from .messages import Content, Message, Usage
+from .messages import Content, Message, MessageView, Usage
 from .projections import ToolsProjection, TranscriptProjection
 
 __all__ = ("BY_PHASE", "TRANSITIONS", "Transitions")
@@ -85,6 +85,8 @@ class Transitions:
     awaiting_approval: tuple[str, ...]
     failure: tuple[str, str] | None
     approvals: tuple[Content, ...]
+    conversation_id: str | None
+    held: int
     _phase: Phase
     _batch: InvokeTools | None
     _batch_failed: bool
@@ -108,14 +110,49 @@ class Transitions:
         choice = "none" if final else self.tool_choice
         count = self.transcript.history_length + len(self.transcript.messages)  # as RunStarted says
         names = self.tools.names
-        self._derive(
-            ModelCalled, iteration=self.iteration, tools=names, tool_choice=choice, message_count=count
-        )
-        messages = (*self.history, *self.transcript.messages)
+        conversation_id = self.conversation_id
+        if conversation_id is None:
+            self._derive(
+                ModelCalled, iteration=self.iteration, tools=names, tool_choice=choice, message_count=count
+            )
+        else:
+            self._derive(
+                ModelCalled,
+                iteration=self.iteration,
+                tools=names,
+                tool_choice=choice,
+                message_count=count,
+                conversation_id=conversation_id,
+                held=self.held,
+            )
         self._commands.append(
-            CallModel(iteration=self.iteration, messages=messages, tools=names, tool_choice=choice)
+            CallModel(
+                iteration=self.iteration,
+                messages=self.request_messages(),
+                tools=names,
+                tool_choice=choice,
+                conversation_id=conversation_id,
+            )
         )
         self._phase_to(Phase.AWAITING_MODEL)
+
+    def request_messages(self) -> MessageView:
+        """What the next model call sends: the history and the run's messages, or in a
+        service-side conversation only the run's messages the service does not hold yet (a
+        view, made in O(1) however long the conversation)."""
+        messages = self.transcript.messages
+        if self.conversation_id is None:
+            return MessageView(self.history, messages)
+        return MessageView((), messages, self.held - self.transcript.history_length)
+
+    def _continue_conversation(self, conversation_id: Any) -> None:
+        """From here on the service keeps the conversation: it holds every message so far."""
+        if isinstance(conversation_id, str) and conversation_id:
+            self.conversation_id = conversation_id
+            self.held = self.transcript.history_length + len(self.transcript.messages)
+        else:
+            self.conversation_id = None
+            self.held = 0
 
     def _invoke(self, calls: tuple[Content, ...], *, approved: frozenset[str | None] = frozenset()) -> None:
         """Issue the batch; calls of tools that require approval are gated unless ``approved``."""
@@ -147,6 +184,10 @@ class Transitions:
         self.tool_choice = event.options.get("tool_choice")
         self.input_count = len(self.transcript.messages)  # the input as conversation
         self.approvals = tuple(approval_responses(event.messages))
+        conversation_id = event.options.get("conversation_id")
+        if conversation_id:  # the service holds the history; the input is sent
+            self.conversation_id = conversation_id
+            self.held = self.transcript.history_length
         self._phase_to(Phase.STARTED)
 
     def _on_rewritten(self, event: RunInputRewritten) -> None:
@@ -156,6 +197,11 @@ class Transitions:
         self.approvals = tuple(approval_responses(event.messages)) or self.approvals
         if "tool_choice" in event.options:
             self.tool_choice = event.options["tool_choice"]
+        if "conversation_id" in event.options:
+            conversation_id = event.options["conversation_id"]
+            usable = isinstance(conversation_id, str) and conversation_id
+            self.conversation_id = conversation_id if usable else None
+            self.held = self.transcript.history_length if self.conversation_id else 0
 
     def _on_noop(self, event: Event) -> None:
         """Recorded facts (session writes, tool list changes, calls starting) the loop needn't act on."""
@@ -173,6 +219,8 @@ class Transitions:
         With ``terminate_on_unknown_calls``, an unknown tool fails the run before any call runs."""
         if event.usage is not None:
             self.usage = self.usage + event.usage
+        if event.conversation_id:
+            self._continue_conversation(event.conversation_id)
         calls = event.message.function_calls
         if self.final_call:
             if calls:

@@ -59,6 +59,7 @@ class ReplayClient(BaseChatClient):
                 usage=recorded.usage,
                 response_id=recorded.response_id,
                 finish_reason=recorded.finish_reason,
+                conversation_id=recorded.conversation_id,
             )
         if self.live is None:
             raise ReplayExhausted(

@@ -17,6 +17,7 @@ from ..errors import AgentLedgerError, RunError
 from ..response import AgentResponse
 from ..run.lifecycle import AgentRun
 from ..session import AgentSession
+from ..structured import schema_option
 from ..testing import capture_events
 from .client import ReplayClient
 from .compare import compare
@@ -68,6 +69,9 @@ async def _drive(
     options = dict(started.options)
     if started.instructions is not None:
         options["instructions"] = started.instructions
+    live_format = spec.options.get("response_format")
+    if live_format is not None and schema_option(live_format) == options.get("response_format"):
+        options["response_format"] = live_format  # the same schema: ``value`` parses as the type again
     # A rerun is not a new run: no store, and live exporters must not see it.
     spec = spec.replace(client=client, options=options, store=None, sinks=())
     if tools == "recorded" or upto is not None:

@@ -21,9 +21,9 @@ from ..core.events import (
 from ..core.machine import RunMachine
 from ..core.messages import Content, Message
 from ..core.projections import SessionProjection
-from ..errors import AgentLedgerError, RunNotFoundError
+from ..errors import AgentLedgerError, RunEvictedError, RunNotFoundError
 from ..session import AgentSession
-from ..store import EventStore, read_many
+from ..store import EventStore, SupportsEviction, read_many
 
 __all__ = ("RecordedRun", "RunState", "is_replaying", "load")
 
@@ -121,13 +121,19 @@ class RecordedRun:
 
 
 async def load(store: EventStore, run_id: str, *, with_session: bool = True) -> RecordedRun:
-    """Read a run from ``store``; with its session's earlier runs when ``with_session``."""
+    """Read a run from ``store``; with its session's earlier runs when ``with_session``.
+
+    ``RunNotFoundError`` if the store has no such run; ``RunEvictedError`` (one) if a bounded store
+    evicted it, or evicted runs of its session while ``with_session`` asks for them.
+    """
     events = await store.read(run_id)
     if not events:
         raise RunNotFoundError(run_id)
     started = events[0]
     prior: list[Event] = []
     if with_session and isinstance(started, RunStarted) and started.session_id is not None:
+        if isinstance(store, SupportsEviction) and store.session_evicted(started.session_id):
+            raise RunEvictedError(run_id, session_id=started.session_id)
         streams = await store.streams()
         earlier = streams[: streams.index(run_id)] if run_id in streams else streams
         for log in (await read_many(store, earlier)).values():

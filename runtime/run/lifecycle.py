@@ -64,9 +64,11 @@ class AgentRun:
         self.parent_sink = parent_sink
         self.on_update: Callable[[AgentResponseUpdate], None] | None = None
         self._machine: RunMachine | None = None  # the run's machine, once it starts
+        self._binding: RunBinding | None = None  # what its steps share, once it starts
 
     async def execute(self, messages: Any, *, stream: bool = False) -> AgentResponse:
-        spec, session = self.spec, self.session
+        session = self.session
+        self.spec = spec = self.spec.on_session(session)
         history = session.history if session is not None and spec.share_history else []
         # The agent's sinks see this run and, through the context, its sub-agents' runs too.
         token = capture_sinks.set((*capture_sinks.get(), *spec.sinks)) if spec.sinks else None
@@ -83,24 +85,21 @@ class AgentRun:
             on_update = self._model_update if self.on_update is not None else None
             binding = RunBinding(spec, recorder, session, parent_sink=self.parent_sink, on_update=on_update)
             driver = LocalDriver(binding, recorder, spec.store)
+            self._binding = binding
             with binding.bound():
-                if not spec.layers["agent"]:
-                    return await self._run_loop(binding, driver)
-                return await self._run_agent_layers(binding, driver, inputs, stream)
+                if spec.layers["agent"]:
+                    return await self._run_agent_layers(binding, driver, inputs, stream)
+                # The loop alone (no agent middleware): nothing can change the run's input.
+                try:
+                    recorder.begin()
+                    response = self._response(recorder, await driver.drive())
+                except BaseException as exc:
+                    await self._failed(driver, exc)
+                    raise
+                return await self._complete(binding, driver, response, response)
         finally:
             if token is not None:
                 capture_sinks.reset(token)
-
-    async def _run_loop(self, binding: RunBinding, driver: LocalDriver) -> AgentResponse:
-        """The loop alone (no agent middleware): nothing can change the run's input."""
-        recorder = driver.recorder
-        try:
-            recorder.begin()
-            response = self._response(recorder, await driver.drive())
-        except BaseException as exc:
-            await self._failed(driver, exc)
-            raise
-        return await self._complete(binding, driver, response, response)
 
     async def _run_agent_layers(
         self, binding: RunBinding, driver: LocalDriver, inputs: list[Message], stream: bool
@@ -186,6 +185,7 @@ class AgentRun:
             user_input_requests=machine.approval_requests(),
             finish_reason=finish.reason,
             session_id=self.session.session_id if self.session is not None else None,
+            response_format=self._binding.options.get("response_format") if self._binding else None,
         )
 
     async def _complete(
@@ -216,6 +216,8 @@ class AgentRun:
             machine = recorder.machine
             self.session.history.extend(machine.transcript.messages[: machine.input_count])
             self.session.history.extend(response.messages)
+            if machine.conversation_id is not None:
+                self.session.service_session_id = machine.conversation_id
         return response
 
     def _coerce(self, recorder: LiveRecorder, result: Any) -> AgentResponse:
@@ -251,7 +253,15 @@ class AgentRun:
 
     def _model_update(self, update: ChatResponseUpdate) -> None:
         assert self.on_update is not None
-        self.on_update(AgentResponseUpdate(contents=update.contents, role=update.role, run_id=self.run_id))
+        self.on_update(
+            AgentResponseUpdate(
+                contents=update.contents,
+                role=update.role,
+                run_id=self.run_id,
+                usage=update.usage,
+                finish_reason=update.finish_reason,
+            )
+        )
 
     def _stream_sink(self, event: Event) -> None:
         """Each call's result as the model will see it, the moment it is recorded; the approval

@@ -50,37 +50,32 @@ async def call_model(binding: RunBinding, command: CallModel) -> None:
     options: dict[str, Any] = dict(binding.options)
     options["tools"] = [binding.registry.by_name[name].spec for name in command.tools]
     options["tool_choice"] = command.tool_choice
+    if command.conversation_id is not None:
+        options["conversation_id"] = command.conversation_id
+    else:
+        options.pop("conversation_id", None)
+    layers = binding.spec.layers["chat"]
     context = ChatContext(
         client=binding.spec.client,
-        messages=list(command.messages),
+        messages=command.messages,
         options=options,  # type: ignore[arg-type]
-        client_kwargs=dict(binding.client_kwargs),
+        client_kwargs=dict(binding.client_kwargs) if layers else binding.client_kwargs,
         run_id=binding.run_id,
         iteration=command.iteration,
     )
-    layers = binding.spec.layers["chat"]
-    sent = dict(options) if layers else options
-
-    async def final() -> None:
-        if layers:
-            _record_request_changes(binding, command, context, sent)
-        context.result = await _get_response(binding, context)
-
     token = writer.set("chat_middleware")
     try:
         if layers:
-            outcome = await run_chain(layers, context, final, binding.checkpoint)
-            if outcome.short_circuited_by is not None:
-                text = context.result.text if isinstance(context.result, ChatResponse) else None
-                binding.recorder.record(
-                    MiddlewareShortCircuit,
-                    call_id=None,
-                    middleware=outcome.short_circuited_by,
-                    result=text,
-                    scope="model",
-                )
+            await _through_middleware(binding, command, context, layers)
+        elif binding.on_update is None:  # no closure, no copies: every model call of every run
+            context.result = await binding.spec.client.get_response(
+                context.outgoing,
+                options=context.options,
+                client_kwargs=context.client_kwargs,
+                **binding.spec.legacy_kwargs,
+            )
         else:
-            await final()
+            context.result = await _get_response(binding, context)
     except MiddlewareTermination as exc:
         binding.recorder.record(
             RunTerminated, iteration=command.iteration, reason=str(exc), by="chat_middleware"
@@ -94,6 +89,28 @@ async def call_model(binding: RunBinding, command: CallModel) -> None:
     _responded(binding, command.iteration, context.result)
 
 
+async def _through_middleware(
+    binding: RunBinding, command: CallModel, context: ChatContext, layers: Sequence[Any]
+) -> None:
+    """Chat middleware around the client; what it changed or answered is recorded."""
+    sent = dict(context.options)
+
+    async def final() -> None:
+        _record_request_changes(binding, command, context, sent)
+        context.result = await _get_response(binding, context)
+
+    outcome = await run_chain(layers, context, final, binding.checkpoint)
+    if outcome.short_circuited_by is not None:
+        text = context.result.text if isinstance(context.result, ChatResponse) else None
+        binding.recorder.record(
+            MiddlewareShortCircuit,
+            call_id=None,
+            middleware=outcome.short_circuited_by,
+            result=text,
+            scope="model",
+        )
+
+
 def _record_request_changes(
     binding: RunBinding, command: CallModel, context: ChatContext, sent: dict[str, Any]
 ) -> None:
@@ -103,9 +120,11 @@ def _record_request_changes(
     before = {k: v for k, v in sent.items() if k != "tools"}
     changed = {k: v for k, v in now.items() if before.get(k, _MISSING) != v}
     changed.update({k: None for k in before if k not in now})
-    messages = tuple(context.messages)
-    if messages == command.messages and tools == command.tools and not changed:
+    outgoing = context.outgoing
+    same = outgoing is command.messages or outgoing == command.messages
+    if same and tools == command.tools and not changed:
         return
+    messages = tuple(outgoing)
     binding.recorder.record(
         ModelRequestRewritten,
         iteration=command.iteration,
@@ -120,11 +139,11 @@ async def _get_response(binding: RunBinding, context: ChatContext) -> ChatRespon
     client, on_update, legacy = binding.spec.client, binding.on_update, binding.spec.legacy_kwargs
     if on_update is None:
         return await client.get_response(
-            context.messages, options=context.options, client_kwargs=context.client_kwargs, **legacy
+            context.outgoing, options=context.options, client_kwargs=context.client_kwargs, **legacy
         )
     updates = []
     async for update in client.get_streaming_response(
-        context.messages, options=context.options, client_kwargs=context.client_kwargs, **legacy
+        context.outgoing, options=context.options, client_kwargs=context.client_kwargs, **legacy
     ):
         updates.append(update)
         on_update(update)
@@ -156,6 +175,7 @@ def _responded(binding: RunBinding, iteration: int, response: Any) -> None:
             finish_reason=_text_or_none(response.finish_reason),
             model=_text_or_none(response.model),
             response_id=_text_or_none(response.response_id),
+            conversation_id=_text_or_none(getattr(response, "conversation_id", None)) or None,
         )
     except UnrecordableError as exc:
         _model_failed(

@@ -9,24 +9,35 @@ first event from it, so ``RunStarted`` is made in one place.
 
 from __future__ import annotations
 
+import difflib
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import msgspec
 
 from .._version import __version__
-from ..chat import ChatClient
+from ..chat import ChatClient, ChatOptions
 from ..core.approvals import approval_responses, paused_calls, resumed_batch, unmatched_approvals
 from ..core.events import RunConfig, RunStarted
 from ..core.messages import Content, Message
 from ..errors import ApprovalError, ArgumentsError, OptionsError
 from ..middleware import Layer
 from ..store import EventStore
+from ..structured import schema_option
 from ..tools import FunctionTool, arguments_valid
 from .recorder import Sink
 from .values import to_json
 
-__all__ = ("Layers", "RunSpec", "check_approvals", "check_tool_choice", "merge_options", "options_record")
+__all__ = (
+    "Layers",
+    "RunSpec",
+    "check_approvals",
+    "check_option_names",
+    "check_tool_choice",
+    "merge_options",
+    "options_record",
+)
 
 Layers = Mapping[str, Sequence[Layer]]
 """Middleware by kind: ``"function"``, ``"agent"`` and ``"chat"``, outermost first."""
@@ -45,6 +56,23 @@ def merge_options(
 
 
 _MODES = ("auto", "required", "none")
+_KNOWN_OPTIONS = frozenset(ChatOptions.__annotations__)
+
+
+def check_option_names(options: Mapping[str, Any]) -> None:
+    """Refuse an option name that looks like a misspelt ``ChatOptions`` key (``temprature``);
+    warn about other unknown names, which clients that do not know them ignore."""
+    for key in options:
+        if key in _KNOWN_OPTIONS or not isinstance(key, str):
+            continue
+        close = difflib.get_close_matches(key, _KNOWN_OPTIONS, n=1, cutoff=0.8)
+        if close:
+            raise OptionsError(f"unknown option {key!r}: did you mean {close[0]!r}?")
+        warnings.warn(
+            f"option {key!r} is not a ChatOptions key: a client that does not know it ignores it",
+            UserWarning,
+            stacklevel=4,
+        )
 
 
 def check_tool_choice(choice: Any, tools: Sequence[FunctionTool]) -> None:
@@ -65,8 +93,12 @@ def check_tool_choice(choice: Any, tools: Sequence[FunctionTool]) -> None:
 
 
 def options_record(options: Mapping[str, Any]) -> dict[str, Any]:
-    """The options as ``RunStarted`` records them (tools and instructions have fields of their own)."""
-    return {k: to_json(v) for k, v in options.items() if k not in _RUN_OPTION_KEYS and v is not None}
+    """The options as ``RunStarted`` records them (tools and instructions have fields of their
+    own; a ``response_format`` type as its JSON schema)."""
+    record = {k: to_json(v) for k, v in options.items() if k not in _RUN_OPTION_KEYS and v is not None}
+    if "response_format" in record:
+        record["response_format"] = schema_option(options["response_format"])
+    return record
 
 
 def check_approvals(
@@ -148,6 +180,15 @@ class RunSpec(msgspec.Struct, frozen=True, kw_only=True):
         except ArgumentsError:
             return False
         return True
+
+    def on_session(self, session: Any) -> RunSpec:
+        """The run on ``session``: when a service keeps its conversation
+        (``session.service_session_id``), the run continues it there, whatever
+        ``options["conversation_id"]`` said."""
+        service_id = getattr(session, "service_session_id", None) if self.share_history else None
+        if not service_id or self.options.get("conversation_id") == service_id:
+            return self
+        return self.replace(options={**self.options, "conversation_id": service_id})
 
     def replace(self, **changes: Any) -> RunSpec:
         """The same run with some fields changed (a rerun: another client, no store...)."""

@@ -10,12 +10,22 @@ __all__ = ("to_json",)
 
 
 def to_json(value: Any) -> Any:
-    """A value as JSON-ready builtins (msgspec's rules, mapping keys as strings), or its ``str``
-    when it has none (too deep, or of a type msgspec does not know)."""
+    """A value as JSON-ready builtins, the one rule for every recorded value: msgspec's rules
+    (structs, dataclasses, attrs classes, enums, dates...) with mapping keys as strings, and a
+    pydantic model as its JSON mode dump, at any depth. A value with no JSON form (too deep, or of
+    a type neither knows) becomes its ``str``."""
     try:
-        return msgspec.to_builtins(value, str_keys=True)
+        return msgspec.to_builtins(value, str_keys=True, enc_hook=_json_form)
     except (TypeError, ValueError, RecursionError):
         try:
             return str(value)
         except RecursionError:
             return f"<{type(value).__name__}>"
+
+
+def _json_form(value: Any) -> Any:
+    """What msgspec does not know itself: a pydantic model (its ``model_dump(mode="json")``)."""
+    dump = getattr(value, "model_dump", None)
+    if callable(dump) and hasattr(type(value), "model_fields"):
+        return dump(mode="json")
+    raise TypeError(f"{type(value).__name__} has no JSON form")

@@ -178,3 +178,35 @@ class DurableStoreContract(StoreContract):
         more = make_events(stream, len(events), 2, "after")
         assert await self.another().append(stream, more, len(events)) == len(events) + 2
         assert await self.another().read(stream) == events + more
+
+    @pytest.mark.anyio
+    async def test_kill_9_among_many_appenders_keeps_every_acknowledged_append(
+        self, store: EventStore
+    ) -> None:
+        """Killed while many tasks append at once: every acknowledged batch is there, whole records only."""
+        prefix, writers = "run_many", 24
+        child = await self.spawn(prefix, "many", str(writers))
+        await child.expect("ready")
+        acked: dict[str, int] = {}
+        for _ in range(writers * 4):  # killed in full flow: appends are in flight in every task
+            _, stream, version = (await child.expect("ack")).split()
+            acked[stream] = int(version)
+        for line in (await child.finish(kill=True)).splitlines():  # said before it died: acknowledged
+            word, stream, version = [*line.split(), "", "", ""][:3]
+            if word == "ack" and version.isdigit():
+                acked[stream] = max(acked.get(stream, 0), int(version))
+        reopened = self.another()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            logs = {f"{prefix}_{i}": await reopened.read(f"{prefix}_{i}") for i in range(writers)}
+        repair = self.repair_warning
+        assert [w for w in caught if repair is None or not issubclass(w.category, repair)] == []
+        for stream, events in logs.items():
+            intended = [e for k in range(len(events) // BATCH + 1) for e in batch(stream, k)]
+            assert events == intended[: len(events)], f"{stream} holds other events than its batches"
+            assert len(events) >= acked.get(stream, 0), f"{stream} lost an acknowledged batch"
+            assert not self.atomic_batches or len(events) % BATCH == 0, f"{stream} holds half a batch"
+        assert sum(acked.values()) >= writers * 4 * BATCH
+        first = f"{prefix}_0"
+        more = make_events(first, len(logs[first]), 2, "after")
+        assert await reopened.append(first, more, len(logs[first])) == len(logs[first]) + 2

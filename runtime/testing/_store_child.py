@@ -15,6 +15,8 @@ Modes:
                        waits to be killed; ``loop`` prints ``ready`` and keeps appending batches;
                        any other point is the contract's ``install_fault``, which makes the next
                        append stop there, print ``ready`` and wait to be killed.
+    many N             N tasks append batches (``batch``) to streams ``STREAM_0`` ... ``STREAM_{N-1}``
+                       at once, without end; after each append returns, print ``ack STREAM VERSION``.
 
 This module needs neither pytest nor a test folder, so it runs from an installed package.
 """
@@ -91,6 +93,20 @@ async def crash(contract: Any, store: EventStore, stream: str, point: str, befor
     raise SystemExit(f"the fault at {point!r} did not stop the append")
 
 
+async def many(store: EventStore, prefix: str, writers: int) -> None:
+    async def writer(stream: str) -> None:
+        k = 0
+        while True:
+            version = await store.append(stream, batch(stream, k), k * BATCH)
+            k += 1
+            print(f"ack {stream} {version}", flush=True)
+
+    _ready()
+    async with anyio.create_task_group() as group:
+        for index in range(writers):
+            group.start_soon(writer, f"{prefix}_{index}")
+
+
 async def race(store: EventStore, stream: str, tag: str) -> None:
     version = len(await store.read(stream))
     await _go()
@@ -131,6 +147,8 @@ async def main(argv: Sequence[str]) -> None:
         await race(store, stream, rest[0])
     elif mode == "contend":
         await contend(store, stream, rest[0], int(rest[1]))
+    elif mode == "many":
+        await many(store, stream, int(rest[0]))
     elif mode == "crash":
         await crash(contract, store, stream, rest[0], int(rest[1]))
     else:

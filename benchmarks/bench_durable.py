@@ -1,0 +1,203 @@
+"""Durable throughput: whole agent runs per second with many runs at once, per event store.
+
+Theory of operation. One agent with a scripted client runs a 5-tool-call run (6 model calls, 5
+sequential tool calls, 24 events, about 12 appends) many times, with 1, 10, 100 and 1,000 runs in
+flight at once (that many tasks, each starting its next run when one ends). Each store is used at
+its full durability: SQLite ``synchronous=FULL``, JSONL ``fsync=True``, PostgreSQL with its
+server's settings (``synchronous_commit``, reported). The memory store, the agent's default, is
+measured in the same invocation, and each durable figure is also given as a ratio of the memory
+store's events per second at the same concurrency: the two share whatever else the machine was
+doing. Each case starts from an empty store; the figure is the median of ``--repeat`` timings.
+
+PostgreSQL is measured when a server answers at ``--postgres`` (default
+``postgresql://postgres@127.0.0.1:5432/test``); each case uses a fresh schema, dropped afterwards.
+
+Run ``python -m benchmarks.bench_durable`` (``--help`` for options).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import secrets
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import anyio
+
+from agentledger import Agent, BaseChatClient, ChatOptions, ChatResponse, Content, Message, tool
+from agentledger.adapters.stores.jsonl import JsonlEventStore
+from agentledger.adapters.stores.sqlite import SqliteEventStore
+from agentledger.store import EventStore
+
+TOOL_CALLS = 5
+EVENTS_PER_RUN = 4 * TOOL_CALLS + 4  # RunStarted, 6 model calls (2 each), 5 tool calls (2 each), RunCompleted
+DSN = os.environ.get("AGENTLEDGER_POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/test")
+
+StoreFactory = Callable[[Path], EventStore | None]
+
+
+class StepClient(BaseChatClient):
+    """Calls the tool until the conversation holds ``TOOL_CALLS`` results, then answers.
+
+    It reads the step from the messages it is given, so any number of runs can share it.
+    """
+
+    provider_name = "bench"
+
+    def __init__(self) -> None:
+        self.model = "bench-1"
+        self.calls = 0
+
+    async def get_response(
+        self,
+        messages: Sequence[Message],
+        *,
+        options: ChatOptions | None = None,
+        function_invocation_kwargs: Mapping[str, Any] | None = None,
+        client_kwargs: Mapping[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> ChatResponse:
+        self.calls += 1
+        done = sum(1 for message in messages if message.role == "tool")
+        if done >= TOOL_CALLS:
+            return ChatResponse(Message("assistant", (Content.from_text("done"),)), model=self.model)
+        call = Content.from_function_call(f"call_{self.calls}", "ping", arguments=f'{{"n": {done}}}')
+        return ChatResponse(Message("assistant", (call,)), model=self.model)
+
+
+@tool(name="ping")
+async def ping(n: int) -> str:
+    """Answer a ping."""
+    return "ok"
+
+
+class Figure(NamedTuple):
+    runs_per_s: float
+    events_per_s: float
+
+
+def stores(postgres: str | None) -> dict[str, StoreFactory]:
+    """Every store to measure, by name; the memory store first."""
+    factories: dict[str, StoreFactory] = {
+        "memory (default)": lambda d: None,
+        "SQLite": lambda d: SqliteEventStore(d / "events.sqlite"),
+        "JSONL directory": lambda d: JsonlEventStore(d / "runs"),
+        "JSONL journal": lambda d: JsonlEventStore(d / "runs.jsonl"),
+    }
+    if postgres is not None:
+        from agentledger.adapters.stores.postgres import PostgresEventStore
+
+        factories["PostgreSQL"] = lambda d: PostgresEventStore(postgres, schema=d.name)
+    return factories
+
+
+def postgres_available(dsn: str) -> str | None:
+    """The server's ``synchronous_commit``, or None when no server answers."""
+    try:
+        import psycopg
+    except ImportError:
+        return None
+    try:
+        with psycopg.connect(dsn, connect_timeout=3) as connection:
+            row = connection.execute("SHOW synchronous_commit").fetchone()
+    except psycopg.Error:
+        return None
+    return str(row[0]) if row else "?"
+
+
+def drop_schema(dsn: str, schema: str) -> None:
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as connection:
+        connection.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+
+
+async def measure(store: EventStore | None, concurrency: int, runs: int) -> Figure:
+    """``runs`` runs with ``concurrency`` in flight; every run is checked."""
+    agent = Agent(client=StepClient(), tools=[ping], store=True if store is None else store)
+    await agent.run("warm up")  # opens files, connections, schemas: not timed
+    left = runs
+    failures: list[str] = []
+
+    async def worker() -> None:
+        nonlocal left
+        while left > 0:
+            left -= 1
+            response = await agent.run("Ping the service five times.")
+            if response.text != "done" or len(response.events) != EVENTS_PER_RUN:
+                failures.append(f"{response.text!r}, {len(response.events)} events")
+
+    start = time.perf_counter()
+    async with anyio.create_task_group() as group:
+        for _ in range(concurrency):
+            group.start_soon(worker)
+    elapsed = time.perf_counter() - start
+    if failures:
+        raise SystemExit(f"a run did not go as scripted: {failures[0]}")
+    aclose = getattr(store, "aclose", None)  # durable stores release files and connections
+    if aclose is not None:
+        await aclose()
+    return Figure(runs / elapsed, runs * EVENTS_PER_RUN / elapsed)
+
+
+def case(factory: StoreFactory, concurrency: int, runs: int, root: Path, dsn: str) -> Figure:
+    directory = Path(tempfile.mkdtemp(dir=root, prefix=f"bench_{secrets.token_hex(3)}_"))
+    store = factory(directory)
+    try:
+        return anyio.run(measure, store, concurrency, runs)
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+        if type(store).__name__ == "PostgresEventStore":
+            drop_schema(dsn, directory.name)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--concurrency", default="1,10,100,1000", help="runs in flight, comma-separated")
+    parser.add_argument("--runs", type=int, default=400, help="runs per case (at least 2x the concurrency)")
+    parser.add_argument("--repeat", type=int, default=3, help="timings per figure (the median is kept)")
+    parser.add_argument("--only", default="", help="measure only the stores whose name contains this")
+    parser.add_argument("--dir", type=Path, default=None, help="where to put the stores (a temp dir)")
+    parser.add_argument("--postgres", default=DSN, help="PostgreSQL DSN ('' to skip PostgreSQL)")
+    args = parser.parse_args(argv)
+    levels = [int(level) for level in args.concurrency.split(",")]
+    synchronous = postgres_available(args.postgres) if args.postgres else None
+    root = Path(tempfile.mkdtemp(dir=args.dir, prefix="agentledger_durable_"))
+    factories = stores(args.postgres if synchronous is not None else None)
+    print(f"Python {platform.python_version()}, {os.cpu_count()} CPUs, stores in {root}")
+    print(f"PostgreSQL: {'synchronous_commit=' + synchronous if synchronous else 'not reachable, skipped'}")
+    print(f"{TOOL_CALLS}-tool-call runs of {EVENTS_PER_RUN} events; median of {args.repeat}\n")
+    print("| store | concurrent runs | runs/s | events/s | of memory's events/s |")
+    print("|---|---:|---:|---:|---:|")
+    try:
+        for level in levels:
+            runs = max(args.runs, 2 * level)
+            memory: float | None = None
+            for name, factory in factories.items():
+                if args.only and args.only.lower() not in name.lower() and memory is not None:
+                    continue
+                figures = [case(factory, level, runs, root, args.postgres) for _ in range(args.repeat)]
+                figure = Figure(
+                    statistics.median(f.runs_per_s for f in figures),
+                    statistics.median(f.events_per_s for f in figures),
+                )
+                if memory is None:
+                    memory = figure.events_per_s
+                ratio = figure.events_per_s / memory
+                rates = f"{figure.runs_per_s:,.0f} | {figure.events_per_s:,.0f}"
+                print(f"| {name} | {level:,} | {rates} | {ratio:.0%} |", flush=True)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,181 @@
+"""Group commit in the durable stores: appends that arrive during a commit share the next one.
+
+Each store is subclassed so that its first commit waits for the test: while it is held, the
+other appends queue; the test knows they all have once every task is blocked.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from agentledger.adapters.stores.jsonl import JsonlEventStore
+from agentledger.adapters.stores.sqlite import SqliteEventStore
+from agentledger.errors import ConflictError, StoreError
+from agentledger.testing.stores import make_events
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+class Gate:
+    """Holds the first commit until ``open``; records the size of every group committed."""
+
+    def __init__(self) -> None:
+        self.groups: list[int] = []
+        self.opened = threading.Event()
+        self.entered = threading.Event()
+        self.failure: tuple[int, BaseException] | None = None  # the group to fail (from 1), and how
+
+    def enter(self, size: int) -> None:
+        self.groups.append(size)
+        if len(self.groups) == 1:
+            self.entered.set()
+            self.opened.wait(30)
+        if self.failure is not None and self.failure[0] == len(self.groups):
+            raise self.failure[1]
+
+
+class GatedSqlite(SqliteEventStore):
+    gate = Gate()
+
+    def commit_group(self, group: list[Any]) -> None:
+        self.gate.enter(len(group))
+        super().commit_group(group)
+
+
+class GatedJsonl(JsonlEventStore):
+    gate = Gate()
+
+    def commit_group(self, group: list[Any]) -> None:
+        self.gate.enter(len(group))
+        super().commit_group(group)
+
+
+STORES: dict[str, Callable[[Path], GatedSqlite | GatedJsonl]] = {
+    "sqlite": lambda d: GatedSqlite(d / "e.sqlite"),
+    "jsonl directory": lambda d: GatedJsonl(d / "runs"),
+    "jsonl journal": lambda d: GatedJsonl(d / "runs.jsonl"),
+}
+
+
+@pytest.fixture(params=list(STORES))
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> GatedSqlite | GatedJsonl:
+    opened = STORES[request.param](tmp_path)
+    opened.gate = Gate()
+    return opened
+
+
+def reopen(store: GatedSqlite | GatedJsonl) -> SqliteEventStore | JsonlEventStore:
+    if isinstance(store, SqliteEventStore):
+        return SqliteEventStore(store.path)
+    return JsonlEventStore(store.path)
+
+
+async def held_then_released(
+    store: GatedSqlite | GatedJsonl, appends: list[tuple[str, int, str]]
+) -> list[Any]:
+    """A lone first append holds the commit; ``appends`` queue behind it; then all go on."""
+    outcomes: list[Any] = [None] * len(appends)
+
+    async def one(index: int, stream: str, version: int, tag: str) -> None:
+        try:
+            outcomes[index] = await store.append(stream, make_events(stream, version, 2, tag), version)
+        except StoreError as exc:
+            outcomes[index] = exc
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(store.append, "run_first", make_events("run_first", 0, 1, "first"), 0)
+        await anyio.wait_all_tasks_blocked()
+        for index, (stream, version, tag) in enumerate(appends):
+            group.start_soon(one, index, stream, version, tag)
+        await anyio.wait_all_tasks_blocked()
+        store.gate.opened.set()
+    return outcomes
+
+
+@pytest.mark.anyio
+async def test_appends_during_a_commit_share_the_next_one(store: GatedSqlite | GatedJsonl) -> None:
+    """A lone writer commits alone at once; the 30 appends that came meanwhile commit together."""
+    appends = [(f"run_{i}", 0, f"t{i}") for i in range(30)]
+    outcomes = await held_then_released(store, appends)
+    assert outcomes == [2] * 30
+    assert store.gate.groups == [1, 30]
+    fresh = reopen(store)
+    for stream, _, tag in appends:
+        assert await fresh.read(stream) == make_events(stream, 0, 2, tag)
+    assert await fresh.streams() == ["run_first"] + [stream for stream, _, _ in appends]
+    fresh.close()
+    store.close()
+
+
+@pytest.mark.anyio
+async def test_a_conflict_fails_only_its_own_append(store: GatedSqlite | GatedJsonl) -> None:
+    """In one group, versions are checked in queue order: only the stale append fails."""
+    appends = [
+        ("run_a", 0, "a"),
+        ("run_a", 0, "stale"),
+        ("run_b", 0, "b"),
+        ("run_a", 2, "a2"),
+        ("run_c", 5, "gap"),
+    ]
+    outcomes = await held_then_released(store, appends)
+    assert outcomes[0] == 2
+    assert outcomes[2] == 2
+    assert outcomes[3] == 4
+    assert isinstance(outcomes[1], ConflictError)
+    assert (outcomes[1].expected, outcomes[1].actual) == (0, 2)
+    assert isinstance(outcomes[4], ConflictError)
+    assert (outcomes[4].expected, outcomes[4].actual) == (5, 0)
+    assert store.gate.groups == [1, 5]
+    fresh = reopen(store)
+    assert await fresh.read("run_a") == make_events("run_a", 0, 2, "a") + make_events("run_a", 2, 2, "a2")
+    assert await fresh.read("run_b") == make_events("run_b", 0, 2, "b")
+    assert await fresh.read("run_c") == []
+    assert "run_c" not in await fresh.streams()
+    fresh.close()
+    store.close()
+
+
+@pytest.mark.anyio
+async def test_a_failed_commit_fails_every_append_of_its_group_only(store: GatedSqlite | GatedJsonl) -> None:
+    """A group that cannot be written fails each of its appends; the next group goes on."""
+    store.gate.failure = (2, StoreError("the disk is gone"))
+    outcomes = await held_then_released(store, [("run_x", 0, "x"), ("run_y", 0, "y")])
+    assert [str(outcome) for outcome in outcomes] == ["the disk is gone"] * 2
+    assert await store.read("run_first") == make_events("run_first", 0, 1, "first")
+    assert await store.read("run_y") == []
+    assert await store.append("run_x", make_events("run_x", 0, 2, "x"), 0) == 2
+    assert await reopen(store).read("run_x") == make_events("run_x", 0, 2, "x")
+    store.close()
+
+
+def test_blocking_appends_from_threads_share_commits(tmp_path: Path) -> None:
+    """append_sync from many threads while a commit is held: each append is committed once, whole."""
+    store = GatedSqlite(tmp_path / "e.sqlite")
+    store.gate = Gate()
+    first = threading.Thread(
+        target=store.append_sync, args=("run_first", make_events("run_first", 0, 1, "f"), 0)
+    )
+    first.start()
+    assert store.gate.entered.wait(30)  # the first commit is held: later appends queue behind it
+    threads = [
+        threading.Thread(target=store.append_sync, args=(f"run_{i}", make_events(f"run_{i}", 0, 2, "t"), 0))
+        for i in range(8)
+    ]
+    for thread in threads:
+        thread.start()
+    store.gate.opened.set()
+    for thread in [first, *threads]:
+        thread.join()
+    assert store.gate.groups[0] == 1
+    assert sum(store.gate.groups) == 9
+    assert [len(store.read_sync(f"run_{i}")) for i in range(8)] == [2] * 8
+    store.close()
