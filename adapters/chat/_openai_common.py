@@ -13,6 +13,7 @@ from typing import Annotated, Any, TypeVar
 import msgspec
 
 from agentledger.clients import ChatOptions, ChatResponseUpdate
+from agentledger.core.depth import MAX_DEPTH, too_deep
 from agentledger.core.events import ToolSpec
 from agentledger.core.messages import Content, Message, Usage, result_text
 
@@ -41,8 +42,11 @@ _EMPTY_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}}
 
 def decode(data: bytes | str, type_: type[T], what: str) -> T:
     """Decode ``data`` as ``type_``; anything else is a ``MalformedResponseError`` naming ``what``."""
+    raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
+    if too_deep(raw):  # whatever the interpreter's recursion limit, no answer nests like that
+        raise MalformedResponseError(f"{what} is nested deeper than {MAX_DEPTH} levels")
     try:
-        return msgspec.json.decode(data, type=type_)
+        return msgspec.json.decode(raw, type=type_)
     except msgspec.ValidationError as exc:  # (a DecodeError too: it must come first)
         raise MalformedResponseError(f"{what} does not have the expected shape: {exc}") from exc
     except msgspec.DecodeError as exc:
