@@ -47,6 +47,7 @@ from .errors import (
     TornTailWarning,
     TransitionError,
     UnknownToolError,
+    UnrecordableError,
 )
 from .middleware import (
     AgentMiddleware,
@@ -115,6 +116,7 @@ __all__ = (
     "TornTailWarning",
     "TransitionError",
     "UnknownToolError",
+    "UnrecordableError",
     "Usage",
     "__version__",
     "agent_middleware",

@@ -4,6 +4,8 @@ Runs are read from an event store: ``--store PATH`` or ``$AGENTLEDGER_STORE``, b
 SQLite file ``agentledger.db`` in the current directory. A path ending in ``.jsonl`` (or an
 existing directory) is a JSONL store; a ``postgresql://`` URL is a PostgreSQL store.
 Problems with the store or the log are reported in one line on stderr, never as a traceback.
+Reading commands open SQLite stores read-only; outputs go where the user said, or into the
+current directory under a name made safe from the run id (see ``_cli_checks``).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Any, TypeVar
 import anyio
 import msgspec
 
+from ._cli_checks import UsageError, check_complete, check_path, check_schema, check_url, output_name
 from ._version import __version__
 from .core.events import ChildRunStarted, Event, RunCompleted, RunFailed, RunStarted, encode_event
 from .errors import AgentLedgerError, ReplayDivergence, RunNotFoundError
@@ -32,14 +35,11 @@ DEFAULT_STORE = "agentledger.db"
 T = TypeVar("T")
 
 
-class UsageError(AgentLedgerError):
-    """The command line asks for something that cannot be done (exit code 2)."""
-
-
 def open_store(spec: str | None, *, create: bool = False) -> EventStore:
     """The store ``spec`` names: a ``postgresql://`` URL, a ``.jsonl`` path or a directory
-    (JSONL), anything else a SQLite file."""
-    spec = spec or os.environ.get("AGENTLEDGER_STORE") or DEFAULT_STORE
+    (JSONL), anything else a SQLite file. Without ``create``, the store must exist and is opened
+    read-only (reading never changes it, and a read-only file can be read)."""
+    spec = check_path(spec or os.environ.get("AGENTLEDGER_STORE") or DEFAULT_STORE, "the store")
     if spec.startswith(("postgresql://", "postgres://")):
         from agentledger.adapters.stores.postgres import PostgresEventStore
 
@@ -50,10 +50,10 @@ def open_store(spec: str | None, *, create: bool = False) -> EventStore:
     if path.suffix == ".jsonl" or path.is_dir():
         from agentledger.adapters.stores.jsonl import JsonlEventStore
 
-        return JsonlEventStore(path)
+        return JsonlEventStore(path, read_only=not create)
     from agentledger.adapters.stores.sqlite import SqliteEventStore
 
-    return SqliteEventStore(path)
+    return SqliteEventStore(path, read_only=not create)
 
 
 def _run(func: Callable[[], Awaitable[T]]) -> T:
@@ -64,7 +64,7 @@ async def _read(store: EventStore, run_id: str) -> list[Event]:
     events = await store.read(run_id)
     if not events:
         raise RunNotFoundError(run_id)
-    return events
+    return check_schema(events, run_id)
 
 
 def _console() -> Any:
@@ -135,7 +135,7 @@ def _outcome(last: Event) -> str:
         return last.reason
     if isinstance(last, RunFailed):
         return f"failed: {last.error_type}"
-    return "running or torn"
+    return "running or interrupted"
 
 
 async def _with_children(store: EventStore, run_id: str) -> list[Event]:
@@ -166,8 +166,8 @@ def _view(args: argparse.Namespace) -> int:
         prior = (await load(store, args.run)).prior
         return await _with_children(store, args.run), prior
 
+    target = Path(check_path(args.output, "--output") if args.output else output_name(args.run, ".html"))
     events, prior = _run(collect)
-    target = Path(args.output or f"{args.run}.html")
     write_html(events, target, include_content=not args.no_content, prior=prior)
     print(f"wrote {target} ({target.stat().st_size:,} bytes): open it in a browser")
     return 0
@@ -178,6 +178,7 @@ def _state(args: argparse.Namespace) -> int:
 
     store = open_store(args.store)
     recorded = _run(lambda: load(store, args.run))
+    check_schema(recorded.events, args.run)
     last = len(recorded.events) - 1
     seq = last if args.at is None else args.at
     if not 0 <= seq <= last:
@@ -197,7 +198,10 @@ def _load_agent(spec: str) -> Any:
         raise UsageError(f"cannot load the agent {spec!r}: {exc}") from exc
     from .agent import Agent
 
-    agent = target if isinstance(target, Agent) else target()
+    try:
+        agent = target if isinstance(target, Agent) else target()
+    except Exception as exc:  # a function that is no agent factory
+        raise UsageError(f"cannot build the agent {spec!r}: {type(exc).__name__}: {exc}") from exc
     if not isinstance(agent, Agent):
         raise UsageError(f"{spec!r} is not an Agent or a function returning one")
     return agent
@@ -213,6 +217,8 @@ def _replay(args: argparse.Namespace) -> int:
 
     async def go() -> None:
         recorded = await load(store, args.run)
+        check_schema(recorded.events, args.run)
+        check_complete(recorded.events, args.run)
         await rerun(recorded, agent, tools=args.tools)
 
     try:
@@ -227,6 +233,11 @@ def _replay(args: argparse.Namespace) -> int:
 
 def _export(args: argparse.Namespace) -> int:
     store = open_store(args.store)
+    if args.otlp:
+        check_url(args.otlp)
+    for given, what in ((args.output, "--output"), (args.otlp_file, "--otlp-file")):
+        if given is not None:
+            check_path(given, what)
     if args.otlp or args.otlp_file:
         return _export_otlp(args, _run(lambda: _with_children(store, args.run)))
     events = _run(lambda: _read(store, args.run))
@@ -331,6 +342,11 @@ def _warn(message: Warning | str, category: type[Warning], *rest: Any, **kwargs:
     print(f"agentledger: warning: {message}", file=sys.stderr)
 
 
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text.encode("utf-8", "backslashreplace").decode()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     shown = warnings.showwarning
@@ -338,7 +354,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.handler(args))
     except (UsageError, RunNotFoundError) as exc:
-        print(f"agentledger: {exc}", file=sys.stderr)
+        print(f"agentledger: {_one_line(exc)}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # the output was piped into a reader that stopped early
         sys.stderr.close()
@@ -347,7 +363,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"agentledger: {exc.filename or ''}: {exc.strerror or exc}", file=sys.stderr)
         return 2
     except AgentLedgerError as exc:
-        print(f"agentledger: {exc}", file=sys.stderr)
+        print(f"agentledger: {_one_line(exc)}", file=sys.stderr)
+        return 1
+    except Exception as exc:  # a bug or a case nothing above expected: still one line, not a traceback
+        print(f"agentledger: {type(exc).__name__}: {_one_line(exc)}", file=sys.stderr)
         return 1
     finally:
         warnings.showwarning = shown

@@ -8,6 +8,8 @@
     ├── ArgumentsError (also ValueError)        arguments are not JSON or fail the tool's schema
     ├── MiddlewareError (also TypeError)        a middleware cannot be classified
     ├── SessionStateError (also TypeError)      a session value cannot be recorded as JSON
+    ├── UnrecordableError (also ValueError)     a value would not read back from the log (not
+    │                                           UTF-8, too deep, past 64 bits, the wrong type)
     ├── ApprovalError (also ValueError)         an approval answers no call awaiting approval
     ├── RunError                                a run ended without an answer (run_id, seq)
     │   ├── ModelCallError                      the chat client raised; ModelFailed is recorded
@@ -40,7 +42,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .core.errors import AgentLedgerError, TransitionError
+from .core.errors import AgentLedgerError, TransitionError, UnrecordableError
 
 __all__ = (
     "AgentLedgerError",
@@ -65,6 +67,7 @@ __all__ = (
     "TornTailWarning",
     "TransitionError",
     "UnknownToolError",
+    "UnrecordableError",
 )
 
 

@@ -22,6 +22,7 @@ import msgspec
 
 from ._tool_schema import describe_parameters, read_arguments, read_docstring
 from .context import FunctionInvocationContext
+from .core.depth import MAX_DEPTH, too_deep
 from .core.events import ToolSpec
 from .core.messages import Content
 from .errors import ArgumentsError, ToolDefinitionError
@@ -136,9 +137,10 @@ class FunctionTool:
             return {}
         if isinstance(raw, Mapping):
             return dict(raw)
+        _check_depth(raw)
         try:
             value = msgspec.json.decode(raw)
-        except msgspec.DecodeError as exc:
+        except (msgspec.DecodeError, RecursionError) as exc:
             raise ArgumentsError(f"arguments are not valid JSON: {exc}") from exc
         if not isinstance(value, dict):
             raise ArgumentsError(f"arguments must be a JSON object, got {type(value).__name__}")
@@ -148,13 +150,14 @@ class FunctionTool:
         """Parse and validate the model's raw arguments in one step (what a run does)."""
         if self._args_type is None or not isinstance(raw, str) or not raw:
             return self.validate(self.parse_arguments(raw))
+        _check_depth(raw)
         try:
             obj = msgspec.json.decode(raw, type=self._args_type, strict=False)
         except msgspec.ValidationError as exc:
             if raw.lstrip()[:1] != "{":
                 raise ArgumentsError(f"arguments must be a JSON object: {exc}") from exc
             raise ArgumentsError(str(exc)) from exc
-        except msgspec.DecodeError as exc:
+        except (msgspec.DecodeError, RecursionError) as exc:
             raise ArgumentsError(f"arguments are not valid JSON: {exc}") from exc
         return {name: getattr(obj, name) for name in self._fields}
 
@@ -340,3 +343,9 @@ def arguments_valid(function: FunctionTool, call: Content) -> bool:
 
 def _approval_mode_error(name: str, mode: object) -> str:
     return f"tool {name!r}: approval_mode must be 'always_require' or 'never_require', not {mode!r}"
+
+
+def _check_depth(raw: str) -> None:
+    """Refuse argument text nested deeper than a recorded ``ToolCalled`` can hold."""
+    if len(raw) > 2 * (MAX_DEPTH - 1) and too_deep(raw.encode("utf-8", "surrogatepass"), MAX_DEPTH - 1):
+        raise ArgumentsError(f"arguments are nested deeper than {MAX_DEPTH - 1} levels")

@@ -26,6 +26,7 @@ from agentledger.structured import response_schema
 
 from ._openai_common import (
     PendingCall,
+    TokenCount,
     UpdateMaker,
     copy_options,
     decode,
@@ -166,12 +167,12 @@ class _Item(msgspec.Struct):
 
 
 class _Usage(msgspec.Struct):
-    input_tokens: int = 0
-    output_tokens: int = 0
-    total_tokens: int = 0
+    input_tokens: TokenCount = 0
+    output_tokens: TokenCount = 0
+    total_tokens: TokenCount = 0
 
     def ours(self) -> Usage:
-        total = self.total_tokens or self.input_tokens + self.output_tokens
+        total = self.total_tokens or min(self.input_tokens + self.output_tokens, 2**63 - 1)
         return Usage(self.input_tokens, self.output_tokens, total)
 
 

@@ -107,7 +107,7 @@ class SpanFold:
     def finish(self) -> list[Op]:
         """Close the spans still open (a log that ends mid-run) at their run's last event."""
         ops: list[Op] = []
-        for run in self.runs.values():
+        for run in list(self.runs.values()):
             ops.extend(run.abandon(run.last_at))
         return ops
 

@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Literal
+from urllib.parse import quote
 
 from agentledger.core.events import Event, encode_event
 from agentledger.errors import ConflictError, LogCorruptError, StoreError
@@ -80,6 +81,11 @@ CREATE TABLE events (
 INSERT INTO events (stream, seq, last, data) SELECT stream, seq, seq, data FROM events_v1;
 DROP TABLE events_v1;
 """
+# What a read-only handle on a file that holds no events yet reads: empty tables in memory.
+_EMPTY = """
+CREATE TEMP TABLE streams (id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE);
+CREATE TEMP TABLE events (stream INTEGER, seq INTEGER, last INTEGER, data BLOB, PRIMARY KEY (stream, seq));
+"""
 _READ = (
     "SELECT seq, last, data FROM events WHERE stream = (SELECT id FROM streams WHERE name = ?)"
     " AND last > ? ORDER BY seq"
@@ -100,12 +106,14 @@ class SqliteEventStore(ThreadedStore):
         *,
         synchronous: Synchronous = "FULL",
         busy_timeout: float = 5.0,
+        read_only: bool = False,
     ) -> None:
         if synchronous not in ("OFF", "NORMAL", "FULL", "EXTRA"):
             raise ValueError(f"synchronous must be OFF, NORMAL, FULL or EXTRA, not {synchronous!r}")
         self.path = Path(path)
         self.synchronous = synchronous
         self.busy_timeout = busy_timeout
+        self.read_only = read_only
         self._connection: sqlite3.Connection | None = None
         self._lock = threading.Lock()
 
@@ -152,6 +160,7 @@ class SqliteEventStore(ThreadedStore):
             rows: list[tuple[int, int, bytes]] = self._connect().execute(_READ, (stream, after)).fetchall()
         if not rows:
             return []
+        self._check_types(stream, rows)
         self._check_contiguous(stream, rows, first)
         start, end = rows[0][0], rows[-1][1]
         count = end - start + 1
@@ -176,6 +185,15 @@ class SqliteEventStore(ThreadedStore):
     def _positions(self, stream: str, seq: int) -> Callable[[int], str]:
         return lambda index: self._where(stream, seq + index)
 
+    def _check_types(self, stream: str, rows: list[tuple[int, int, bytes]]) -> None:
+        """Refuse a row whose ``seq`` or ``last`` is not an integer (a row edited by hand)."""
+        for row in rows:
+            if type(row[0]) is not int or type(row[1]) is not int:
+                where = f"{self.path}: stream {stream!r} row {row[0]!r}"
+                raise LogCorruptError(
+                    f"expected integer seq and last, found {row[0]!r} and {row[1]!r}", where=where
+                )
+
     def _check_contiguous(self, stream: str, rows: list[tuple[int, int, bytes]], first: int) -> None:
         expected = min(first, rows[0][0])
         if rows[0][0] > first:
@@ -190,6 +208,11 @@ class SqliteEventStore(ThreadedStore):
     def streams_sync(self) -> list[str]:
         with self._lock, self._errors("listing streams"):
             rows = self._connect().execute("SELECT name FROM streams ORDER BY id").fetchall()
+        for row in rows:
+            if not isinstance(row[0], str):
+                raise LogCorruptError(
+                    f"expected a stream name as text, found {row[0]!r}", where=str(self.path)
+                )
         return [row[0] for row in rows]
 
     def close(self) -> None:
@@ -211,10 +234,16 @@ class SqliteEventStore(ThreadedStore):
     def _errors(self, doing: str) -> Iterator[None]:
         try:
             yield
-        except sqlite3.Error as exc:
+        except sqlite3.Error as exc:  # also a file that is no database, a damaged page or schema
             raise StoreError(f"{self.path}: {doing} failed: {exc}") from exc
+        except (UnicodeDecodeError, ValueError, TypeError, OverflowError) as exc:  # damaged text or numbers
+            raise LogCorruptError(
+                f"{doing} failed: {type(exc).__name__}: {exc}", where=str(self.path)
+            ) from exc
 
     def _open(self) -> sqlite3.Connection:
+        if self.read_only:
+            return self._open_read_only()
         connection = sqlite3.connect(
             self.path, timeout=self.busy_timeout, isolation_level=None, check_same_thread=False
         )
@@ -228,6 +257,35 @@ class SqliteEventStore(ThreadedStore):
             migrate = _MIGRATE_1 if version == 1 else ""
             schema = f"BEGIN IMMEDIATE; {migrate} {_SCHEMA} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"
             connection.executescript(schema)
+        except BaseException:
+            connection.close()
+            raise
+        return connection
+
+    def _open_read_only(self) -> sqlite3.Connection:
+        """Open without writing the file: no schema created, no migration, no journal mode change.
+
+        A file that is not an event database yet (empty) reads as a store with no streams. Where
+        SQLite cannot even create a reader's shared-memory file (a read-only directory), the
+        database is read as immutable.
+        """
+        if not self.path.is_file():
+            raise StoreError(f"{self.path}: no event database there")
+        uri = f"file:{quote(str(self.path.absolute()))}?mode=ro"
+        connection = _connect_read_only(uri, self.busy_timeout)
+        try:
+            version = connection.execute("PRAGMA user_version").fetchone()[0]
+            if version > SCHEMA_VERSION:
+                raise StoreError(
+                    f"{self.path}: event schema version {version} is newer than this agentledger reads"
+                    f" ({SCHEMA_VERSION}); upgrade agentledger to read it"
+                )
+            if version == 1:
+                raise StoreError(f"{self.path}: event schema version 1; open it once writable to migrate it")
+            tables = {row[0] for row in connection.execute("SELECT name FROM sqlite_master")}
+            if "streams" not in tables or "events" not in tables:  # nothing written yet
+                connection.execute("PRAGMA temp_store = MEMORY")
+                connection.executescript(_EMPTY)
         except BaseException:
             connection.close()
             raise
@@ -282,6 +340,20 @@ def _use_wal(connection: sqlite3.Connection) -> None:
             connection.execute("BEGIN IMMEDIATE")
             connection.execute("ROLLBACK")
     connection.execute("PRAGMA journal_mode = WAL")
+
+
+def _connect_read_only(uri: str, busy_timeout: float) -> sqlite3.Connection:
+    connection = sqlite3.connect(
+        uri, uri=True, timeout=busy_timeout, isolation_level=None, check_same_thread=False
+    )
+    try:
+        connection.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    except sqlite3.OperationalError:  # a WAL database whose directory this process cannot write
+        connection.close()
+        connection = sqlite3.connect(
+            uri + "&immutable=1", uri=True, isolation_level=None, check_same_thread=False
+        )
+    return connection
 
 
 def _version(connection: sqlite3.Connection, stream: str) -> int:
