@@ -191,11 +191,12 @@ class OpenLineFile:
         if file.read_only:  # leave the file as it is; say so once per torn record
             if file.torn != file.end + torn:
                 file.torn = file.end + torn
-                warnings.warn(
+                warn(
                     TornTailWarning(
                         f"{file.path}: line {file.count + 1} was torn by an interrupted write; "
                         f"ignored its {torn} bytes at offset {file.end} (opened read-only)"
                     ),
+                    part="stores",
                     stacklevel=2,
                 )
             return
