@@ -17,8 +17,10 @@ from __future__ import annotations
 
 try:
     import mcp as _mcp  # noqa: F401
-except ImportError as exc:  # pragma: no cover - the extra is installed in the tests
-    raise ImportError(
+except ModuleNotFoundError as exc:  # pragma: no cover - the extra is installed in the tests
+    if exc.name != "mcp":
+        raise
+    raise ModuleNotFoundError(
         "agentledger.adapters.mcp needs the mcp package: pip install 'agentledger[mcp]'"
     ) from exc
 

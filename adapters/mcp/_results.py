@@ -1,23 +1,34 @@
 """What an MCP tool call answers, as the value an agentledger tool returns, and tool names.
 
-A result whose blocks are all text (text blocks, embedded text resources) is their text, joined
-by newlines: the model reads it as it is and the log keeps it as a string. A result with no
-content blocks but structured content is that JSON object. Any other result (images, audio,
-resource links, binary resources) is the list of its blocks as the MCP specification writes
-them in JSON (``{"type": "image", "data": ..., "mimeType": ...}``). A result with ``isError``
-is not a value: it raises ``MCPToolError`` with its text.
+A result carries content blocks, structured content (a JSON object), or both. Which of them the
+call returns is ``tool_result_content`` (the reference framework's modes):
+
+- ``structured_first`` (the default): the structured content when there is some, else the blocks;
+- ``content_first``: the blocks when there are any, else the structured content;
+- ``content_only`` / ``structured_only``: only the one (``None`` when it is absent);
+- ``both``: the blocks as a list, the structured content last.
+
+Blocks that are all text (text blocks, embedded text resources) are their text, newline-joined:
+the model reads it as it is and the log keeps a string. Other blocks (images, audio, resource
+links, binary resources) are a list of the blocks as the MCP specification writes them in JSON
+(``{"type": "image", "data": ..., "mimeType": ...}``). A result with ``isError`` is not a value:
+it raises ``MCPToolError`` with its text.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Any
+import typing
+from typing import Any, Literal
 
 from mcp import types
 
 from ._errors import MCPToolError
 
-__all__ = ("exposed_name", "result_value")
+__all__ = ("RESULT_MODES", "ResultMode", "exposed_name", "result_text", "result_value")
+
+ResultMode = Literal["structured_first", "content_first", "content_only", "structured_only", "both"]
+RESULT_MODES: tuple[ResultMode, ...] = typing.get_args(ResultMode)
 
 _NOT_ALLOWED = re.compile(r"[^A-Za-z0-9_-]")
 
@@ -45,14 +56,30 @@ def result_text(result: types.CallToolResult) -> str:
     return "\n".join(texts)
 
 
-def result_value(result: types.CallToolResult, server: str, tool: str) -> Any:
+def result_value(result: types.CallToolResult, server: str, tool: str, mode: ResultMode) -> Any:
     """What the call returns to the run (see the module docstring)."""
     if result.is_error:
         text = result_text(result) or "the tool reported an error without a message"
         raise MCPToolError(f"tool {tool!r} of MCP server {server!r} failed: {text}", server=server)
-    if not result.content:
-        return result.structured_content if result.structured_content is not None else ""
-    texts = [_text_of(block) for block in result.content]
+    structured, blocks = result.structured_content, result.content
+    if mode == "both":
+        listed: list[Any] = [_as_json(block) for block in blocks]
+        return [*listed, structured] if structured is not None else listed
+    if mode == "structured_only" or (mode == "structured_first" and structured is not None):
+        return structured
+    if blocks or mode == "content_only" or structured is None:
+        return _content(blocks)
+    return structured
+
+
+def _content(blocks: list[types.ContentBlock]) -> Any:
+    if not blocks:
+        return None
+    texts = [_text_of(block) for block in blocks]
     if all(text is not None for text in texts):
         return "\n".join(text for text in texts if text is not None)
-    return [block.model_dump(mode="json", by_alias=True, exclude_none=True) for block in result.content]
+    return [_as_json(block) for block in blocks]
+
+
+def _as_json(block: types.ContentBlock) -> dict[str, Any]:
+    return block.model_dump(mode="json", by_alias=True, exclude_none=True)

@@ -25,7 +25,7 @@ from agentledger.tools import ApprovalMode, FunctionTool
 
 from ._errors import MCPConnectionError, MCPServerError, MCPUnknownToolError, translate
 from ._function import MCPFunctionTool
-from ._results import exposed_name, result_value
+from ._results import RESULT_MODES, ResultMode, exposed_name, result_value
 
 if TYPE_CHECKING:
     from typing import Self
@@ -62,7 +62,13 @@ class MCPTool:
         parse_tool_results: Callable[[types.CallToolResult], Any] | None = None,
         load_prompts: bool = True,
         request_timeout: float | None = None,
+        tool_result_content: ResultMode = "structured_first",
     ) -> None:
+        if tool_result_content not in RESULT_MODES:
+            raise ValueError(
+                f"MCP server {name!r}: tool_result_content must be one of {', '.join(RESULT_MODES)}, "
+                f"not {tool_result_content!r}"
+            )
         if isinstance(approval_mode, str) and approval_mode not in ("always_require", "never_require"):
             raise ToolDefinitionError(
                 f"MCP server {name!r}: approval_mode must be 'always_require', 'never_require' or a "
@@ -81,6 +87,7 @@ class MCPTool:
         self.parse_tool_results = parse_tool_results
         self.load_prompts_flag = load_prompts  # prompts are not loaded: accepted for ported code
         self.request_timeout = request_timeout
+        self.tool_result_content: ResultMode = tool_result_content
         self._functions: list[MCPFunctionTool] = []
         self._listed: set[str] | None = None  # the server's own tool names, once listed
         self._client: mcp.Client | None = None
@@ -258,8 +265,9 @@ class MCPTool:
     async def call_tool(self, tool_name: str, **kwargs: Any) -> Any:
         """Call the server's tool ``tool_name`` (its own name) with ``kwargs`` as arguments.
 
-        Returns the result as an agentledger tool returns it (text, a JSON object, or a list of
-        content blocks; ``parse_tool_results`` replaces that mapping). Raises ``MCPToolError``
+        Returns the result as an agentledger tool returns it: the structured content, the text
+        or the content blocks, as ``tool_result_content`` says; ``parse_tool_results`` replaces
+        that mapping. Raises ``MCPToolError``
         when the tool reports an error, ``MCPUnknownToolError`` for a name the server does not
         list, ``MCPTimeoutError`` past ``request_timeout``, ``MCPConnectionError`` when not
         connected or when the connection is lost during the call.
@@ -275,7 +283,7 @@ class MCPTool:
             raise translate(exc, self.name, f"calling tool {tool_name!r}") from exc
         if self.parse_tool_results is not None and not result.is_error:
             return self.parse_tool_results(result)
-        return result_value(result, self.name, tool_name)
+        return result_value(result, self.name, tool_name, self.tool_result_content)
 
     def _connected(self, doing: str) -> mcp.Client:
         client = self._client

@@ -11,6 +11,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from agentledger.tools import ApprovalMode
 
+from ._results import ResultMode
 from ._server import MCPSpecificApproval, MCPTool
 
 __all__ = ("MCPStdioTool", "MCPStreamableHTTPTool")
@@ -38,6 +39,7 @@ class MCPStdioTool(MCPTool):
         parse_tool_results: Callable[[types.CallToolResult], Any] | None = None,
         load_prompts: bool = True,
         request_timeout: float | None = None,
+        tool_result_content: ResultMode = "structured_first",
     ) -> None:
         super().__init__(
             name,
@@ -49,6 +51,7 @@ class MCPStdioTool(MCPTool):
             parse_tool_results=parse_tool_results,
             load_prompts=load_prompts,
             request_timeout=request_timeout,
+            tool_result_content=tool_result_content,
         )
         self.command = command
         self.args = list(args or [])
@@ -84,6 +87,7 @@ class MCPStreamableHTTPTool(MCPTool):
         parse_tool_results: Callable[[types.CallToolResult], Any] | None = None,
         load_prompts: bool = True,
         request_timeout: float | None = None,
+        tool_result_content: ResultMode = "structured_first",
     ) -> None:
         if static_headers is not None and http_client is not None:
             raise ValueError(f"MCP server {name!r}: give static_headers or http_client, not both")
@@ -97,6 +101,7 @@ class MCPStreamableHTTPTool(MCPTool):
             parse_tool_results=parse_tool_results,
             load_prompts=load_prompts,
             request_timeout=request_timeout,
+            tool_result_content=tool_result_content,
         )
         self.url = url
         self.static_headers = dict(static_headers or {})
