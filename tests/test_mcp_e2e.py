@@ -391,3 +391,11 @@ async def test_connection_failures_are_typed() -> None:
         Agent(client=ScriptedChatClient([]), tools=missing)
     with pytest.raises(MCPConnectionError, match="is not connected"):
         await missing.call_tool("add", a=1, b=2)
+
+
+def test_every_public_name_is_documented() -> None:
+    """docs/api.md names everything agentledger.adapters.mcp exports."""
+    import agentledger.adapters.mcp as module
+
+    text = (SERVER.parent.parent / "docs" / "api.md").read_text(encoding="utf-8")
+    assert [name for name in module.__all__ if f"`{name}" not in text and f"class {name}" not in text] == []
