@@ -17,7 +17,6 @@ import select
 import signal
 import subprocess
 import sys
-import warnings
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -269,9 +268,9 @@ def _loader(server: MCPTool) -> FunctionTool:
     return load_calculator
 
 
+@pytest.mark.filterwarnings("ignore::FutureWarning")  # progressive tools are experimental
 async def test_mcp_tools_load_progressively() -> None:
     """A loader adds the server's tools with ctx.add_tools; the next model call is offered them."""
-    warnings.filterwarnings("ignore", category=FutureWarning)  # progressive tools are experimental
     client = ScriptedChatClient([Call("load_calculator"), Call("add", {"a": 1, "b": 1}), "2."])
     async with _deadline(), stdio(allowed_tools=["add", "greet"]) as server:
         agent = _agent(client, [_loader(server)])
@@ -317,16 +316,20 @@ async def test_a_recorded_run_replays_with_the_server_stopped(connect: Connect) 
     assert "MCPConnectionError" in diverged.value.diff
 
 
+@pytest.mark.filterwarnings("ignore::FutureWarning")
 async def test_a_progressively_loaded_run_replays_with_the_server_stopped() -> None:
-    """Tools added during the run are stood in from the log: no server needed."""
-    warnings.filterwarnings("ignore", category=FutureWarning)
-    client = ScriptedChatClient([Call("load_calculator"), Call("greet", {"name": "Ada"}), "Hi."])
+    """Tools added during the run are stood in from the log, refusing again the arguments the
+    server's schema refused: no server needed."""
+    script: list[Call | str] = [Call("load_calculator"), Call("greet", {"name": ""})]
+    script += [Call("greet", {"name": "Ada"}), "Hi."]
+    client = ScriptedChatClient(script)
     store = MemoryEventStore()
     async with _deadline():
         async with stdio() as server:
             agent = _agent(client, [_loader(server)], store=store)
             response = await agent.run("Greet Ada.")
         recorded = await load(store, response.run_id)
+        assert [e.name for e in _of(recorded.events, ArgumentsRejected)] == ["greet"]
         replayed = await rerun(recorded, _agent(ScriptedChatClient([]), [_loader(stdio())]))
     assert replayed is not None
     assert replayed.text == "Hi."
