@@ -148,7 +148,7 @@ class MCPTool:
         except Exception as exc:
             if not started:
                 raise
-            self._lost = str(translate(exc, self.name, "connected"))  # the server went away
+            self._lost = str(translate(exc, self.name, "holding the connection"))  # the server went away
         finally:
             self._client = None
         if started and not self._closing.is_set() and self._lost is None:
