@@ -32,7 +32,8 @@
 
 ``ExportError`` lives with its exporter, ``agentledger.adapters.export.otlp``; the OpenAI
 clients' errors (authentication, rate limits, server errors...) live in
-``agentledger.adapters.chat.openai``; all of them derive from ``AgentLedgerError``.
+``agentledger.adapters.chat.openai``, the MCP tools' errors (``MCPServerError`` and its
+subclasses) in ``agentledger.adapters.mcp``; all of them derive from ``AgentLedgerError``.
 
 Errors from other libraries are translated where they cross into agentledger, with
 ``raise ... from exc`` so the cause stays visible.

@@ -297,7 +297,10 @@ def tool(
 
 
 def normalize_tools(items: Any) -> list[FunctionTool]:
-    """A tool, a callable, or a sequence of them, as a new list of ``FunctionTool``."""
+    """A tool, a callable, or a sequence of them, as a new list of ``FunctionTool``.
+
+    An object with ``as_function_tools()`` (an MCP server) stands for the tools it returns.
+    """
     if items is None:
         return []
     if isinstance(items, str | bytes):
@@ -305,12 +308,18 @@ def normalize_tools(items: Any) -> list[FunctionTool]:
             f"tools= takes tools or callables (or a list of them), not the string {items!r}: "
             "pass the function itself"
         )
-    if isinstance(items, FunctionTool) or (callable(items) and not isinstance(items, Sequence)):
+    if (
+        isinstance(items, FunctionTool)
+        or hasattr(items, "as_function_tools")
+        or (callable(items) and not isinstance(items, Sequence))
+    ):
         items = [items]
     out: list[FunctionTool] = []
     for item in items:
         if isinstance(item, FunctionTool):
             out.append(item)
+        elif hasattr(item, "as_function_tools"):  # a source of several tools, such as an MCP server
+            out.extend(normalize_tools(item.as_function_tools()))
         elif hasattr(item, "as_function_tool"):
             out.append(item.as_function_tool())
         elif callable(item):
