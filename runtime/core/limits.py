@@ -36,28 +36,42 @@ INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
 
 _decoder: msgspec.json.Decoder[Event] = msgspec.json.Decoder(Event)
-_DIGITS = bytes(b if 0x30 <= b <= 0x39 else 0x20 for b in range(256))  # the rest becomes spaces
+_STARTS = frozenset(b":,[ -\t\n\r")  # what may come right before a JSON number's digits
+
+
+def _table(keep_nine: bool) -> bytes:
+    """Digits become ``0`` (a ``9`` stays, if asked), what may precede a number becomes a space,
+    anything else an ``x``: so digits inside strings ("run_9f...") rarely look like numbers."""
+    out = bytearray()
+    for b in range(256):
+        if 0x30 <= b <= 0x39:
+            out.append(b if keep_nine and b == 0x39 else 0x30)
+        else:
+            out.append(0x20 if b in _STARTS else 0x78)
+    return bytes(out)
+
+
+_ZEROS, _NINES = _table(False), _table(True)
+_RUN_20 = b" " + b"0" * 20
+_RUN_19 = b"0" * 19
 
 
 def may_overflow(data: bytes) -> bool:
-    """Whether JSON text holds a run of digits that could be an integer past 64 bits: 20 digits or
-    more, or 19 starting with a 9 (a time in nanoseconds has 19 starting with 1 until 2255).
+    """Whether JSON text holds a number that could be an integer past 64 bits: 20 digits or more,
+    or 19 starting with a 9 (a time in nanoseconds has 19 starting with 1 until 2255).
 
-    Two passes in C for most input; the caller then checks the values themselves.
+    Two translations and substring searches in C; digits inside strings can give a false alarm,
+    never a miss. The caller then checks the values themselves.
     """
-    digits = data.translate(_DIGITS)
-    runs = digits.split()
-    if not runs:
-        return False
-    longest = max(map(len, runs))
-    if longest != 19:
-        return longest > 19
-    digits = b" " + digits + b" "
-    start = digits.find(b" 9")
-    while start >= 0:  # a few times at most: where a run of digits starts with 9
-        if digits[start + 20 : start + 21] == b" " and digits[start + 1 : start + 20].isdigit():
+    digits = b" " + data.translate(_ZEROS)
+    if _RUN_20 in digits:
+        return True
+    nines = b" " + data.translate(_NINES)
+    start = nines.find(b" 9")
+    while start >= 0:  # only where a number starts with 9: rare
+        if digits[start + 1 : start + 20] == _RUN_19 and digits[start + 20 : start + 21] != b"0":
             return True
-        start = digits.find(b" 9", start + 1)
+        start = nines.find(b" 9", start + 1)
     return False
 
 
