@@ -204,3 +204,13 @@ def test_sqlite_lists_many_runs_in_pages(tmp_path: Path) -> None:
     anyio.run(fill)
     runs = anyio.run(list_runs, store, RunQuery(limit=None, outcome="completed"))
     assert _ids(runs) == [f"run_{n:03d}" for n in range(147, -1, -3)]
+
+
+def test_a_torn_last_record_is_left_out_of_a_directory_listing(tmp_path: Path) -> None:
+    """A record cut short at the end of a file is not the run's last event: the whole one before is."""
+    anyio.run(_filled, STORES["directory"](tmp_path))
+    with open(tmp_path / "runs" / "run_c.jsonl", "ab") as file:
+        file.write(b'{"type":"RunCompleted","run_id":"run_c","seq":2,')
+    runs = anyio.run(list_runs, JsonlEventStore(tmp_path / "runs", read_only=True), RunQuery(limit=None))
+    c = next(run for run in runs if run.run_id == "run_c")
+    assert (c.outcome, c.events) == ("incomplete", 2)

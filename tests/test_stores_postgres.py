@@ -272,7 +272,9 @@ async def test_call_outcomes_keep_the_first_recorded(dsn: str, schema: str) -> N
 
 
 @pytest.mark.anyio
-async def test_list_runs_filters_in_sql_and_skips_a_stream_that_does_not_decode(dsn: str, schema: str) -> None:
+async def test_list_runs_filters_in_sql_and_skips_a_stream_that_does_not_decode(
+    dsn: str, schema: str
+) -> None:
     """Newest first, each filter applied by the query; a stream whose first event does not decode is
     skipped with one warning, and does not take a place of the limit."""
     from agentledger.errors import UnreadableStreamWarning
@@ -280,11 +282,12 @@ async def test_list_runs_filters_in_sql_and_skips_a_stream_that_does_not_decode(
 
     from ._runs import T0, record, run_events
 
-    async with _store(dsn, schema) as store:
-        assert isinstance(store, SupportsRunListing)
+    async with _store(dsn, schema) as opened:
+        store: EventStore = opened
+        assert isinstance(opened, SupportsRunListing)
         await record(store, run_events("run_a", agent="Planner", session="s1", at=T0))
         await record(store, run_events("run_b", agent="Booker", session="s1", at=T0 + 10, ending="failed"))
-        await record(store, run_events("run_c", agent="Planner", session="s2", at=T0 + 20, ending="incomplete"))
+        await record(store, run_events("run_c", session="s2", at=T0 + 20, ending="incomplete"))
         await record(store, run_events("run_d", agent="Planner", session="s2", at=T0 + 30, parent="run_c"))
 
         async def ids(**query: Any) -> list[str]:
