@@ -47,6 +47,7 @@ from .errors import (
     TornTailWarning,
     TransitionError,
     UnknownToolError,
+    UnreadableStreamWarning,
     UnrecordableError,
 )
 from .middleware import (
@@ -116,6 +117,7 @@ __all__ = (
     "TornTailWarning",
     "TransitionError",
     "UnknownToolError",
+    "UnreadableStreamWarning",
     "UnrecordableError",
     "Usage",
     "__version__",

@@ -11,12 +11,21 @@ that every problem is one line on stderr.
 from __future__ import annotations
 
 import re
+from typing import Any
 from urllib.parse import urlsplit
 
 from .core.events import SCHEMA_VERSION, Event, RunCompleted, RunFailed, RunStarted
 from .errors import AgentLedgerError
 
-__all__ = ("UsageError", "check_complete", "check_path", "check_schema", "check_url", "output_name")
+__all__ = (
+    "UsageError",
+    "check_agent",
+    "check_complete",
+    "check_path",
+    "check_schema",
+    "check_url",
+    "output_name",
+)
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 _MAX_NAME = 120
@@ -71,4 +80,16 @@ def check_complete(events: list[Event], run_id: str) -> None:
         raise AgentLedgerError(
             f"run {run_id!r} is incomplete: its log stops at {where} without RunCompleted or "
             "RunFailed (interrupted, or still running), so there is no outcome to compare a rerun with"
+        )
+
+
+def check_agent(started: RunStarted, agent: Any, given: str | None) -> None:
+    """Refuse to replay a run against an agent of another name than the one that recorded it."""
+    recorded = started.agent_name or started.agent_id
+    name = agent.name or agent.id
+    if recorded != name:
+        which = f"--agent {given}" if given else "the demo agent (no --agent given)"
+        raise UsageError(
+            f"run {started.run_id!r} was recorded by agent {recorded!r}, but {which} is {name!r}: "
+            "pass --agent module:name of the agent that recorded it, or --force to replay it anyway"
         )

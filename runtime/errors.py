@@ -29,6 +29,7 @@
     MiddlewareTermination                       raised by middleware to end the run (not an error)
     ExperimentalWarning (a FutureWarning)       an experimental API was used
     TornTailWarning (a RuntimeWarning)          a log's torn last record was cut off on open
+    UnreadableStreamWarning (a RuntimeWarning)  a stream that does not decode was skipped
 
 ``ExportError`` lives with its exporter, ``agentledger.adapters.export.otlp``; the OpenAI
 clients' errors (authentication, rate limits, server errors...) live in
@@ -68,6 +69,7 @@ __all__ = (
     "TornTailWarning",
     "TransitionError",
     "UnknownToolError",
+    "UnreadableStreamWarning",
     "UnrecordableError",
 )
 
@@ -203,3 +205,8 @@ class ExperimentalWarning(FutureWarning):
 
 class TornTailWarning(RuntimeWarning):
     """A log ended in a record cut short by an interrupted write; the torn bytes were removed."""
+
+
+class UnreadableStreamWarning(RuntimeWarning):
+    """A stream that does not decode was skipped while reading many (listing runs, a session's
+    earlier runs); the message names the stream and where its log is corrupt."""

@@ -6,7 +6,8 @@ lines). This module is for the rest: what the library does that no event records
 
 - ``agentledger.clients``: a model request retried (the status, the attempt, the wait);
 - ``agentledger.export``: an OTLP export retried;
-- ``agentledger.stores``: a store recovering (a torn last record cut off);
+- ``agentledger.stores``: a store recovering (a torn last record cut off), a stream that does not
+  decode skipped while reading many;
 - ``agentledger.deprecations``: a deprecated way of doing something was used;
 - ``agentledger.options``: an option name no client knows.
 

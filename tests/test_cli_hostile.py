@@ -166,7 +166,7 @@ def test_an_unexpected_error_is_still_one_line(
     def broken(*args: object, **kwargs: object) -> None:
         raise KeyError("a bug\nover two lines")
 
-    monkeypatch.setattr("agentledger.render.render_run", broken)
+    monkeypatch.setattr("agentledger.render.plain_run", broken)  # show on a pipe
     one_line_error(["show", "run_1", "--store", "runs.jsonl"], capsys, 1)
 
 

@@ -18,10 +18,12 @@ import msgspec
 from agentledger.core.depth import MAX_DEPTH, too_deep
 from agentledger.core.events import Event
 from agentledger.errors import ConflictError, LogCorruptError
+from agentledger.listing import RunQuery
 
 from ._codec import EXPECTED, check_sequence, decode_block, decode_records
 from ._group import Append
 from ._lines import LineFile, OpenLineFile, make_directory
+from ._listing import Edges, Listing, summaries
 
 __all__ = ("Journal",)
 
@@ -128,6 +130,22 @@ class Journal:
             mine = list(map(events.__getitem__, lines))
             result[stream] = check_sequence(mine, stream, 0, _line_of(path, lines))
         return result
+
+    def list_runs(self, query: RunQuery) -> Listing:
+        """Each stream's first and last lines, found with the index, newest stream first."""
+        with self.file.locked(create=False) as handle:
+            if handle is None:
+                return Listing([], [])
+            index = self._refresh(handle)
+            path = self.file.path
+
+            def edges(stream: str) -> Edges:
+                numbers = index[stream]
+                wanted = [numbers[0]] if len(numbers) == 1 else [numbers[0], numbers[-1]]
+                records = [handle.lines([number])[0] for number in wanted]
+                return Edges(stream, records, lambda i: f"{path}:{wanted[i] + 1}")
+
+            return summaries(map(edges, reversed(list(index))), query)
 
     def streams(self) -> list[str]:
         with self.file.locked(create=False) as handle:

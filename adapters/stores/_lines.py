@@ -36,10 +36,19 @@ try:
 except ImportError as exc:  # pragma: no cover - Windows
     raise ImportError("JSONL event stores need POSIX file locks (fcntl); use SqliteEventStore here") from exc
 
-__all__ = ("LineFile", "OpenLineFile", "TornTailWarning", "fsync_directory", "make_directory", "write_all")
+__all__ = (
+    "LineFile",
+    "OpenLineFile",
+    "TornTailWarning",
+    "edge_lines",
+    "fsync_directory",
+    "make_directory",
+    "write_all",
+)
 
 _sync = getattr(os, "fdatasync", os.fsync)
 _READ_CHUNK = 1 << 30
+_EDGE_CHUNK = 1 << 13
 
 
 def write_all(fd: int, data: bytes) -> None:
@@ -69,6 +78,37 @@ def make_directory(path: Path, *, fsync: bool) -> None:
         return
     if fsync:
         fsync_directory(path.parent)
+
+
+def edge_lines(path: Path) -> tuple[bytes, bytes] | None:
+    """The first and last whole lines of ``path`` (the same line when it holds one), read under a
+    shared lock without reading what lies between; ``None`` for a missing file or one without a
+    whole line. Bytes after the last line end (a torn record) are left out."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        size = os.fstat(fd).st_size
+        head = b""
+        while len(head) < size and b"\n" not in head:
+            part = os.pread(fd, _EDGE_CHUNK, len(head))
+            if not part:
+                break
+            head += part
+        if b"\n" not in head:
+            return None
+        first = head[: head.index(b"\n")]
+        tail, end = b"", size
+        while end > 0 and tail.count(b"\n") < 2:  # the last line end, and the one before it
+            start = max(end - _EDGE_CHUNK, 0)
+            tail = os.pread(fd, end - start, start) + tail
+            end = start
+        tail = tail[: tail.rindex(b"\n")]  # up to the last line end
+        return first, tail[tail.rfind(b"\n") + 1 :]
+    finally:
+        os.close(fd)
 
 
 def _pread_all(fd: int, size: int, offset: int) -> bytes:

@@ -30,15 +30,18 @@ from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import quote, unquote
 
+import anyio
 import msgspec
 
 from agentledger.core.events import Event, encode_event
 from agentledger.errors import ConflictError, LogCorruptError, StoreError
+from agentledger.listing import RunQuery, RunSummary
 
 from ._codec import check_sequence, decode_block
 from ._group import Append, appending
 from ._jsonl_journal import Journal
-from ._lines import LineFile, OpenLineFile, TornTailWarning, make_directory
+from ._lines import LineFile, OpenLineFile, TornTailWarning, edge_lines, make_directory
+from ._listing import Edges, Listing, report, summaries
 from ._threaded import ThreadedStore
 
 __all__ = ("JsonlEventStore", "TornTailWarning")
@@ -109,6 +112,16 @@ class JsonlEventStore(ThreadedStore):
         self._check_open()
         with self._os_errors("listing streams"):
             return self._layout.streams()
+
+    async def list_runs(self, query: RunQuery) -> list[RunSummary]:
+        """Run summaries, newest first, from each stream's first and last lines (``SupportsRunListing``)."""
+        self._check_open()
+        return report(await anyio.to_thread.run_sync(self._list_runs_sync, query))
+
+    def _list_runs_sync(self, query: RunQuery) -> Listing:
+        self._check_open()
+        with self._os_errors("listing runs"):
+            return self._layout.list_runs(query)
 
     @contextmanager
     def _os_errors(self, doing: str) -> Iterator[None]:
@@ -246,6 +259,22 @@ class _Directory:
         names = [n for n in self.catalogued if sizes.pop(_file_name(n), 0) > 0]
         found = sorted(f for f, size in sizes.items() if size > 0)
         return names + [unquote(f[: -len(_SUFFIX)]) for f in found]
+
+    def list_runs(self, query: RunQuery) -> Listing:
+        """Each stream's first and last lines, newest stream first, read without the lines between."""
+        return summaries(map(self._edges, reversed(self.streams())), query)
+
+    def _edges(self, stream: str) -> Edges | None:
+        path = self.path / _file_name(stream)
+        found = edge_lines(path)
+        if found is None:
+            return None
+        first, last = found
+
+        def where(index: int) -> str:
+            return f"{path}:1" if index == 0 else f"{path}: last line"
+
+        return Edges(stream, [first] if first == last else [first, last], where)
 
     def _catalogue(self, streams: list[str]) -> None:
         """Add ``streams`` to the catalog, in order, unless another writer already did."""

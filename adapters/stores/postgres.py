@@ -47,9 +47,11 @@ import anyio
 
 from agentledger.core.events import Event, encode_event
 from agentledger.errors import ConflictError, LogCorruptError, StoreError
+from agentledger.listing import RunQuery, RunSummary
 
 from ._codec import decode_records
 from ._group import Append, LoopGroups, appending
+from ._listing import report
 
 try:
     import psycopg
@@ -58,7 +60,7 @@ try:
 except ImportError:  # pragma: no cover - exercised only without the extra
     raise ImportError("PostgresEventStore needs psycopg 3: pip install 'agentledger[postgres]'") from None
 
-from . import _pg_schema
+from . import _pg_runs, _pg_schema
 from ._pg_pool import Pool, lock_key
 from ._pg_schema import MIGRATIONS, SCHEMA_VERSION, Migration
 from ._pg_tail import StoredEvent, Tail
@@ -175,6 +177,10 @@ class PostgresEventStore:
         async with self.connection() as connection:
             rows: list[tuple[str]] = await self.fetch(connection, query, ())
         return [row[0] for row in rows]
+
+    async def list_runs(self, query: RunQuery) -> list[RunSummary]:
+        """Run summaries, newest first, from each stream's first and last events (``SupportsRunListing``)."""
+        return report(await _pg_runs.list_runs(self, query))
 
     # -- beyond the protocol ----------------------------------------------------------------------
 

@@ -29,14 +29,19 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 from urllib.parse import quote
+
+import anyio
 
 from agentledger.core.events import Event, encode_event
 from agentledger.errors import ConflictError, LogCorruptError, StoreError
+from agentledger.listing import RunQuery, RunSummary
 
+from . import _sqlite_runs
 from ._codec import decode_block, decode_records
 from ._group import Append, appending
+from ._listing import report
 from ._threaded import ThreadedStore
 
 __all__ = ("SCHEMA_VERSION", "SqliteEventStore")
@@ -214,6 +219,17 @@ class SqliteEventStore(ThreadedStore):
                     f"expected a stream name as text, found {row[0]!r}", where=str(self.path)
                 )
         return [row[0] for row in rows]
+
+    async def list_runs(self, query: RunQuery) -> list[RunSummary]:
+        """Run summaries, newest first, from each stream's first and last rows (``SupportsRunListing``)."""
+        self._check_open()
+        listing = await anyio.to_thread.run_sync(_sqlite_runs.list_runs, self._fetch, self.path, query)
+        return report(listing)
+
+    def _fetch(self, statement: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+        with self._lock, self._errors("listing runs"):
+            rows: list[tuple[Any, ...]] = self._connect().execute(statement, params).fetchall()
+        return rows
 
     def close(self) -> None:
         """Close the database connection; later calls raise ``StoreError``."""
