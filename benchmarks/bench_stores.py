@@ -162,13 +162,16 @@ def best_in_loop(repeat: int, work: Callable[[], Awaitable[object]]) -> Timing:
     return Timing(min(t.wall for t in timings), min(t.cpu for t in timings))
 
 
-def rebuild_rate(factory: StoreFactory, directory: Path, count: int, repeat: int) -> Timing:
-    """Events per second: open a fresh store, read the stream, fold it."""
+def rebuild_rate(
+    factory: StoreFactory, directory: Path, count: int, repeat: int, *, folded: bool = True
+) -> Timing:
+    """Events per second: open a fresh store, read the stream (decoding it), fold it unless told not to."""
 
     async def rebuild() -> None:
         store = factory(directory)
         events = await store.read(STREAM)
-        fold(events)
+        if folded:
+            fold(events)
         close(store)
         assert len(events) == count
 
@@ -186,13 +189,17 @@ def write_runs(factory: StoreFactory, directory: Path, sample: Sequence[Event], 
     close(store)
 
 
-def rebuild_runs_rate(factory: StoreFactory, directory: Path, count: int, repeat: int) -> Timing:
-    """Events per second: open a fresh store, list its streams, read them all (``read_many``), fold each."""
+def rebuild_runs_rate(
+    factory: StoreFactory, directory: Path, count: int, repeat: int, *, folded: bool = True
+) -> Timing:
+    """Events per second: open a fresh store, list its streams, read them all (``read_many``), fold
+    each unless told not to."""
 
     async def rebuild() -> None:
         store, total = factory(directory), 0
         for events in (await read_many(store, await store.streams())).values():
-            fold(events)
+            if folded:
+                fold(events)
             total += len(events)
         close(store)
         assert total == count
@@ -243,6 +250,7 @@ def bench_rebuild_stream(sample: Sequence[Event], count: int, repeat: int) -> No
     try:
         for name, factory in DURABLE.items():
             write_log(factory, directory, stream)
+            rows[f"{name}: read + decode"] = rebuild_rate(factory, directory, count, repeat, folded=False)
             rows[f"{name}: read + decode + fold"] = rebuild_rate(factory, directory, count, repeat)
     finally:
         shutil.rmtree(directory)
@@ -255,10 +263,13 @@ def bench_rebuild_runs(sample: Sequence[Event], runs: int, repeat: int) -> None:
         directory = Path(tempfile.mkdtemp(prefix="bench-stores-"))
         try:
             write_runs(factory, directory, sample, runs)
-            rows[name] = rebuild_runs_rate(factory, directory, runs * len(sample), repeat)
+            count = runs * len(sample)
+            decoded = rebuild_runs_rate(factory, directory, count, repeat, folded=False)
+            rows[f"{name}: read + decode"] = decoded
+            rows[f"{name}: read + decode + fold"] = rebuild_runs_rate(factory, directory, count, repeat)
         finally:
             shutil.rmtree(directory)
-    report(f"Rebuild {runs:,} runs of {len(sample)} events: list, read and fold each", rows, cpu=True)
+    report(f"Rebuild {runs:,} runs of {len(sample)} events: list, read (and fold) each", rows, cpu=True)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

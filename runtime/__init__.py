@@ -47,6 +47,8 @@ from .errors import (
     TornTailWarning,
     TransitionError,
     UnknownToolError,
+    UnreadableStreamWarning,
+    UnrecordableError,
 )
 from .middleware import (
     AgentMiddleware,
@@ -115,6 +117,8 @@ __all__ = (
     "TornTailWarning",
     "TransitionError",
     "UnknownToolError",
+    "UnreadableStreamWarning",
+    "UnrecordableError",
     "Usage",
     "__version__",
     "agent_middleware",

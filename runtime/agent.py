@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-import warnings
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any, Literal, overload
 
@@ -18,6 +17,7 @@ from ._sources import Clock, IdSource, RandomIds
 from .chat import ChatClient
 from .core.events import Event, RunConfig
 from .core.messages import Content, Message
+from .logs import warn
 from .middleware import Layer, split_middleware
 from .redaction import Redactor, default_redactor
 from .response import AgentResponse, AgentResponseUpdate
@@ -325,10 +325,11 @@ class Agent:
     def _legacy_kwargs(self, given: Mapping[str, Any] | None, kwargs: dict[str, Any]) -> dict[str, Any]:
         if not kwargs:
             return dict(given or {})
-        warnings.warn(
+        warn(
             "passing runtime values as **kwargs to run() is deprecated; "
             "use function_invocation_kwargs= (tools) or client_kwargs= (the chat client)",
             DeprecationWarning,
+            part="deprecations",
             stacklevel=3,
         )
         return {**kwargs, **(given or {})}

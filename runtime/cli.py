@@ -4,12 +4,13 @@ Runs are read from an event store: ``--store PATH`` or ``$AGENTLEDGER_STORE``, b
 SQLite file ``agentledger.db`` in the current directory. A path ending in ``.jsonl`` (or an
 existing directory) is a JSONL store; a ``postgresql://`` URL is a PostgreSQL store.
 Problems with the store or the log are reported in one line on stderr, never as a traceback.
+Reading commands open SQLite stores read-only; outputs go where the user said, or into the
+current directory under a name made safe from the run id (see ``_cli_checks``).
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime
 import importlib
 import os
 import sys
@@ -21,25 +22,34 @@ from typing import Any, TypeVar
 import anyio
 import msgspec
 
+from ._cli_checks import (
+    UsageError,
+    check_agent,
+    check_complete,
+    check_path,
+    check_schema,
+    check_url,
+    output_name,
+)
+from ._cli_runs import parse_since, print_runs, resolve_run
 from ._version import __version__
-from .core.events import ChildRunStarted, Event, RunCompleted, RunFailed, RunStarted, encode_event
+from .core.events import ChildRunStarted, Event, encode_event
 from .errors import AgentLedgerError, ReplayDivergence, RunNotFoundError
-from .store import EventStore
+from .listing import OUTCOMES, RunQuery
+from .store import EventStore, list_runs
 
-__all__ = ("DEFAULT_STORE", "main", "open_store")
+__all__ = ("DEFAULT_AGENT", "DEFAULT_STORE", "main", "open_store")
 
 DEFAULT_STORE = "agentledger.db"
+DEFAULT_AGENT = "agentledger.demo:build_demo_agent"
 T = TypeVar("T")
-
-
-class UsageError(AgentLedgerError):
-    """The command line asks for something that cannot be done (exit code 2)."""
 
 
 def open_store(spec: str | None, *, create: bool = False) -> EventStore:
     """The store ``spec`` names: a ``postgresql://`` URL, a ``.jsonl`` path or a directory
-    (JSONL), anything else a SQLite file."""
-    spec = spec or os.environ.get("AGENTLEDGER_STORE") or DEFAULT_STORE
+    (JSONL), anything else a SQLite file. Without ``create``, the store must exist and is opened
+    read-only (reading never changes it, and a read-only file can be read)."""
+    spec = check_path(spec or os.environ.get("AGENTLEDGER_STORE") or DEFAULT_STORE, "the store")
     if spec.startswith(("postgresql://", "postgres://")):
         from agentledger.adapters.stores.postgres import PostgresEventStore
 
@@ -50,10 +60,10 @@ def open_store(spec: str | None, *, create: bool = False) -> EventStore:
     if path.suffix == ".jsonl" or path.is_dir():
         from agentledger.adapters.stores.jsonl import JsonlEventStore
 
-        return JsonlEventStore(path)
+        return JsonlEventStore(path, read_only=not create)
     from agentledger.adapters.stores.sqlite import SqliteEventStore
 
-    return SqliteEventStore(path)
+    return SqliteEventStore(path, read_only=not create)
 
 
 def _run(func: Callable[[], Awaitable[T]]) -> T:
@@ -64,7 +74,7 @@ async def _read(store: EventStore, run_id: str) -> list[Event]:
     events = await store.read(run_id)
     if not events:
         raise RunNotFoundError(run_id)
-    return events
+    return check_schema(events, run_id)
 
 
 def _console() -> Any:
@@ -80,13 +90,13 @@ def _console() -> Any:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from ._sources import RandomIds
+    from ._sources import RandomIds, SystemClock
     from .demo import run_demo
     from .timeline import timeline
 
     warnings.simplefilter("ignore", FutureWarning)  # the demo uses experimental add_tools
     store: EventStore | bool = False if args.no_store else open_store(args.store, create=True)
-    response, session = _run(lambda: run_demo(store, RandomIds()))
+    response, session = _run(lambda: run_demo(store, RandomIds(), clock=SystemClock()))
     print(response.text)
     print()
     print(f"run {response.run_id}: {len(response.events)} events")
@@ -100,42 +110,24 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _runs(args: argparse.Namespace) -> int:
-    from rich.table import Table
-
+    if args.limit < 0:
+        raise UsageError(f"--limit must be 0 (every run) or more, not {args.limit}")
+    query = RunQuery(
+        limit=args.limit or None,
+        agent=args.agent,
+        session=args.session,
+        outcome=args.outcome,
+        since=parse_since(args.since) if args.since is not None else None,
+    )
     store = open_store(args.store)
-
-    async def collect() -> list[list[Event]]:
-        return [await store.read(stream) for stream in await store.streams()]
-
-    table = Table("run", "started (UTC)", "agent", "session", "events", "outcome", "answer")
-    table.columns[0].no_wrap = True
-    for log in _run(collect):
-        if not log or not isinstance(log[0], RunStarted):
-            continue
-        started, last = log[0], log[-1]
-        outcome = _outcome(last)
-        answer = last.text if isinstance(last, RunCompleted) else ""
-        parent = f" ⟵ {started.parent_run_id}" if started.parent_run_id else ""
-        when = datetime.datetime.fromtimestamp(started.at / 1e9, datetime.UTC)
-        table.add_row(
-            started.run_id + parent,
-            when.strftime("%Y-%m-%d %H:%M:%S"),
-            started.agent_name or started.agent_id,
-            started.session_id or "",
-            str(len(log)),
-            outcome,
-            answer if len(answer) <= 50 else answer[:49] + "…",
-        )
-    _console().print(table)
+    print_runs(_run(lambda: list_runs(store, query)), as_json=args.json, console=_console())
     return 0
 
 
-def _outcome(last: Event) -> str:
-    if isinstance(last, RunCompleted):
-        return last.reason
-    if isinstance(last, RunFailed):
-        return f"failed: {last.error_type}"
-    return "running or torn"
+def _resolve(store: EventStore, args: argparse.Namespace) -> str:
+    """The run ``args.run`` names (a whole id, or a unique prefix of one)."""
+    args.run = _run(lambda: resolve_run(store, args.run))
+    return str(args.run)
 
 
 async def _with_children(store: EventStore, run_id: str) -> list[Event]:
@@ -148,10 +140,18 @@ async def _with_children(store: EventStore, run_id: str) -> list[Event]:
 
 
 def _show(args: argparse.Namespace) -> int:
-    from .render import render_run
+    from .render import plain_run, render_run, run_document
 
     store = open_store(args.store)
-    _console().print(render_run(_run(lambda: _with_children(store, args.run))))
+    _resolve(store, args)
+    events = _run(lambda: _with_children(store, args.run))
+    console = _console()
+    if args.json:
+        print(msgspec.json.encode(run_document(events)[0]).decode())
+    elif console.is_terminal:
+        console.print(render_run(events))
+    else:
+        print(plain_run(events))
     return 0
 
 
@@ -161,13 +161,14 @@ def _view(args: argparse.Namespace) -> int:
     from .replay import load
 
     store = open_store(args.store)
+    _resolve(store, args)
 
     async def collect() -> tuple[list[Event], list[Event]]:
         prior = (await load(store, args.run)).prior
         return await _with_children(store, args.run), prior
 
+    target = Path(check_path(args.output, "--output") if args.output else output_name(args.run, ".html"))
     events, prior = _run(collect)
-    target = Path(args.output or f"{args.run}.html")
     write_html(events, target, include_content=not args.no_content, prior=prior)
     print(f"wrote {target} ({target.stat().st_size:,} bytes): open it in a browser")
     return 0
@@ -177,13 +178,15 @@ def _state(args: argparse.Namespace) -> int:
     from .replay import load
 
     store = open_store(args.store)
+    _resolve(store, args)
     recorded = _run(lambda: load(store, args.run))
+    check_schema(recorded.events, args.run)
     last = len(recorded.events) - 1
     seq = last if args.at is None else args.at
     if not 0 <= seq <= last:
         raise UsageError(f"run {args.run} has events 0..{last}; --at {seq} is outside")
-    state = recorded.state_at(seq)
-    print(msgspec.json.format(msgspec.json.encode(state), indent=2).decode())
+    encoded = msgspec.json.encode(recorded.state_at(seq))
+    print((encoded if args.json else msgspec.json.format(encoded, indent=2)).decode())
     return 0
 
 
@@ -191,13 +194,18 @@ def _load_agent(spec: str) -> Any:
     module_name, _, attr = spec.partition(":")
     if not attr:
         raise UsageError(f"--agent must look like package.module:name, not {spec!r}")
+    if os.getcwd() not in sys.path:  # a module in the current directory, as `python -m` finds it
+        sys.path.insert(0, os.getcwd())
     try:
         target = getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError) as exc:
         raise UsageError(f"cannot load the agent {spec!r}: {exc}") from exc
     from .agent import Agent
 
-    agent = target if isinstance(target, Agent) else target()
+    try:
+        agent = target if isinstance(target, Agent) else target()
+    except Exception as exc:  # a function that is no agent factory
+        raise UsageError(f"cannot build the agent {spec!r}: {type(exc).__name__}: {exc}") from exc
     if not isinstance(agent, Agent):
         raise UsageError(f"{spec!r} is not an Agent or a function returning one")
     return agent
@@ -208,11 +216,16 @@ def _replay(args: argparse.Namespace) -> int:
 
     warnings.simplefilter("ignore", FutureWarning)
     store = open_store(args.store)
-    agent = _load_agent(args.agent)
+    _resolve(store, args)
+    agent = _load_agent(args.agent or DEFAULT_AGENT)
     agent.store = None
 
     async def go() -> None:
         recorded = await load(store, args.run)
+        check_schema(recorded.events, args.run)
+        check_complete(recorded.events, args.run)
+        if not args.force:
+            check_agent(recorded.started, agent, args.agent)
         await rerun(recorded, agent, tools=args.tools)
 
     try:
@@ -227,6 +240,12 @@ def _replay(args: argparse.Namespace) -> int:
 
 def _export(args: argparse.Namespace) -> int:
     store = open_store(args.store)
+    _resolve(store, args)
+    if args.otlp:
+        check_url(args.otlp)
+    for given, what in ((args.output, "--output"), (args.otlp_file, "--otlp-file")):
+        if given is not None:
+            check_path(given, what)
     if args.otlp or args.otlp_file:
         return _export_otlp(args, _run(lambda: _with_children(store, args.run)))
     events = _run(lambda: _read(store, args.run))
@@ -272,6 +291,9 @@ def _header(text: str) -> tuple[str, str]:
     return name.strip(), value.strip()
 
 
+_RUN_HELP = "the run's id, or a unique prefix of it"
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="agentledger", description="Event-sourced LLM agent runs.")
     parser.add_argument("--version", action="version", version=f"agentledger {__version__}")
@@ -289,25 +311,35 @@ def _parser() -> argparse.ArgumentParser:
 
     demo = command("demo", _demo, "run a scripted agent, print its answer and events, and record them")
     demo.add_argument("--no-store", action="store_true", help="do not record the run")
-    command("runs", _runs, "list the recorded runs")
-    command(
-        "show", _show, "show a run's timeline: iterations, tools offered, calls, session changes"
-    ).add_argument("run")
+    runs = command("runs", _runs, "list the recorded runs, newest first")
+    runs.add_argument("--limit", type=int, default=50, help="at most this many runs (0: all; default 50)")
+    runs.add_argument("--agent", help="only runs of the agent with this name")
+    runs.add_argument("--session", help="only runs of this session")
+    runs.add_argument("--outcome", choices=OUTCOMES, help="only runs that ended so (or have not ended)")
+    runs.add_argument("--since", help="only runs started since: a duration (2h, 7d) or a UTC date or time")
+    runs.add_argument("--json", action="store_true", help="one JSON object per run, one per line")
+    show = command("show", _show, "show a run's timeline: iterations, tools offered, calls, session changes")
+    show.add_argument("run", help=_RUN_HELP)
+    show.add_argument("--json", action="store_true", help="one JSON document: the runs and their events")
     state = command("state", _state, "print a run's state (tools, session, transcript) at an event")
-    state.add_argument("run")
+    state.add_argument("run", help=_RUN_HELP)
     state.add_argument("--at", type=int, help="the event's seq (default: the last)")
+    state.add_argument("--json", action="store_true", help="one compact JSON document on one line")
     replay = command("replay", _replay, "rerun a recorded run against the agent's code; exit 1 on divergence")
-    replay.add_argument("run")
+    replay.add_argument("run", help=_RUN_HELP)
     replay.add_argument(
-        "--agent", default="agentledger.demo:build_demo_agent", help="module:name of the Agent or its factory"
+        "--agent", help=f"module:name of the Agent or its factory (default: the demo, {DEFAULT_AGENT})"
     )
     replay.add_argument("--tools", choices=("recorded", "live"), default="recorded")
+    replay.add_argument(
+        "--force", action="store_true", help="replay even if the run was recorded by an agent of another name"
+    )
     view = command("view", _view, "write a self-contained HTML page to explore a run (no network needed)")
-    view.add_argument("run")
+    view.add_argument("run", help=_RUN_HELP)
     view.add_argument("--output", "-o", help="file to write (default: RUN.html)")
     view.add_argument("--no-content", action="store_true", help="hide message, argument and result content")
     export = command("export", _export, "write a run's events, or send them as OTLP traces")
-    export.add_argument("run")
+    export.add_argument("run", help=_RUN_HELP)
     export.add_argument("--format", choices=("jsonl",), default="jsonl")
     export.add_argument("--output", "-o", help="file to write (default: stdout)")
     export.add_argument("--otlp", metavar="URL", help="send the run as traces to an OTLP/HTTP receiver")
@@ -331,6 +363,11 @@ def _warn(message: Warning | str, category: type[Warning], *rest: Any, **kwargs:
     print(f"agentledger: warning: {message}", file=sys.stderr)
 
 
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text.encode("utf-8", "backslashreplace").decode()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     shown = warnings.showwarning
@@ -338,7 +375,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.handler(args))
     except (UsageError, RunNotFoundError) as exc:
-        print(f"agentledger: {exc}", file=sys.stderr)
+        print(f"agentledger: {_one_line(exc)}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # the output was piped into a reader that stopped early
         sys.stderr.close()
@@ -347,7 +384,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"agentledger: {exc.filename or ''}: {exc.strerror or exc}", file=sys.stderr)
         return 2
     except AgentLedgerError as exc:
-        print(f"agentledger: {exc}", file=sys.stderr)
+        print(f"agentledger: {_one_line(exc)}", file=sys.stderr)
+        return 1
+    except Exception as exc:  # a bug or a case nothing above expected: still one line, not a traceback
+        print(f"agentledger: {type(exc).__name__}: {_one_line(exc)}", file=sys.stderr)
         return 1
     finally:
         warnings.showwarning = shown

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Annotated
 
-from ._sources import IdSource
+from ._sources import Clock, IdSource
 from .agent import Agent, AgentResponse
 from .context import FunctionInvocationContext
 from .session import AgentSession
@@ -65,8 +65,10 @@ async def require_positive_nights(
     await call_next()
 
 
-def build_demo_agent(store: EventStore | bool | None = True, ids: IdSource | None = None) -> Agent:
-    """The demo agent on its scripted model (a fixed clock; sequential ids unless given)."""
+def build_demo_agent(
+    store: EventStore | bool | None = True, ids: IdSource | None = None, clock: Clock | None = None
+) -> Agent:
+    """The demo agent on its scripted model (a fixed clock and sequential ids unless given)."""
     from agentledger.adapters.chat.scripted import Call, ScriptedChatClient
 
     client = ScriptedChatClient(
@@ -87,16 +89,17 @@ def build_demo_agent(store: EventStore | bool | None = True, ids: IdSource | Non
         tools=[get_weather, remember_preference, load_booking_tools],
         middleware=[require_positive_nights],
         store=store,
-        clock=FixedClock(),
+        clock=clock or FixedClock(),
         ids=ids or SequentialIds(),
     )
 
 
 async def run_demo(
-    store: EventStore | bool | None = True, ids: IdSource | None = None
+    store: EventStore | bool | None = True, ids: IdSource | None = None, *, clock: Clock | None = None
 ) -> tuple[AgentResponse, AgentSession]:
-    """Run the demo once; returns the response and the session it used."""
-    agent = build_demo_agent(store, ids)
+    """Run the demo once (``agentledger demo`` gives it the wall clock); returns the response and
+    the session it used."""
+    agent = build_demo_agent(store, ids, clock)
     session = agent.create_session()
     response = await agent.run(
         "Check the weather in Lisbon, remember I like quiet rooms, and book 2 nights.",

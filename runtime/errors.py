@@ -8,6 +8,8 @@
     ├── ArgumentsError (also ValueError)        arguments are not JSON or fail the tool's schema
     ├── MiddlewareError (also TypeError)        a middleware cannot be classified
     ├── SessionStateError (also TypeError)      a session value cannot be recorded as JSON
+    ├── UnrecordableError (also ValueError)     a value would not read back from the log (not
+    │                                           UTF-8, too deep, past 64 bits, the wrong type)
     ├── ApprovalError (also ValueError)         an approval answers no call awaiting approval
     ├── RunError                                a run ended without an answer (run_id, seq)
     │   ├── ModelCallError                      the chat client raised; ModelFailed is recorded
@@ -27,10 +29,12 @@
     MiddlewareTermination                       raised by middleware to end the run (not an error)
     ExperimentalWarning (a FutureWarning)       an experimental API was used
     TornTailWarning (a RuntimeWarning)          a log's torn last record was cut off on open
+    UnreadableStreamWarning (a RuntimeWarning)  a stream that does not decode was skipped
 
 ``ExportError`` lives with its exporter, ``agentledger.adapters.export.otlp``; the OpenAI
 clients' errors (authentication, rate limits, server errors...) live in
-``agentledger.adapters.chat.openai``; all of them derive from ``AgentLedgerError``.
+``agentledger.adapters.chat.openai``, the MCP tools' errors (``MCPServerError`` and its
+subclasses) in ``agentledger.adapters.mcp``; all of them derive from ``AgentLedgerError``.
 
 Errors from other libraries are translated where they cross into agentledger, with
 ``raise ... from exc`` so the cause stays visible.
@@ -40,7 +44,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .core.errors import AgentLedgerError, TransitionError
+from .core.errors import AgentLedgerError, TransitionError, UnrecordableError
 
 __all__ = (
     "AgentLedgerError",
@@ -65,6 +69,8 @@ __all__ = (
     "TornTailWarning",
     "TransitionError",
     "UnknownToolError",
+    "UnreadableStreamWarning",
+    "UnrecordableError",
 )
 
 
@@ -199,3 +205,8 @@ class ExperimentalWarning(FutureWarning):
 
 class TornTailWarning(RuntimeWarning):
     """A log ended in a record cut short by an interrupted write; the torn bytes were removed."""
+
+
+class UnreadableStreamWarning(RuntimeWarning):
+    """A stream that does not decode was skipped while reading many (listing runs, a session's
+    earlier runs); the message names the stream and where its log is corrupt."""

@@ -24,6 +24,7 @@ from typing import Any
 import msgspec
 
 from .core.approvals import approval_responses, conversation
+from .core.depth import MAX_DEPTH, too_deep
 from .core.errors import TransitionError
 from .core.events import (
     Event,
@@ -35,6 +36,7 @@ from .core.events import (
     SessionUpdated,
     StateChange,
 )
+from .core.limits import INT64_MAX, INT64_MIN, may_overflow, safe_text
 from .core.messages import Message
 from .core.projections import SessionProjection, TranscriptProjection, apply_changes, conversation_after
 from .errors import SessionStateError
@@ -52,16 +54,43 @@ _sinks: contextvars.ContextVar[dict[int, Sink]] = contextvars.ContextVar("agentl
 
 
 def _encode(key: str, value: Any) -> bytes:
+    """The value as the log records it; ``SessionStateError`` for one the log could not give back
+    (not JSON, text that is not UTF-8, nested deeper than ``MAX_DEPTH``, an integer past 64 bits)."""
     try:
-        return _encoder.encode(value)
-    except (TypeError, msgspec.EncodeError) as exc:
+        key.encode()
+        encoded = _encoder.encode(value)
+    except (TypeError, ValueError, msgspec.EncodeError) as exc:
         hint = ""
         if callable(getattr(value, "model_dump", None)):
             hint = '; store value.model_dump(mode="json") and rebuild the model when reading it'
         kind = type(value).__name__
         raise SessionStateError(
-            f"session state value for {key!r} cannot be recorded as JSON ({kind}): {exc}{hint}"
+            f"session state value for {safe_text(key)!r} cannot be recorded as JSON "
+            f"({kind}): {safe_text(str(exc))}{hint}"
         ) from exc
+    except RecursionError as exc:
+        encoded = b"[" * (MAX_DEPTH + 1)  # too deep to encode: refused below
+        del exc
+    if too_deep(encoded, MAX_DEPTH - 3):  # an event holds the value three levels down
+        raise SessionStateError(
+            f"session state value for {safe_text(key)!r} is nested deeper than {MAX_DEPTH - 3} levels"
+        )
+    if may_overflow(encoded) and _has_big_int(msgspec.json.decode(encoded)):
+        raise SessionStateError(f"session state value for {safe_text(key)!r} holds an integer past 64 bits")
+    return encoded
+
+
+def _has_big_int(value: Any) -> bool:
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if type(item) is int and not INT64_MIN <= item <= INT64_MAX:
+            return True
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
 
 
 class SessionState(dict[str, Any]):

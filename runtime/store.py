@@ -13,7 +13,9 @@ that callers check with ``isinstance`` instead of probing for attributes:
 - ``SupportsAclose``: ``aclose()`` releases what the store holds (connections, a pool);
 - ``SupportsAppendNowait``: ``append_nowait(...)`` appends without awaiting (a store without IO);
 - ``SupportsEviction``: ``session_evicted(session_id)`` says whether a bounded store dropped runs
-  of that session, whose state and history a rebuild would then miss.
+  of that session, whose state and history a rebuild would then miss;
+- ``SupportsRunListing``: ``list_runs(query)`` lists run summaries, newest first, reading only
+  the first and last event of each stream (``list_runs(store, query)`` works with any store).
 
 ``MemoryEventStore`` keeps everything unless given limits. ``Agent`` gives itself a bounded one
 (``DEFAULT_MAX_RUNS`` finished runs, ``DEFAULT_MAX_EVENTS`` events) so a long-lived process does
@@ -27,17 +29,22 @@ from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
 from .core.events import Event, RunCompleted, RunFailed, RunStarted, SessionUpdated
-from .errors import ConflictError, RunEvictedError
+from .errors import ConflictError, LogCorruptError, RunEvictedError
+from .listing import RunQuery, RunSummary, report_unreadable, select, summarize
 
 __all__ = (
     "DEFAULT_MAX_EVENTS",
     "DEFAULT_MAX_RUNS",
     "EventStore",
     "MemoryEventStore",
+    "RunQuery",
+    "RunSummary",
     "SupportsAclose",
     "SupportsAppendNowait",
     "SupportsEviction",
     "SupportsReadMany",
+    "SupportsRunListing",
+    "list_runs",
     "read_many",
 )
 
@@ -102,6 +109,17 @@ class SupportsEviction(Protocol):
 
     def session_evicted(self, session_id: str) -> bool:
         """Whether the store dropped a run of ``session_id`` (its state and history are incomplete)."""
+        ...
+
+
+@runtime_checkable
+class SupportsRunListing(Protocol):
+    """A store that lists runs from the first and last event of each stream, filtering as it goes."""
+
+    async def list_runs(self, query: RunQuery) -> list[RunSummary]:
+        """The runs matching ``query``, newest first (the reverse of ``streams()``), at most
+        ``query.limit``. A stream that does not decode is skipped and reported with an
+        ``UnreadableStreamWarning``; a stream that does not start with ``RunStarted`` is no run."""
         ...
 
 
@@ -199,6 +217,11 @@ class MemoryEventStore:
     async def read_many(self, streams: Sequence[str]) -> dict[str, list[Event]]:
         return {stream: self.read_nowait(stream) for stream in streams}
 
+    async def list_runs(self, query: RunQuery) -> list[RunSummary]:
+        """Run summaries, newest first (see ``SupportsRunListing``)."""
+        logs = reversed(self._streams.values())
+        return select((summarize(log[0], log[-1]) for log in logs if log), query)
+
     def __repr__(self) -> str:
         if not self._bounded:
             return "MemoryEventStore()"
@@ -220,6 +243,29 @@ async def read_many(store: EventStore, streams: Sequence[str]) -> dict[str, list
     if isinstance(store, SupportsReadMany):
         return await store.read_many(streams)
     return {stream: await store.read(stream) for stream in streams}
+
+
+async def list_runs(store: EventStore, query: RunQuery | None = None) -> list[RunSummary]:
+    """The runs of ``store`` matching ``query`` (by default the 50 newest), newest first.
+
+    A store that offers ``list_runs`` reads two records a stream; for another, each stream is read
+    whole, newest first, until the limit is reached. Either way, a stream that does not decode is
+    skipped and reported with an ``UnreadableStreamWarning``.
+    """
+    query = query if query is not None else RunQuery()
+    if isinstance(store, SupportsRunListing):
+        return await store.list_runs(query)
+    selected: list[RunSummary] = []
+    for stream in reversed(await store.streams()):
+        if query.limit is not None and len(selected) >= query.limit:
+            break
+        try:
+            log = await store.read(stream)
+        except LogCorruptError as exc:
+            report_unreadable(stream, exc)
+            continue
+        selected += select([summarize(log[0], log[-1])] if log else [], query)
+    return selected
 
 
 def _remember(names: dict[str, None], new: Sequence[str], limit: int) -> None:

@@ -56,7 +56,10 @@ class RunStream:
             self._ended = True
             self._receive.close()
             if self._failure:
-                raise self._failure[0] from None
+                failure = self._failure[0]
+                # Not "from None": that would also drop the cause (the client's error behind a
+                # ModelCallError); only the EndOfStream context is hidden.
+                raise failure from failure.__cause__
             raise StopAsyncIteration from None
 
     def _start(self) -> None:

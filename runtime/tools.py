@@ -14,7 +14,6 @@ import os
 import re
 import sys
 import typing
-import warnings
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Literal, TypeVar, overload
 
@@ -23,9 +22,11 @@ import msgspec
 
 from ._tool_schema import describe_parameters, read_arguments, read_docstring
 from .context import FunctionInvocationContext
+from .core.depth import MAX_DEPTH, too_deep
 from .core.events import ToolSpec
 from .core.messages import Content
 from .errors import ArgumentsError, ToolDefinitionError
+from .logs import warn
 
 __all__ = (
     "ApprovalMode",
@@ -108,10 +109,11 @@ class FunctionTool:
         )
         """What the model is offered and the run records; ``approval_mode`` is read from it."""
         if self.accepts_kwargs:
-            warnings.warn(
+            warn(
                 f"tool {self.name!r} declares **kwargs to receive runtime values; read them from "
                 "an injected FunctionInvocationContext (ctx.kwargs) instead",
                 DeprecationWarning,
+                part="deprecations",
                 stacklevel=_caller_level(),
             )
 
@@ -135,9 +137,10 @@ class FunctionTool:
             return {}
         if isinstance(raw, Mapping):
             return dict(raw)
+        _check_depth(raw)
         try:
             value = msgspec.json.decode(raw)
-        except msgspec.DecodeError as exc:
+        except (msgspec.DecodeError, RecursionError) as exc:
             raise ArgumentsError(f"arguments are not valid JSON: {exc}") from exc
         if not isinstance(value, dict):
             raise ArgumentsError(f"arguments must be a JSON object, got {type(value).__name__}")
@@ -147,13 +150,14 @@ class FunctionTool:
         """Parse and validate the model's raw arguments in one step (what a run does)."""
         if self._args_type is None or not isinstance(raw, str) or not raw:
             return self.validate(self.parse_arguments(raw))
+        _check_depth(raw)
         try:
             obj = msgspec.json.decode(raw, type=self._args_type, strict=False)
         except msgspec.ValidationError as exc:
             if raw.lstrip()[:1] != "{":
                 raise ArgumentsError(f"arguments must be a JSON object: {exc}") from exc
             raise ArgumentsError(str(exc)) from exc
-        except msgspec.DecodeError as exc:
+        except (msgspec.DecodeError, RecursionError) as exc:
             raise ArgumentsError(f"arguments are not valid JSON: {exc}") from exc
         return {name: getattr(obj, name) for name in self._fields}
 
@@ -293,7 +297,10 @@ def tool(
 
 
 def normalize_tools(items: Any) -> list[FunctionTool]:
-    """A tool, a callable, or a sequence of them, as a new list of ``FunctionTool``."""
+    """A tool, a callable, or a sequence of them, as a new list of ``FunctionTool``.
+
+    An object with ``as_function_tools()`` (an MCP server) stands for the tools it returns.
+    """
     if items is None:
         return []
     if isinstance(items, str | bytes):
@@ -301,12 +308,18 @@ def normalize_tools(items: Any) -> list[FunctionTool]:
             f"tools= takes tools or callables (or a list of them), not the string {items!r}: "
             "pass the function itself"
         )
-    if isinstance(items, FunctionTool) or (callable(items) and not isinstance(items, Sequence)):
+    if (
+        isinstance(items, FunctionTool)
+        or hasattr(items, "as_function_tools")
+        or (callable(items) and not isinstance(items, Sequence))
+    ):
         items = [items]
     out: list[FunctionTool] = []
     for item in items:
         if isinstance(item, FunctionTool):
             out.append(item)
+        elif hasattr(item, "as_function_tools"):  # a source of several tools, such as an MCP server
+            out.extend(normalize_tools(item.as_function_tools()))
         elif hasattr(item, "as_function_tool"):
             out.append(item.as_function_tool())
         elif callable(item):
@@ -339,3 +352,9 @@ def arguments_valid(function: FunctionTool, call: Content) -> bool:
 
 def _approval_mode_error(name: str, mode: object) -> str:
     return f"tool {name!r}: approval_mode must be 'always_require' or 'never_require', not {mode!r}"
+
+
+def _check_depth(raw: str) -> None:
+    """Refuse argument text nested deeper than a recorded ``ToolCalled`` can hold."""
+    if len(raw) > 2 * (MAX_DEPTH - 1) and too_deep(raw.encode("utf-8", "surrogatepass"), MAX_DEPTH - 1):
+        raise ArgumentsError(f"arguments are nested deeper than {MAX_DEPTH - 1} levels")

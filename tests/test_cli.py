@@ -98,14 +98,15 @@ def test_unknown_run(recorded: str, capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_corrupt_log_is_reported_with_position(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """A corrupt JSONL log is reported with the file and line, not a traceback."""
+    """A corrupt JSONL log is reported with the file and line, not a traceback (`runs` reads only
+    the first and last record of each run, so the run read here is shown)."""
     store = tmp_path / "runs.jsonl"
     assert main(["demo", "--store", str(store)]) == 0
     capsys.readouterr()
     lines = store.read_bytes().splitlines(keepends=True)
     lines[3] = lines[3].replace(b'"seq":3', b'"seq":"three"')
     store.write_bytes(b"".join(lines))
-    code = main(["runs", "--store", str(store)])
+    code = main(["show", "run_", "--store", str(store)])
     err = capsys.readouterr().err
     assert code == 1
     assert "runs.jsonl:4:" in err  # file:line

@@ -6,6 +6,9 @@ warning silenced says so in the block itself (``warnings.filterwarnings("ignore"
 category=FutureWarning)``). When the block is followed by a line ``Output:`` and a ```text block,
 the program's stdout must equal that text. Every other python block is a fragment and must at least
 compile. The parts of docs/events.md generated from the code must match the code.
+
+A program whose first line is ``# Needs a running server`` is type checked here and run by the
+test that starts that server (tests/test_llama_server.py).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PAGES = (*sorted((ROOT / "docs").glob("*.md")), ROOT / "README.md")
 FENCE = re.compile(r"^```(\w*)\s*$")
 START, END = "<!-- transitions:start -->", "<!-- transitions:end -->"
+NEEDS_SERVER = "# Needs a running server"
 
 
 class Block(NamedTuple):
@@ -43,6 +47,10 @@ class Block(NamedTuple):
     @property
     def complete(self) -> bool:
         return self.lang == "python" and "asyncio.run(" in self.code
+
+    @property
+    def needs_server(self) -> bool:
+        return self.code.startswith(NEEDS_SERVER)
 
     def __str__(self) -> str:
         return f"{self.page}:{self.line}"
@@ -127,7 +135,7 @@ def test_the_pages_have_examples() -> None:
     assert len(PROGRAMS) >= 10
 
 
-@pytest.mark.parametrize("block", PROGRAMS, ids=str)
+@pytest.mark.parametrize("block", [b for b in PROGRAMS if not b.needs_server], ids=str)
 def test_example_runs_and_prints_what_the_page_says(block: Block) -> None:
     """A complete example exits cleanly, warnings as errors, and prints its Output: block."""
     result = _run(block)

@@ -206,7 +206,12 @@ def test_responses_client_names_its_own_model_variable() -> None:
 
 @pytest.mark.anyio
 async def test_messages_become_input_items_and_instructions_a_field() -> None:
-    """Instructions go to ``instructions``; calls and results become function_call(_output) items."""
+    """Instructions go to ``instructions``; every item is typed: ``message`` items with typed parts
+    (``output_text`` for the assistant's words), function_call(_output) items for calls and results.
+
+    The assistant item in the untyped ``{"role", "content": str}`` shorthand is what servers that
+    translate items to chat messages (llama.cpp) reject with 400.
+    """
     server = Server(answer(message_item("ok")))
     history = [
         Message("system", (Content.from_text("Context."),)),
@@ -226,12 +231,13 @@ async def test_messages_become_input_items_and_instructions_a_field() -> None:
     assert body["instructions"] == "Be brief."
     assert body["max_output_tokens"] == 30
     assert body["input"] == [
-        {"role": "system", "content": "Context."},
-        {"role": "user", "content": "Weather?"},
-        {"role": "assistant", "content": "Checking."},
+        {"type": "message", "role": "system", "content": [{"type": "input_text", "text": "Context."}]},
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Weather?"}]},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Checking."}]},
         {"type": "function_call", "call_id": "c1", "name": "lookup", "arguments": '{"city":"Lima"}'},
         {"type": "function_call_output", "call_id": "c1", "output": "sunny"},
         {
+            "type": "message",
             "role": "user",
             "content": [{"type": "input_text", "text": "and"}, {"type": "input_text", "text": "Oslo?"}],
         },

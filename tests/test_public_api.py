@@ -32,7 +32,9 @@ EXPECTED = {
     "SessionState", "SessionStateError", "StoreError", "StructuredOutputError", "SubAgentApprovalError",
     "SubAgentDepthError",
     "ToolDefinitionError",
-    "ToolMode", "ToolSpec", "TornTailWarning", "TransitionError", "UnknownToolError", "Usage", "__version__",
+    "ToolMode", "ToolSpec", "TornTailWarning", "TransitionError", "UnknownToolError",
+    "UnreadableStreamWarning", "UnrecordableError",
+    "Usage", "__version__",
     "agent_middleware", "chat_middleware", "current_run_context", "default_redactor",
     "function_middleware", "normalize_messages", "redact_all", "redact_keys", "timeline", "tool",
 }  # fmt: skip

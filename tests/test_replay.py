@@ -8,7 +8,7 @@ from typing import Annotated
 
 import pytest
 
-from agentledger import FunctionInvocationContext, MemoryEventStore, ReplayDivergence, tool
+from agentledger import Agent, FunctionInvocationContext, MemoryEventStore, ReplayDivergence, tool
 from agentledger.adapters.chat.scripted import Call, ScriptedChatClient
 from agentledger.core import ModelResponded, ToolReturned
 from agentledger.demo import build_demo_agent, run_demo
@@ -183,3 +183,28 @@ async def test_rerun_with_writes_made_between_runs() -> None:
     response = await rerun(recorded, silent)  # type: ignore[arg-type]
     assert response is not None
     assert response.text == "Noted."
+
+
+async def test_a_tool_added_during_the_run_refuses_again_what_it_refused() -> None:
+    """A tool known only from the log (added by a loader) is stood in from its recorded spec,
+    which says less than its signature did: the arguments it refused are refused again."""
+
+    @tool
+    def double(n: int) -> int:
+        return 2 * n
+
+    @tool
+    def load_double(ctx: FunctionInvocationContext) -> str:
+        ctx.add_tools(double)
+        return "loaded"
+
+    store = MemoryEventStore()
+    script: list[Call | str] = [Call("load_double"), Call("double", {"n": "many"})]
+    script += [Call("double", {"n": 2}), "4"]
+    agent = Agent(client=ScriptedChatClient(script), tools=[load_double], store=store)
+    response = await agent.run("Double 2.")
+    recorded = await load(store, response.run_id)
+    assert "ArgumentsRejected" in event_types(recorded.events)
+    replayed = await rerun(recorded, Agent(client=ScriptedChatClient([]), tools=[load_double], store=False))
+    assert replayed is not None
+    assert replayed.text == "4"

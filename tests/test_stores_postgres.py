@@ -326,3 +326,48 @@ async def test_a_cancelled_append_still_waits_for_its_commit(dsn: str, schema: s
         assert outcomes == ["cancelled"]
         assert held == [1, 1]
         assert await store.read("run_c") == make_events("run_c", 0, 2, "c")
+
+
+# -- listing runs -------------------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_list_runs_filters_in_sql_and_skips_a_stream_that_does_not_decode(
+    dsn: str, schema: str
+) -> None:
+    """Newest first, each filter applied by the query; a stream whose first event does not decode is
+    skipped with one warning, and does not take a place of the limit."""
+    from agentledger.errors import UnreadableStreamWarning
+    from agentledger.store import RunQuery, SupportsRunListing, list_runs
+
+    from ._runs import T0, record, run_events
+
+    async with _store(dsn, schema) as opened:
+        store: EventStore = opened
+        assert isinstance(opened, SupportsRunListing)
+        await record(store, run_events("run_a", agent="Planner", session="s1", at=T0))
+        await record(store, run_events("run_b", agent="Booker", session="s1", at=T0 + 10, ending="failed"))
+        await record(store, run_events("run_c", session="s2", at=T0 + 20, ending="incomplete"))
+        await record(store, run_events("run_d", agent="Planner", session="s2", at=T0 + 30, parent="run_c"))
+
+        async def ids(**query: Any) -> list[str]:
+            return [run.run_id for run in await list_runs(store, RunQuery(**query))]
+
+        assert await ids() == ["run_d", "run_c", "run_b", "run_a"]
+        assert await ids(limit=2) == ["run_d", "run_c"]
+        assert await ids(agent="Planner") == ["run_d", "run_c", "run_a"]
+        assert await ids(session="s1") == ["run_b", "run_a"]
+        assert await ids(outcome="completed") == ["run_d", "run_a"]
+        assert await ids(outcome="failed") == ["run_b"]
+        assert await ids(outcome="incomplete") == ["run_c"]
+        assert await ids(since=T0 + 10) == ["run_d", "run_c", "run_b"]
+        (d,) = await list_runs(store, RunQuery(limit=1))
+        assert (d.events, d.parent_run_id, d.answer) == (4, "run_c", "answer of run_d")
+        async with _connection(dsn) as connection:
+            await connection.execute(
+                f"UPDATE {schema}.events SET data = %s WHERE stream = 'run_d' AND seq = 0",
+                ('{"type":"RunStarted","run_id":"run_d","seq":"zero"}',),
+            )
+        with pytest.warns(UnreadableStreamWarning, match="skipped stream 'run_d': postgresql") as warned:
+            assert await ids(limit=2) == ["run_c", "run_b"]
+        assert len(warned) == 1

@@ -15,7 +15,7 @@ from agentledger import (
     ModelCallError,
     tool,
 )
-from agentledger.adapters.chat.scripted import Call, ScriptedChatClient, ScriptEntry
+from agentledger.adapters.chat.scripted import Call, ScriptedChatClient, ScriptEntry, ScriptExhausted
 from agentledger.core import RunFailed
 from agentledger.testing import FixedClock, SequentialIds
 
@@ -90,6 +90,14 @@ async def test_failure_reaches_the_consumer_unwrapped(clock: FixedClock, ids: Se
     with pytest.raises(ModelCallError):
         async for _update in _agent(client, clock, ids).run_stream("go"):
             pass
+
+
+async def test_a_failure_keeps_the_client_error_as_its_cause(clock: FixedClock, ids: SequentialIds) -> None:
+    """As with run(): the ModelCallError from a stream carries the client's own error as __cause__."""
+    with pytest.raises(ModelCallError) as caught:
+        async for _update in _agent(ScriptedChatClient([]), clock, ids).run_stream("go"):
+            pass
+    assert isinstance(caught.value.__cause__, ScriptExhausted)
 
 
 async def test_a_plain_break_leaves_the_caller_alone(clock: FixedClock, ids: SequentialIds) -> None:

@@ -24,6 +24,7 @@ from agentledger.structured import ResponseSchema, response_schema
 
 from ._openai_common import (
     PendingCall,
+    TokenCount,
     UpdateMaker,
     copy_options,
     decode,
@@ -187,12 +188,12 @@ class _Choice(msgspec.Struct):
 
 
 class _Usage(msgspec.Struct):
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    total_tokens: int = 0
+    prompt_tokens: TokenCount = 0
+    completion_tokens: TokenCount = 0
+    total_tokens: TokenCount = 0
 
     def ours(self) -> Usage:
-        total = self.total_tokens or self.prompt_tokens + self.completion_tokens
+        total = self.total_tokens or min(self.prompt_tokens + self.completion_tokens, 2**63 - 1)
         return Usage(self.prompt_tokens, self.completion_tokens, total)
 
 

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import msgspec
 
 from agentledger.clients import ChatOptions, ChatResponseUpdate
+from agentledger.core.depth import MAX_DEPTH, too_deep
 from agentledger.core.events import ToolSpec
 from agentledger.core.messages import Content, Message, Usage, result_text
 
@@ -20,6 +21,7 @@ from ._openai_errors import MalformedResponseError
 
 __all__ = (
     "PendingCall",
+    "TokenCount",
     "UpdateMaker",
     "copy_options",
     "decode",
@@ -32,17 +34,25 @@ __all__ = (
 
 T = TypeVar("T")
 
+TokenCount = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
+"""A token count as a server may report it: anything else is a malformed answer, not a usage."""
+
 _EMPTY_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}}
 
 
 def decode(data: bytes | str, type_: type[T], what: str) -> T:
     """Decode ``data`` as ``type_``; anything else is a ``MalformedResponseError`` naming ``what``."""
+    raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
+    if too_deep(raw):  # whatever the interpreter's recursion limit, no answer nests like that
+        raise MalformedResponseError(f"{what} is nested deeper than {MAX_DEPTH} levels")
     try:
-        return msgspec.json.decode(data, type=type_)
+        return msgspec.json.decode(raw, type=type_)
+    except msgspec.ValidationError as exc:  # (a DecodeError too: it must come first)
+        raise MalformedResponseError(f"{what} does not have the expected shape: {exc}") from exc
     except msgspec.DecodeError as exc:
         raise MalformedResponseError(f"{what} is not valid JSON: {exc}") from exc
-    except msgspec.ValidationError as exc:
-        raise MalformedResponseError(f"{what} does not have the expected shape: {exc}") from exc
+    except RecursionError as exc:  # nested past the interpreter's limit: no answer looks like that
+        raise MalformedResponseError(f"{what} is nested too deep to be an answer") from exc
 
 
 def copy_options(body: dict[str, Any], options: ChatOptions, names: Mapping[str, str]) -> None:

@@ -16,7 +16,9 @@
         └── TruncatedStreamError                a stream ended before its final event
 
 A run records any of them as ``ModelFailed`` (``error_type`` is the class name) and raises
-``ModelCallError`` with the original as its cause. Messages never contain the API key.
+``ModelCallError`` with the original as its cause. Messages never contain the API key, nor
+any other value the request carried in a header or its query string (a server that echoes
+them back is quoted without them), nor the URL's query string.
 """
 
 from __future__ import annotations

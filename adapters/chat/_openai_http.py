@@ -3,6 +3,11 @@
 Every foreign error is translated here, at the line where it happens, with ``raise ... from exc``:
 transport failures, timeouts, connections lost in the middle of a stream, and error statuses
 (with the server's explanation, its error code and the wait it asks for).
+
+A message never carries what the request carried: the URL is shown without its query string
+(where ``extra_query`` puts keys such as ``api-key``), and every value of the request's headers
+(``Authorization``, ``X-Api-Key``, ``default_headers``, per-run ``headers``) and query is cut out
+of whatever the server or the transport said, since a server may echo them back.
 """
 
 from __future__ import annotations
@@ -15,6 +20,8 @@ from typing import Any
 
 import httpx
 import msgspec
+
+from agentledger.redaction import scrub_text
 
 from ._openai_errors import (
     APIConnectionError,
@@ -29,8 +36,38 @@ __all__ = (
     "read_all",
     "retry_after",
     "send_request",
+    "shown_url",
     "status_error_of",
+    "without_secrets",
 )
+
+# Headers whose values say nothing secret; every other header's value is cut out of messages.
+_PLAIN_HEADERS = frozenset(
+    {"accept", "accept-encoding", "connection", "content-length", "content-type", "host", "user-agent"}
+)
+_SCHEMES = ("bearer ", "basic ", "token ")
+_MASK = "***"  # what the clients put where a secret was
+
+
+def shown_url(request: httpx.Request) -> str:
+    """The request's URL as a message may show it: no query string, no user information."""
+    url = request.url
+    return str(url.copy_with(query=None, fragment=None, username=None, password=None))
+
+
+def without_secrets(text: str, request: httpx.Request) -> str:
+    """``text`` with every header and query value of ``request`` (and credentials) cut out."""
+    secrets: set[str] = set()
+    for name, value in request.headers.items():
+        if name.lower() in _PLAIN_HEADERS:
+            continue
+        secrets.add(value)
+        if value.lower().startswith(_SCHEMES):
+            secrets.add(value.split(" ", 1)[1].strip())
+    secrets.update(value for _, value in request.url.params.multi_items())
+    for secret in sorted((s for s in secrets if len(s) >= 3), key=len, reverse=True):
+        text = text.replace(secret, _MASK)
+    return scrub_text(text)
 
 
 async def send_request(http: httpx.AsyncClient, request: httpx.Request, stream: bool) -> httpx.Response:
@@ -38,9 +75,10 @@ async def send_request(http: httpx.AsyncClient, request: httpx.Request, stream: 
     try:
         return await http.send(request, stream=stream)
     except httpx.TimeoutException as exc:
-        raise APITimeoutError(f"no answer from POST {request.url} within the timeout") from exc
+        raise APITimeoutError(f"no answer from POST {shown_url(request)} within the timeout") from exc
     except httpx.TransportError as exc:
-        raise APIConnectionError(f"POST {request.url} failed: {type(exc).__name__}: {exc}") from exc
+        detail = without_secrets(f"{type(exc).__name__}: {exc}", request)
+        raise APIConnectionError(f"POST {shown_url(request)} failed: {detail}") from exc
 
 
 async def body_chunks(response: httpx.Response) -> AsyncIterator[bytes]:
@@ -73,8 +111,12 @@ async def status_error_of(request: httpx.Request, response: httpx.Response) -> A
     finally:
         await response.aclose()
     status = response.status_code
+    detail = without_secrets(detail, request)
+    if len(detail) > 500:
+        detail = detail[:500] + "…"
+    reason = without_secrets(response.reason_phrase, request)
     return status_error(status)(
-        f"{status} {response.reason_phrase} from POST {request.url}: {detail}",
+        f"{status} {reason} from POST {shown_url(request)}: {detail}",
         status_code=status,
         code=code,
         request_id=response.headers.get("x-request-id"),
@@ -92,13 +134,13 @@ def _error_detail(content: bytes) -> tuple[str, str | None]:
     """The server's explanation and error code, from the usual error shapes or the raw text."""
     try:
         body = msgspec.json.decode(content, type=_ErrorBody)
-    except (msgspec.DecodeError, msgspec.ValidationError):
-        return content.decode("utf-8", "replace")[:500] or "(no details)", None
-    error = body.error
-    if isinstance(error, dict):
-        code = error.get("code") or error.get("type")
-        return str(error.get("message") or error), str(code) if code is not None else None
-    return str(error or body.message or body.detail or "(no details)"), None
+        error = body.error
+        if isinstance(error, dict):
+            code = error.get("code") or error.get("type")
+            return str(error.get("message") or error), str(code) if code is not None else None
+        return str(error or body.message or body.detail or "(no details)"), None
+    except (msgspec.DecodeError, RecursionError):  # not JSON, or nested past any error's shape
+        return content.decode("utf-8", "replace") or "(no details)", None
 
 
 def retry_after(headers: httpx.Headers) -> float | None:

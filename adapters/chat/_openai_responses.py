@@ -26,6 +26,7 @@ from agentledger.structured import response_schema
 
 from ._openai_common import (
     PendingCall,
+    TokenCount,
     UpdateMaker,
     copy_options,
     decode,
@@ -123,7 +124,7 @@ def _items(message: Message) -> list[dict[str, Any]]:
     items: list[dict[str, Any]] = []
     texts = text_parts(message)
     if texts and message.role != "tool":
-        items.append({"role": message.role, "content": _content(texts, message.role)})
+        items.append({"type": "message", "role": message.role, "content": _content(texts, message.role)})
     for content in message.contents:
         if content.type == "function_call":
             items.append(
@@ -140,9 +141,13 @@ def _items(message: Message) -> list[dict[str, Any]]:
     return items
 
 
-def _content(texts: list[str], role: str) -> str | list[dict[str, str]]:
-    if len(texts) == 1:
-        return texts[0]
+def _content(texts: list[str], role: str) -> list[dict[str, str]]:
+    """Typed content parts: what the model wrote is ``output_text``, everything else ``input_text``.
+
+    Messages go out in the API's full item form (``type: "message"`` and a list of parts), not its
+    ``{"role", "content": str}`` shorthand: servers that translate input items to chat messages
+    (llama.cpp's among them) reject an assistant message written in the shorthand.
+    """
     kind = "output_text" if role == "assistant" else "input_text"
     return [{"type": kind, "text": text} for text in texts]
 
@@ -166,12 +171,12 @@ class _Item(msgspec.Struct):
 
 
 class _Usage(msgspec.Struct):
-    input_tokens: int = 0
-    output_tokens: int = 0
-    total_tokens: int = 0
+    input_tokens: TokenCount = 0
+    output_tokens: TokenCount = 0
+    total_tokens: TokenCount = 0
 
     def ours(self) -> Usage:
-        total = self.total_tokens or self.input_tokens + self.output_tokens
+        total = self.total_tokens or min(self.input_tokens + self.output_tokens, 2**63 - 1)
         return Usage(self.input_tokens, self.output_tokens, total)
 
 

@@ -46,6 +46,7 @@ import msgspec
 
 from agentledger.clients import BaseChatClient, ChatOptions, ChatResponse, ChatResponseUpdate
 from agentledger.core.messages import Content, Message
+from agentledger.logs import logger
 
 from ._openai_chat import ChatStream, chat_request, chat_response
 from ._openai_errors import (
@@ -85,6 +86,7 @@ __all__ = (
 )
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
+_log = logger("clients")
 DEFAULT_TIMEOUT = 60.0
 _MASK = "***"
 
@@ -254,6 +256,15 @@ class _OpenAIClient(BaseChatClient):
             delay = self._retry_delay(error, attempt)
             if delay is None:
                 raise error
+            _log.warning(
+                "%s %s answered %s; retry %d of %d in %.1f s",
+                request.method,
+                request.url.copy_with(query=None),
+                response.status_code,
+                attempt + 1,
+                self.max_retries,
+                delay,
+            )
             await self._sleep(delay)
             attempt += 1
 

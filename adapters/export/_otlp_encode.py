@@ -16,6 +16,8 @@ from ._otlp_model import AttrValue, Closed, Noted, Op, Opened, Span, SpanEvent, 
 
 __all__ = ("INSTALL_HINT", "assemble", "request_json", "request_protobuf")
 
+_INT64_MIN, _INT64_MAX, _UINT64_MAX = -(2**63), 2**63 - 1, 2**64 - 1
+
 INSTALL_HINT = "the protobuf encoding needs opentelemetry-proto: pip install 'agentledger[otlp]'"
 SCOPE = "agentledger"
 
@@ -37,8 +39,8 @@ class _Builder:
             parent_span_id=span_id(opened.parent) if opened.parent is not None else None,
             name=closed.name or opened.name,
             kind=opened.kind,
-            start_time_unix_nano=opened.at,
-            end_time_unix_nano=max(opened.at, closed.at),
+            start_time_unix_nano=_nanos(opened.at),
+            end_time_unix_nano=_nanos(max(opened.at, closed.at)),
             attributes={**opened.attributes, **closed.attributes},
             events=tuple(self.events),
             status_code=closed.status_code,
@@ -53,12 +55,23 @@ def assemble(ops: Iterable[Op]) -> list[Span]:
         if type(op) is Opened:
             builders[op.key] = _Builder(op)
         elif type(op) is Noted:
-            event = SpanEvent(name=op.name, time_unix_nano=op.at, attributes=op.attributes)
+            event = SpanEvent(name=op.name, time_unix_nano=_nanos(op.at), attributes=op.attributes)
             builders[op.key].events.append(event)
         else:
             assert type(op) is Closed
             builders[op.key].closed = op
     return [builder.span() for builder in builders.values()]
+
+
+def _nanos(at: int) -> int:
+    """A time as OTLP holds it (an unsigned 64-bit count of nanoseconds)."""
+    return min(max(at, 0), _UINT64_MAX)
+
+
+def _fits(value: int) -> bool:
+    """Whether an integer attribute fits OTLP's ``intValue`` (signed 64 bits); else it is sent as
+    its decimal text rather than failing the whole export."""
+    return _INT64_MIN <= value <= _INT64_MAX
 
 
 # -- JSON ----------------------------------------------------------------------------------------
@@ -68,7 +81,7 @@ def _json_value(value: AttrValue) -> dict[str, Any]:
     if isinstance(value, bool):
         return {"boolValue": value}
     if isinstance(value, int):
-        return {"intValue": str(value)}
+        return {"intValue": str(value)} if _fits(value) else {"stringValue": str(value)}
     if isinstance(value, float):
         return {"doubleValue": value}
     if isinstance(value, str):
@@ -139,6 +152,8 @@ def request_protobuf(spans: Sequence[Span], resource: Mapping[str, AttrValue]) -
         if isinstance(item, bool):
             return common_pb2.AnyValue(bool_value=item)
         if isinstance(item, int):
+            if not _fits(item):
+                return common_pb2.AnyValue(string_value=str(item))
             return common_pb2.AnyValue(int_value=item)
         if isinstance(item, float):
             return common_pb2.AnyValue(double_value=item)

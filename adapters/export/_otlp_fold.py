@@ -107,7 +107,7 @@ class SpanFold:
     def finish(self) -> list[Op]:
         """Close the spans still open (a log that ends mid-run) at their run's last event."""
         ops: list[Op] = []
-        for run in self.runs.values():
+        for run in list(self.runs.values()):
             ops.extend(run.abandon(run.last_at))
         return ops
 
@@ -261,8 +261,8 @@ class SpanFold:
     def _tool_failed(self, run: RunSpans, event: ToolFailed | ArgumentsRejected | ToolNotFound) -> list[Op]:
         ops, key = self._settled(run, event.call_id, event.name, event.at)
         run.calls.pop(event.call_id, None)
-        if type(event) is ToolFailed:
-            error, message = event.error_type, event.message
+        if type(event) is ToolFailed:  # the tool's own exception text is content: it may hold data
+            error, message = event.error_type, event.message if self.content else event.error_type
         else:
             error, message = type(event).__name__, event.reason  # type: ignore[union-attr]
         return [*ops, run.close(key, event.at, {"error.type": error}, status_code=STATUS_ERROR,

@@ -23,6 +23,9 @@ The protobuf encoding needs ``opentelemetry-proto`` (``pip install 'agentledger[
 from __future__ import annotations
 
 import email.utils
+import gzip
+import os
+import urllib.parse
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -34,6 +37,7 @@ import msgspec
 
 from agentledger.core.events import Event, RunStarted
 from agentledger.errors import AgentLedgerError
+from agentledger.logs import logger
 
 from ._otlp_encode import INSTALL_HINT, assemble, request_json, request_protobuf
 from ._otlp_fold import SpanFold
@@ -44,16 +48,20 @@ __all__ = (
     "RETRY_STATUSES",
     "ExportError",
     "ExportResult",
+    "OtlpSettings",
     "Span",
     "SpanEvent",
     "encode_json",
     "encode_protobuf",
     "export_otlp",
     "retry_delay",
+    "settings_from_env",
     "spans_from_events",
     "traces_url",
     "write_otlp_json_file",
 )
+
+_log = logger("export")
 
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
 """The responses worth another attempt (the OTLP/HTTP specification's retryable statuses)."""
@@ -171,6 +179,88 @@ def write_otlp_json_file(
     return len(spans)
 
 
+# -- configuration from the environment -----------------------------------------------------------
+
+
+class OtlpSettings(msgspec.Struct, frozen=True, kw_only=True):
+    """Where and how to send traces, as the standard ``OTEL_*`` variables say."""
+
+    endpoint: str | None = None
+    """The full ``.../v1/traces`` URL, or None when no variable names one."""
+    headers: dict[str, str] = msgspec.field(default_factory=dict)
+    timeout: float = 10.0
+    """Seconds (the variables give milliseconds)."""
+    compression: Literal["gzip", "none"] = "none"
+    encoding: Literal["protobuf", "json"] = "protobuf"
+    resource: dict[str, AttrValue] = msgspec.field(default_factory=dict)
+
+
+_PROTOCOLS: dict[str, Literal["protobuf", "json"]] = {"http/protobuf": "protobuf", "http/json": "json"}
+
+
+def settings_from_env(environ: Mapping[str, str] | None = None) -> OtlpSettings:
+    """The OTLP exporter settings of the OpenTelemetry specification's environment variables.
+
+    ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` (used as it is) or ``OTEL_EXPORTER_OTLP_ENDPOINT``
+    (``/v1/traces`` appended); ``..._HEADERS`` (``name=value`` pairs, comma separated, values
+    percent-decoded); ``..._TIMEOUT`` (milliseconds); ``..._COMPRESSION`` (``gzip`` or ``none``);
+    ``..._PROTOCOL`` (``http/protobuf`` or ``http/json``; ``grpc`` is refused); each ``TRACES_``
+    variable before the general one. ``OTEL_RESOURCE_ATTRIBUTES`` and ``OTEL_SERVICE_NAME`` (which
+    wins for ``service.name``) give the resource. A malformed value raises ``ExportError``.
+    """
+    env = os.environ if environ is None else environ
+
+    def read(name: str) -> str | None:
+        value = env.get(f"OTEL_EXPORTER_OTLP_TRACES_{name}") or env.get(f"OTEL_EXPORTER_OTLP_{name}")
+        return value.strip() if value and value.strip() else None
+
+    endpoint = env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "").strip() or None
+    if endpoint is None and (base := env.get("OTEL_EXPORTER_OTLP_ENDPOINT", "").strip()):
+        endpoint = traces_url(base)
+    timeout = 10.0
+    if (raw_timeout := read("TIMEOUT")) is not None:
+        try:
+            timeout = float(raw_timeout) / 1000
+        except ValueError:
+            message = f"OTEL_EXPORTER_OTLP_TIMEOUT must be milliseconds, not {raw_timeout!r}"
+            raise ExportError(message) from None
+        if not timeout > 0:
+            raise ExportError(f"OTEL_EXPORTER_OTLP_TIMEOUT must be positive, not {raw_timeout!r}")
+    compression = (read("COMPRESSION") or "none").lower()
+    if compression not in ("gzip", "none"):
+        raise ExportError(f"OTEL_EXPORTER_OTLP_COMPRESSION must be gzip or none, not {compression!r}")
+    protocol = (read("PROTOCOL") or "http/protobuf").lower()
+    if protocol not in _PROTOCOLS:
+        raise ExportError(
+            f"OTEL_EXPORTER_OTLP_PROTOCOL {protocol!r}: traces go over OTLP/HTTP (http/protobuf or http/json)"
+        )
+    attributes = _pairs(env.get("OTEL_RESOURCE_ATTRIBUTES"), "OTEL_RESOURCE_ATTRIBUTES")
+    resource: dict[str, AttrValue] = dict(attributes)
+    if service := env.get("OTEL_SERVICE_NAME", "").strip():
+        resource["service.name"] = service
+    return OtlpSettings(
+        endpoint=endpoint,
+        headers=_pairs(read("HEADERS"), "OTEL_EXPORTER_OTLP_HEADERS"),
+        timeout=timeout,
+        compression="gzip" if compression == "gzip" else "none",
+        encoding=_PROTOCOLS[protocol],
+        resource=resource,
+    )
+
+
+def _pairs(text: str | None, variable: str) -> dict[str, str]:
+    """``name=value,name2=value2`` with percent-encoded values, as the OTel variables write them."""
+    pairs: dict[str, str] = {}
+    for item in (text or "").split(","):
+        if not item.strip():
+            continue
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise ExportError(f"{variable}: {item.strip()!r} is not name=value")
+        pairs[urllib.parse.unquote(name.strip())] = urllib.parse.unquote(value.strip())
+    return pairs
+
+
 # -- over HTTP -----------------------------------------------------------------------------------
 
 
@@ -246,14 +336,19 @@ async def _post(
             raise ExportError(f"cannot reach {url}: {type(exc).__name__}", attempts=attempt) from exc
         if response.status_code not in RETRY_STATUSES or attempt >= max_attempts:
             return response, attempt
-        await sleep(retry_delay(response, attempt, backoff, max_delay))
+        delay = retry_delay(response, attempt, backoff, max_delay)
+        _log.warning(
+            "OTLP export to %s answered %s; attempt %d of %d, next in %.1f s",
+            url, response.status_code, attempt + 1, max_attempts, delay,
+        )  # fmt: skip
+        await sleep(delay)
 
 
 async def export_otlp(
     events: Iterable[Event],
-    endpoint: str,
+    endpoint: str | None = None,
     *,
-    encoding: Literal["protobuf", "json"] = "protobuf",
+    encoding: Literal["protobuf", "json"] | None = None,
     headers: Mapping[str, str] | None = None,
     client: httpx.AsyncClient | None = None,
     include_content: bool = False,
@@ -262,29 +357,43 @@ async def export_otlp(
     max_attempts: int = 5,
     backoff: float = 0.5,
     max_delay: float = 30.0,
-    http_timeout: float = 10.0,
+    http_timeout: float | None = None,
+    compression: Literal["gzip", "none"] | None = None,
+    environ: Mapping[str, str] | None = None,
     sleep: Sleep = anyio.sleep,
 ) -> ExportResult:
     """Send the spans of ``events`` to an OTLP/HTTP receiver in one request.
 
-    ``endpoint`` is the receiver's base URL or its ``.../v1/traces`` URL. Only 429, 502, 503 and
+    ``endpoint`` is the receiver's base URL or its ``.../v1/traces`` URL. What is not given comes
+    from the standard ``OTEL_*`` variables (``settings_from_env``; ``environ`` replaces
+    ``os.environ``): the endpoint, headers (given ones win), timeout, ``compression`` (``gzip``
+    compresses the body), encoding and resource attributes. Only 429, 502, 503 and
     504 are retried, at most ``max_attempts`` attempts in all, waiting ``Retry-After`` when the
     receiver sends it (else ``backoff`` doubling per attempt), never more than ``max_delay``.
-    ``sleep`` does the waiting (tests pass a recorder). Raises ``ExportError`` when the last
-    response is not a success or the receiver cannot be reached.
+    ``sleep`` does the waiting (tests pass a recorder). Raises ``ExportError`` when no endpoint is
+    given or configured, the last response is not a success or the receiver cannot be reached.
     """
+    env = settings_from_env(environ)
+    encoding = encoding or env.encoding
     if encoding not in _CONTENT_TYPES:
         raise ValueError(f"encoding must be 'protobuf' or 'json', not {encoding!r}")
     if max_attempts < 1:
         raise ValueError("max_attempts must be at least 1")
+    if endpoint is None and env.endpoint is None:
+        raise ExportError("no OTLP endpoint: pass one or set OTEL_EXPORTER_OTLP_ENDPOINT")
+    url = traces_url(endpoint) if endpoint is not None else str(env.endpoint)
     spans = spans_from_events(events, include_content=include_content, provider_name=provider_name)
     encode = encode_protobuf if encoding == "protobuf" else encode_json
-    body = encode(spans, resource=resource)
-    url = traces_url(endpoint)
-    sent_headers = {k: v for k, v in (headers or {}).items() if k.lower() != "content-type"}
+    body = encode(spans, resource={**env.resource, **(resource or {})})
+    given = {**env.headers, **(headers or {})}
+    sent_headers = {k: v for k, v in given.items() if k.lower() not in ("content-type", "content-encoding")}
     sent_headers["Content-Type"] = _CONTENT_TYPES[encoding]
+    if (compression or env.compression) == "gzip":
+        body = gzip.compress(body, mtime=0)
+        sent_headers["Content-Encoding"] = "gzip"
     owned = client is None
-    http = client if client is not None else httpx.AsyncClient(timeout=http_timeout)
+    timeout = http_timeout if http_timeout is not None else env.timeout
+    http = client if client is not None else httpx.AsyncClient(timeout=timeout)
     try:
         response, attempts = await _post(
             http, url, body, sent_headers, max_attempts=max_attempts, sleep=sleep, backoff=backoff,

@@ -6,16 +6,19 @@ and seq) and what was expected, followed by msgspec's own account of what it fou
 
 Records are decoded in one call per read (``decode_lines`` over newline-terminated JSON), which
 is faster than a call per record; only when that fails are the records decoded one by one, to
-find the first bad one.
+find the first bad one. A record nested deeper than ``MAX_DEPTH`` is refused as corrupt before
+it is decoded (the check is one pass in C over the block), so no reader recurses into it.
 """
 
 from __future__ import annotations
 
 import gc
+import operator
 from collections.abc import Callable, Sequence
 
 import msgspec
 
+from agentledger.core.depth import too_deep
 from agentledger.core.events import Event, decode_event
 from agentledger.errors import LogCorruptError
 
@@ -24,6 +27,8 @@ __all__ = ("EXPECTED", "check_sequence", "decode_block", "decode_records")
 EXPECTED = 'expected one event: a JSON object tagged with its "type"'
 
 _decoder: msgspec.json.Decoder[Event] = msgspec.json.Decoder(Event)
+_seq = operator.attrgetter("seq")
+_run_id = operator.attrgetter("run_id")
 
 
 def decode_block(data: bytes, count: int, where: Callable[[int], str]) -> list[Event]:
@@ -33,12 +38,14 @@ def decode_block(data: bytes, count: int, where: Callable[[int], str]) -> list[E
     them in a cycle, and collections triggered by that growth would scan the whole heap again
     and again (a large read then costs more per event than a small one).
     """
+    if too_deep(data):
+        return _one_by_one(data.split(b"\n")[:count], where)
     paused = gc.isenabled() and count > 1000
     if paused:
         gc.disable()
     try:
         events = _decoder.decode_lines(data)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError, ValueError):  # ValueError: text that is not UTF-8
         events = []
     finally:
         if paused:
@@ -63,7 +70,7 @@ def _one_by_one(records: Sequence[bytes], where: Callable[[int], str]) -> list[E
     try:
         for record in records:
             append(decode_event(record))
-    except (msgspec.DecodeError, TypeError) as exc:  # TypeError: a value that is not bytes or str
+    except (msgspec.DecodeError, TypeError, ValueError) as exc:  # TypeError: not bytes or str
         raise LogCorruptError(f"{EXPECTED}; {exc}", where=where(len(events))) from exc
     return events
 
@@ -74,6 +81,9 @@ def check_sequence(events: list[Event], stream: str, first: int, where: Callable
     A line lost, repeated or moved in a file (an edit, a bad copy) is corruption, never a shorter
     or reordered run.
     """
+    seqs = list(map(_seq, events))
+    if seqs == list(range(first, first + len(events))) and all(map(stream.__eq__, map(_run_id, events))):
+        return events  # the common case, checked in C
     for index, event in enumerate(events):
         if event.seq != first + index or event.run_id != stream:
             raise LogCorruptError(

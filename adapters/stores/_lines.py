@@ -23,23 +23,32 @@ from __future__ import annotations
 import itertools
 import os
 import threading
-import warnings
 from array import array
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
 from agentledger.errors import TornTailWarning
+from agentledger.logs import warn
 
 try:
     import fcntl
 except ImportError as exc:  # pragma: no cover - Windows
     raise ImportError("JSONL event stores need POSIX file locks (fcntl); use SqliteEventStore here") from exc
 
-__all__ = ("LineFile", "OpenLineFile", "TornTailWarning", "fsync_directory", "make_directory", "write_all")
+__all__ = (
+    "LineFile",
+    "OpenLineFile",
+    "TornTailWarning",
+    "edge_lines",
+    "fsync_directory",
+    "make_directory",
+    "write_all",
+)
 
 _sync = getattr(os, "fdatasync", os.fsync)
 _READ_CHUNK = 1 << 30
+_EDGE_CHUNK = 1 << 13
 
 
 def write_all(fd: int, data: bytes) -> None:
@@ -71,6 +80,37 @@ def make_directory(path: Path, *, fsync: bool) -> None:
         fsync_directory(path.parent)
 
 
+def edge_lines(path: Path) -> tuple[bytes, bytes] | None:
+    """The first and last whole lines of ``path`` (the same line when it holds one), read under a
+    shared lock without reading what lies between; ``None`` for a missing file or one without a
+    whole line. Bytes after the last line end (a torn record) are left out."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        size = os.fstat(fd).st_size
+        head = b""
+        while len(head) < size and b"\n" not in head:
+            part = os.pread(fd, _EDGE_CHUNK, len(head))
+            if not part:
+                break
+            head += part
+        if b"\n" not in head:
+            return None
+        first = head[: head.index(b"\n")]
+        tail, end = b"", size
+        while end > 0 and tail.count(b"\n") < 2:  # the last line end, and the one before it
+            start = max(end - _EDGE_CHUNK, 0)
+            tail = os.pread(fd, end - start, start) + tail
+            end = start
+        tail = tail[: tail.rindex(b"\n")]  # up to the last line end
+        return first, tail[tail.rfind(b"\n") + 1 :]
+    finally:
+        os.close(fd)
+
+
 def _pread_all(fd: int, size: int, offset: int) -> bytes:
     parts = []
     while size > 0:
@@ -86,11 +126,13 @@ def _pread_all(fd: int, size: int, offset: int) -> bytes:
 class LineFile:
     """One append-only file of records, one per line; see the module docstring."""
 
-    __slots__ = ("_identity", "_lock", "end", "fsync", "generation", "path", "starts")
+    __slots__ = ("_identity", "_lock", "end", "fsync", "generation", "path", "read_only", "starts", "torn")
 
-    def __init__(self, path: Path, *, fsync: bool = True) -> None:
+    def __init__(self, path: Path, *, fsync: bool = True, read_only: bool = False) -> None:
         self.path = path
         self.fsync = fsync
+        self.read_only = read_only  # opened for reading, locked shared; a torn record is left as is
+        self.torn = 0  # the file size at which a torn record was last reported (read-only)
         self.starts = array("q")  # where each whole line starts
         self.end = 0  # every byte before this is whole lines
         self.generation = 0  # bumped when the file had to be read again from the start
@@ -111,7 +153,7 @@ class LineFile:
                 yield None
                 return
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX)
+                fcntl.flock(fd, fcntl.LOCK_SH if self.read_only else fcntl.LOCK_EX)
                 handle = OpenLineFile(self, fd)
                 handle.catch_up()
                 yield handle
@@ -120,6 +162,11 @@ class LineFile:
 
     def _open(self, create: bool) -> int | None:
         flags = os.O_RDWR | os.O_APPEND | os.O_CLOEXEC
+        if self.read_only:
+            try:
+                return os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+            except FileNotFoundError:
+                return None
         try:
             return os.open(self.path, flags)
         except FileNotFoundError:
@@ -139,13 +186,20 @@ class LineFile:
 
 
 class OpenLineFile:
-    """A ``LineFile`` opened and locked for one operation."""
+    """A ``LineFile`` opened and locked for one operation.
 
-    __slots__ = ("fd", "file")
+    The bytes ``catch_up`` read (whole lines from ``seen_at``) are kept for the operation, so a
+    read of lines among them (a fresh store reading a file for the first time) does not read
+    the file again.
+    """
+
+    __slots__ = ("fd", "file", "seen", "seen_at")
 
     def __init__(self, file: LineFile, fd: int) -> None:
         self.file = file
         self.fd = fd
+        self.seen = b""
+        self.seen_at = 0
 
     def catch_up(self) -> None:
         """Index the lines other writers appended; cut off a torn last record."""
@@ -157,9 +211,11 @@ class OpenLineFile:
             file.generation += 1
         if stat.st_size == file.end:
             return
-        data = _pread_all(self.fd, stat.st_size - file.end, file.end)
+        start = file.end
+        data = _pread_all(self.fd, stat.st_size - start, start)
         whole = data.rfind(b"\n") + 1
         self._index(data[:whole].split(b"\n")[:-1])
+        self.seen, self.seen_at = (data if whole == len(data) else data[:whole]), start
         if whole < len(data):
             self._cut(len(data) - whole)
 
@@ -172,14 +228,27 @@ class OpenLineFile:
 
     def _cut(self, torn: int) -> None:
         file = self.file
+        if file.read_only:  # leave the file as it is; say so once per torn record
+            if file.torn != file.end + torn:
+                file.torn = file.end + torn
+                warn(
+                    TornTailWarning(
+                        f"{file.path}: line {file.count + 1} was torn by an interrupted write; "
+                        f"ignored its {torn} bytes at offset {file.end} (opened read-only)"
+                    ),
+                    part="stores",
+                    stacklevel=2,
+                )
+            return
         os.ftruncate(self.fd, file.end)
         if file.fsync:
             _sync(self.fd)
-        warnings.warn(
+        warn(
             TornTailWarning(
                 f"{file.path}: line {file.count + 1} was torn by an interrupted write; "
                 f"cut off its {torn} bytes at offset {file.end}"
             ),
+            part="stores",
             stacklevel=2,
         )
 
@@ -225,8 +294,16 @@ class OpenLineFile:
         file = self.file
         if first >= stop:
             return b""
+        begin = file.starts[first]
         end = file.starts[stop] if stop < file.count else file.end
-        return _pread_all(self.fd, end - file.starts[first], file.starts[first])
+        offset = begin - self.seen_at
+        if offset >= 0 and end - self.seen_at <= len(self.seen):  # read just now by catch_up
+            return (
+                self.seen
+                if offset == 0 and end - begin == len(self.seen)
+                else self.seen[offset : end - self.seen_at]
+            )
+        return _pread_all(self.fd, end - begin, begin)
 
     def lines(self, numbers: Sequence[int]) -> list[bytes]:
         """The lines numbered ``numbers`` (0-based, ascending), without their line ends."""

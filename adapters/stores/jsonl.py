@@ -13,29 +13,35 @@ Every file is an append-only ``LineFile`` (see ``_lines``): an exclusive ``flock
 writers across threads and processes, which makes the version check and the write one atomic
 step; a torn last record is cut off with a ``TornTailWarning``; a record that does not decode
 raises ``LogCorruptError`` naming the file and line. Lines are counted, not parsed, until they
-are read, except in a journal, where each new line's ``run_id`` is read to index it.
+are read, except in a journal, where each new line's ``run_id`` is read to index it (the journal
+layout is ``_jsonl_journal.Journal``). With ``read_only``, files are opened for reading under a
+shared lock and a torn last record is reported but left in place.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import threading
-from array import array
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import quote, unquote
 
+import anyio
 import msgspec
 
 from agentledger.core.events import Event, encode_event
 from agentledger.errors import ConflictError, LogCorruptError, StoreError
+from agentledger.listing import RunQuery, RunSummary
 
-from ._codec import EXPECTED, check_sequence, decode_block, decode_records
+from ._codec import check_sequence, decode_block
 from ._group import Append, appending
-from ._lines import LineFile, OpenLineFile, TornTailWarning, make_directory
+from ._jsonl_journal import Journal
+from ._lines import LineFile, OpenLineFile, TornTailWarning, edge_lines, make_directory
+from ._listing import Edges, Listing, report, summaries
 from ._threaded import ThreadedStore
 
 __all__ = ("JsonlEventStore", "TornTailWarning")
@@ -56,21 +62,24 @@ class JsonlEventStore(ThreadedStore):
     power loss, not only a crash of the process. ``fsync=False`` leaves flushing to the OS.
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, fsync: bool = True) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, fsync: bool = True, read_only: bool = False) -> None:
         self.path = Path(path)
         self.fsync = fsync
+        self.read_only = read_only
         if self.path.suffix == _SUFFIX or self.path.is_file():
-            self._layout: _Journal | _Directory = _Journal(self.path, fsync)
+            self._layout: Journal | _Directory = Journal(self.path, fsync, read_only)
         else:
-            self._layout = _Directory(self.path, fsync)
+            self._layout = _Directory(self.path, fsync, read_only)
 
     @property
     def layout(self) -> str:
         """``"journal"`` (one file) or ``"directory"`` (one file per stream)."""
-        return "journal" if isinstance(self._layout, _Journal) else "directory"
+        return "journal" if isinstance(self._layout, Journal) else "directory"
 
     def prepare(self, stream: str, events: Sequence[Event], expected_version: int) -> Append[bytes]:
         self._check_open()
+        if self.read_only:
+            raise StoreError(f"{self.path}: opened read-only; appending to {stream!r} is refused")
         records = [encode_event(event) for event in self._layout.check(stream, events)]
         return Append(stream, records, expected_version)
 
@@ -90,10 +99,29 @@ class JsonlEventStore(ThreadedStore):
         with self._os_errors(f"reading {stream!r}"):
             return self._layout.read(stream, after)
 
+    def read_many_sync(self, streams: Sequence[str]) -> dict[str, list[Event]]:
+        if isinstance(self._layout, Journal):
+            self._check_open()
+            with self._os_errors("reading streams"):
+                many = self._layout.read_many(streams)
+            if many is not None:
+                return many
+        return super().read_many_sync(streams)
+
     def streams_sync(self) -> list[str]:
         self._check_open()
         with self._os_errors("listing streams"):
             return self._layout.streams()
+
+    async def list_runs(self, query: RunQuery) -> list[RunSummary]:
+        """Run summaries, newest first, from each stream's first and last lines (``SupportsRunListing``)."""
+        self._check_open()
+        return report(await anyio.to_thread.run_sync(self._list_runs_sync, query))
+
+    def _list_runs_sync(self, query: RunQuery) -> Listing:
+        self._check_open()
+        with self._os_errors("listing runs"):
+            return self._layout.list_runs(query)
 
     @contextmanager
     def _os_errors(self, doing: str) -> Iterator[None]:
@@ -106,127 +134,14 @@ class JsonlEventStore(ThreadedStore):
         return f"JsonlEventStore({str(self.path)!r}, layout={self.layout!r})"
 
 
-class _Envelope(msgspec.Struct):
-    run_id: str
-
-
-_envelope = msgspec.json.Decoder(_Envelope)
-
-
-class _Journal:
-    """Every stream in one file; each line's stream is its event's ``run_id``."""
-
-    def __init__(self, path: Path, fsync: bool) -> None:
-        self.file = LineFile(path, fsync=fsync)
-        self.index: dict[str, array[int]] = {}  # stream -> its line numbers
-        self.indexed = 0
-        self.generation = 0
-
-    def check(self, stream: str, events: Sequence[Event]) -> Sequence[Event]:
-        for event in events:
-            if event.run_id != stream:
-                raise ValueError(
-                    f"a journal files each event under its run_id; {event.run_id!r} cannot go in {stream!r}"
-                )
-        return events
-
-    def commit(self, group: list[Append[bytes]]) -> None:
-        """The group's batches as one write and one sync; each append checked in queue order."""
-        writing = any(append.records for append in group)
-        if writing:
-            make_directory(self.file.path.parent, fsync=self.file.fsync)
-        accepted: list[Append[bytes]] = []
-        with self.file.locked(create=writing) as handle:
-            index = self._refresh(handle) if handle is not None else {}
-            versions: dict[str, int] = {}
-            records: list[bytes] = []
-            for append in group:
-                version = versions.get(append.stream)
-                if version is None:
-                    numbers = index.get(append.stream)
-                    version = len(numbers) if numbers is not None else 0
-                if version != append.expected:
-                    append.fail(ConflictError(append.stream, append.expected, version))
-                    continue
-                versions[append.stream] = version + len(append.records)
-                accepted.append(append)
-                records.extend(append.records)
-            if handle is not None and records:
-                first = self.file.count
-                handle.append(records)
-                for append in accepted:
-                    stop = first + len(append.records)
-                    self.index.setdefault(append.stream, array("q")).extend(range(first, stop))
-                    first = stop
-                self.indexed = self.file.count
-        for append in accepted:
-            append.succeed()
-
-    def close(self) -> None:
-        """Nothing to release."""
-
-    def read(self, stream: str, after: int) -> list[Event]:
-        with self.file.locked(create=False) as handle:
-            numbers = self._refresh(handle).get(stream) if handle is not None else None
-            selected = numbers[max(after + 1, 0) :] if numbers is not None else None  # a copy
-            if handle is None or not selected:
-                return []
-            first, stop = selected[0], selected[-1] + 1
-            contiguous = stop - first == len(selected)
-            data = handle.block(first, stop) if contiguous else handle.lines(selected)
-
-        def where(index: int) -> str:
-            return f"{self.file.path}:{selected[index] + 1}"
-
-        if isinstance(data, bytes):
-            events = decode_block(data, len(selected), where)
-        else:
-            events = decode_records(data, where)
-        return check_sequence(events, stream, max(after + 1, 0), where)
-
-    def streams(self) -> list[str]:
-        with self.file.locked(create=False) as handle:
-            return list(self._refresh(handle)) if handle is not None else []
-
-    def _refresh(self, handle: OpenLineFile) -> dict[str, array[int]]:
-        """Index the lines appended since the last operation, all or none of them."""
-        if self.generation != self.file.generation:
-            self.index, self.indexed, self.generation = {}, 0, self.file.generation
-        if self.indexed == self.file.count:
-            return self.index
-        new: dict[str, list[int]] = {}
-        for number, envelope in enumerate(self._envelopes(handle), self.indexed):
-            new.setdefault(envelope.run_id, []).append(number)
-        for run_id, numbers in new.items():
-            self.index.setdefault(run_id, array("q")).extend(numbers)
-        self.indexed = self.file.count
-        return self.index
-
-    def _envelopes(self, handle: OpenLineFile) -> list[_Envelope]:
-        """The ``run_id`` of every line not indexed yet, in one decoding call when all is well."""
-        first, count = self.indexed, self.file.count
-        try:
-            envelopes = _envelope.decode_lines(handle.block(first, count))
-        except msgspec.DecodeError:
-            envelopes = []
-        if len(envelopes) == count - first:
-            return envelopes
-        envelopes = []  # find the line that does not decode
-        for number, line in enumerate(handle.lines(range(first, count)), first):
-            try:
-                envelopes.append(_envelope.decode(line))
-            except msgspec.DecodeError as exc:
-                raise LogCorruptError(f"{EXPECTED}; {exc}", where=f"{self.file.path}:{number + 1}") from exc
-        return envelopes
-
-
 class _Directory:
     """One file per stream, and a catalog of stream names in creation order."""
 
-    def __init__(self, path: Path, fsync: bool) -> None:
+    def __init__(self, path: Path, fsync: bool, read_only: bool) -> None:
         self.path = path
         self.fsync = fsync
-        self.catalog = LineFile(path / _CATALOG, fsync=fsync)
+        self.read_only = read_only
+        self.catalog = LineFile(path / _CATALOG, fsync=fsync, read_only=read_only)
         self.catalogued: dict[str, None] = {}  # an ordered set
         self.catalog_indexed = 0
         self.catalog_generation = 0
@@ -242,7 +157,8 @@ class _Directory:
         with self._files_lock:
             file = self.files.get(stream)
             if file is None:
-                file = self.files[stream] = LineFile(self.path / _file_name(stream), fsync=self.fsync)
+                path = self.path / _file_name(stream)
+                file = self.files[stream] = LineFile(path, fsync=self.fsync, read_only=self.read_only)
             return file
 
     def commit(self, group: list[Append[bytes]]) -> None:
@@ -339,12 +255,26 @@ class _Directory:
         with self.catalog.locked(create=False) as handle:
             if handle is not None:
                 self._refresh_catalog(handle)
-        names = [n for n in self.catalogued if _has_records(self.path / _file_name(n))]
-        known = {_file_name(n) for n in self.catalogued}
-        found = sorted(
-            p.name for p in self.path.iterdir() if p.name.endswith(_SUFFIX) and p.name not in known
-        )
-        return names + [unquote(f[: -len(_SUFFIX)]) for f in found if _has_records(self.path / f)]
+        sizes = _log_sizes(self.path)  # one directory scan, not a stat per stream
+        names = [n for n in self.catalogued if sizes.pop(_file_name(n), 0) > 0]
+        found = sorted(f for f, size in sizes.items() if size > 0)
+        return names + [unquote(f[: -len(_SUFFIX)]) for f in found]
+
+    def list_runs(self, query: RunQuery) -> Listing:
+        """Each stream's first and last lines, newest stream first, read without the lines between."""
+        return summaries(map(self._edges, reversed(self.streams())), query)
+
+    def _edges(self, stream: str) -> Edges | None:
+        path = self.path / _file_name(stream)
+        found = edge_lines(path)
+        if found is None:
+            return None
+        first, last = found
+
+        def where(index: int) -> str:
+            return f"{path}:1" if index == 0 else f"{path}: last line"
+
+        return Edges(stream, [first] if first == last else [first, last], where)
 
     def _catalogue(self, streams: list[str]) -> None:
         """Add ``streams`` to the catalog, in order, unless another writer already did."""
@@ -365,15 +295,20 @@ class _Directory:
         known = self.catalog_indexed
         names: list[str] = []
         for number, line in enumerate(handle.lines(range(known, self.catalog.count)), known + 1):
+            where = f"{self.catalog.path}:{number}"
             try:
-                names.append(msgspec.json.decode(line, type=str))
-            except msgspec.DecodeError as exc:
-                where = f"{self.catalog.path}:{number}"
+                name = msgspec.json.decode(line, type=str)
+                _file_name(name)
+            except (msgspec.DecodeError, UnicodeDecodeError) as exc:
                 raise LogCorruptError(f"expected a stream name as a JSON string; {exc}", where=where) from exc
+            except ValueError as exc:  # empty, too long
+                raise LogCorruptError(f"expected a stream name; {exc}", where=where) from exc
+            names.append(name)
         self.catalogued.update(dict.fromkeys(names))
         self.catalog_indexed = self.catalog.count
 
 
+@functools.lru_cache(maxsize=1 << 14)
 def _file_name(stream: str) -> str:
     """The file of ``stream``: percent-encoded, never hidden, never a path."""
     if not stream:
@@ -386,8 +321,14 @@ def _file_name(stream: str) -> str:
     return name + _SUFFIX
 
 
-def _has_records(path: Path) -> bool:
-    try:
-        return path.stat().st_size > 0
-    except FileNotFoundError:
-        return False
+def _log_sizes(directory: Path) -> dict[str, int]:
+    """The size of every stream file in ``directory``, by file name."""
+    sizes: dict[str, int] = {}
+    with os.scandir(directory) as entries:
+        for entry in entries:
+            if entry.name.endswith(_SUFFIX):
+                try:
+                    sizes[entry.name] = entry.stat().st_size
+                except FileNotFoundError:  # removed meanwhile
+                    continue
+    return sizes

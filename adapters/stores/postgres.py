@@ -46,9 +46,11 @@ import anyio
 
 from agentledger.core.events import Event, encode_event
 from agentledger.errors import ConflictError, LogCorruptError, StoreError
+from agentledger.listing import RunQuery, RunSummary
 
 from ._codec import decode_records
 from ._group import Append, LoopGroups, appending, remember
+from ._listing import report
 
 try:
     import psycopg
@@ -57,7 +59,7 @@ try:
 except ImportError:  # pragma: no cover - exercised only without the extra
     raise ImportError("PostgresEventStore needs psycopg 3: pip install 'agentledger[postgres]'") from None
 
-from . import _pg_schema
+from . import _pg_runs, _pg_schema
 from ._pg_pool import Pool, lock_key
 from ._pg_schema import (
     GROUP_INSERT,
@@ -169,6 +171,10 @@ class PostgresEventStore:
         async with self.connection() as connection:
             rows: list[tuple[str]] = await self.fetch(connection, query, ())
         return [row[0] for row in rows]
+
+    async def list_runs(self, query: RunQuery) -> list[RunSummary]:
+        """Run summaries, newest first, from each stream's first and last events (``SupportsRunListing``)."""
+        return report(await _pg_runs.list_runs(self, query))
 
     # -- beyond the protocol ----------------------------------------------------------------------
 

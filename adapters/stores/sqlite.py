@@ -31,13 +31,20 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
+from urllib.parse import quote
+
+import anyio
 
 from agentledger.core.events import Event, encode_event
-from agentledger.errors import ConflictError, LogCorruptError, StoreError
+from agentledger.errors import LogCorruptError, StoreError
+from agentledger.listing import RunQuery, RunSummary
 
+from . import _sqlite_runs
 from ._codec import decode_block, decode_records
-from ._group import Append, appending, remember
+from ._group import Append, appending
+from ._listing import report
+from ._sqlite_append import StreamVersions, insert_each
 from ._threaded import ThreadedStore
 
 __all__ = ("SCHEMA_VERSION", "SqliteEventStore")
@@ -82,10 +89,11 @@ CREATE TABLE events (
 INSERT INTO events (stream, seq, last, data) SELECT stream, seq, seq, data FROM events_v1;
 DROP TABLE events_v1;
 """
-_KNOWN_STREAMS = 10_000
-"""How many streams' ids and versions a store keeps between commits (the most recently written)."""
-_LOOKUP_CHUNK = 500
-"""Streams looked up per query (older SQLite allows 999 parameters)."""
+# What a read-only handle on a file that holds no events yet reads: empty tables in memory.
+_EMPTY = """
+CREATE TEMP TABLE streams (id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE);
+CREATE TEMP TABLE events (stream INTEGER, seq INTEGER, last INTEGER, data BLOB, PRIMARY KEY (stream, seq));
+"""
 _READ = (
     "SELECT seq, last, data FROM events WHERE stream = (SELECT id FROM streams WHERE name = ?)"
     " AND last > ? ORDER BY seq"
@@ -106,16 +114,17 @@ class SqliteEventStore(ThreadedStore):
         *,
         synchronous: Synchronous = "FULL",
         busy_timeout: float = 5.0,
+        read_only: bool = False,
     ) -> None:
         if synchronous not in ("OFF", "NORMAL", "FULL", "EXTRA"):
             raise ValueError(f"synchronous must be OFF, NORMAL, FULL or EXTRA, not {synchronous!r}")
         self.path = Path(path)
         self.synchronous = synchronous
         self.busy_timeout = busy_timeout
+        self.read_only = read_only
         self._connection: sqlite3.Connection | None = None
         self._lock = threading.Lock()
-        self._known: dict[str, tuple[int, int]] = {}  # stream -> (id, version) as this connection left it
-        self._data_version: int | None = None
+        self._versions = StreamVersions()  # what this connection committed last, per stream
 
     def prepare(self, stream: str, events: Sequence[Event], expected_version: int) -> Append[bytes]:
         self._check_open()
@@ -134,89 +143,26 @@ class SqliteEventStore(ThreadedStore):
             connection = self._connect()
             self._begin(connection)
             try:
-                accepted, versions = self._insert_group(connection, group)
+                accepted, versions = self._versions.insert_group(connection, group)
                 self._commit(connection)
             except sqlite3.IntegrityError:
                 connection.rollback()
-                self._known.clear()
+                self._versions.forget()
                 self._begin(connection)
-                accepted, versions = self._insert_each(connection, group), {}
-                self._commit_each(connection)
+                try:
+                    accepted, versions = insert_each(connection, group, self._stream_version), {}
+                    self._commit(connection)
+                except BaseException:
+                    connection.rollback()
+                    raise
             except BaseException:
-                self._known.clear()  # the outcome of a failed commit is not known here
+                self._versions.forget()  # the outcome of a failed commit is not known here
                 if connection.in_transaction:
                     connection.rollback()
                 raise
-            remember(self._known, versions, _KNOWN_STREAMS)
+            self._versions.remember(versions)
         for append in accepted:
             append.succeed()
-
-    def _insert_group(
-        self, connection: sqlite3.Connection, group: list[Append[bytes]]
-    ) -> tuple[list[Append[bytes]], dict[str, tuple[int, int]]]:
-        """Check each append in queue order against the versions; insert the others' rows at once."""
-        data_version = connection.execute("PRAGMA data_version").fetchone()[0]
-        if data_version != self._data_version:  # another connection wrote: what we knew may be stale
-            self._known.clear()
-            self._data_version = data_version
-        known = self._known
-        missing = [append.stream for append in group if append.stream not in known]
-        versions = _lookup(connection, missing) if missing else {}
-        accepted: list[Append[bytes]] = []
-        rows: list[tuple[int, int, int, bytes]] = []
-        for append in group:
-            stream = append.stream
-            found = versions.get(stream) or known.get(stream)
-            stream_id, version = found if found is not None else (0, 0)
-            if version != append.expected:
-                append.fail(ConflictError(stream, append.expected, version))
-                continue
-            accepted.append(append)
-            records = append.records
-            if not records:
-                continue
-            if found is None:
-                stream_id = _new_stream(connection, stream)
-            rows.append((stream_id, version, version + len(records) - 1, b"\n".join(records)))
-            versions[stream] = (stream_id, version + len(records))
-        if rows:
-            connection.executemany("INSERT INTO events (stream, seq, last, data) VALUES (?, ?, ?, ?)", rows)
-        return accepted, versions
-
-    def _insert_each(self, connection: sqlite3.Connection, group: list[Append[bytes]]) -> list[Append[bytes]]:
-        """The group checked and inserted append by append (after a refused row)."""
-        accepted: list[Append[bytes]] = []
-        try:
-            for append in group:
-                if self._insert_one(connection, append):
-                    accepted.append(append)
-        except BaseException:
-            connection.rollback()
-            raise
-        return accepted
-
-    def _commit_each(self, connection: sqlite3.Connection) -> None:
-        try:
-            self._commit(connection)
-        except BaseException:
-            connection.rollback()
-            raise
-
-    def _insert_one(self, connection: sqlite3.Connection, append: Append[bytes]) -> bool:
-        """Insert one append's batch in the group's transaction; a conflict fails only that append."""
-        stream, expected = append.stream, append.expected
-        try:
-            self._insert(connection, stream, append.records, expected)
-        except ConflictError as exc:  # checked before anything was written
-            append.fail(exc)
-            return False
-        except sqlite3.IntegrityError as exc:  # the key refused a row at a taken seq: nothing inserted
-            _drop_empty_stream(connection, stream)
-            conflict = ConflictError(stream, expected, _version(connection, stream))
-            conflict.__cause__ = exc
-            append.fail(conflict)
-            return False
-        return True
 
     def read_sync(self, stream: str, after: int = -1) -> list[Event]:
         first = max(after + 1, 0)
@@ -224,6 +170,7 @@ class SqliteEventStore(ThreadedStore):
             rows: list[tuple[int, int, bytes]] = self._connect().execute(_READ, (stream, after)).fetchall()
         if not rows:
             return []
+        self._check_types(stream, rows)
         self._check_contiguous(stream, rows, first)
         start, end = rows[0][0], rows[-1][1]
         count = end - start + 1
@@ -248,6 +195,15 @@ class SqliteEventStore(ThreadedStore):
     def _positions(self, stream: str, seq: int) -> Callable[[int], str]:
         return lambda index: self._where(stream, seq + index)
 
+    def _check_types(self, stream: str, rows: list[tuple[int, int, bytes]]) -> None:
+        """Refuse a row whose ``seq`` or ``last`` is not an integer (a row edited by hand)."""
+        for row in rows:
+            if type(row[0]) is not int or type(row[1]) is not int:
+                where = f"{self.path}: stream {stream!r} row {row[0]!r}"
+                raise LogCorruptError(
+                    f"expected integer seq and last, found {row[0]!r} and {row[1]!r}", where=where
+                )
+
     def _check_contiguous(self, stream: str, rows: list[tuple[int, int, bytes]], first: int) -> None:
         expected = min(first, rows[0][0])
         if rows[0][0] > first:
@@ -262,7 +218,23 @@ class SqliteEventStore(ThreadedStore):
     def streams_sync(self) -> list[str]:
         with self._lock, self._errors("listing streams"):
             rows = self._connect().execute("SELECT name FROM streams ORDER BY id").fetchall()
+        for row in rows:
+            if not isinstance(row[0], str):
+                raise LogCorruptError(
+                    f"expected a stream name as text, found {row[0]!r}", where=str(self.path)
+                )
         return [row[0] for row in rows]
+
+    async def list_runs(self, query: RunQuery) -> list[RunSummary]:
+        """Run summaries, newest first, from each stream's first and last rows (``SupportsRunListing``)."""
+        self._check_open()
+        listing = await anyio.to_thread.run_sync(_sqlite_runs.list_runs, self._fetch, self.path, query)
+        return report(listing)
+
+    def _fetch(self, statement: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+        with self._lock, self._errors("listing runs"):
+            rows: list[tuple[Any, ...]] = self._connect().execute(statement, params).fetchall()
+        return rows
 
     def close(self) -> None:
         """Close the database connection; later calls raise ``StoreError``."""
@@ -283,10 +255,16 @@ class SqliteEventStore(ThreadedStore):
     def _errors(self, doing: str) -> Iterator[None]:
         try:
             yield
-        except sqlite3.Error as exc:
+        except sqlite3.Error as exc:  # also a file that is no database, a damaged page or schema
             raise StoreError(f"{self.path}: {doing} failed: {exc}") from exc
+        except (UnicodeDecodeError, ValueError, TypeError, OverflowError) as exc:  # damaged text or numbers
+            raise LogCorruptError(
+                f"{doing} failed: {type(exc).__name__}: {exc}", where=str(self.path)
+            ) from exc
 
     def _open(self) -> sqlite3.Connection:
+        if self.read_only:
+            return self._open_read_only()
         connection = sqlite3.connect(
             self.path, timeout=self.busy_timeout, isolation_level=None, check_same_thread=False
         )
@@ -305,27 +283,43 @@ class SqliteEventStore(ThreadedStore):
             raise
         return connection
 
+    def _open_read_only(self) -> sqlite3.Connection:
+        """Open without writing the file: no schema created, no migration, no journal mode change.
+
+        A file that is not an event database yet (empty) reads as a store with no streams. Where
+        SQLite cannot even create a reader's shared-memory file (a read-only directory), the
+        database is read as immutable.
+        """
+        if not self.path.is_file():
+            raise StoreError(f"{self.path}: no event database there")
+        uri = f"file:{quote(str(self.path.absolute()))}?mode=ro"
+        connection = _connect_read_only(uri, self.busy_timeout)
+        try:
+            version = connection.execute("PRAGMA user_version").fetchone()[0]
+            if version > SCHEMA_VERSION:
+                raise StoreError(
+                    f"{self.path}: event schema version {version} is newer than this agentledger reads"
+                    f" ({SCHEMA_VERSION}); upgrade agentledger to read it"
+                )
+            if version == 1:
+                raise StoreError(f"{self.path}: event schema version 1; open it once writable to migrate it")
+            tables = {row[0] for row in connection.execute("SELECT name FROM sqlite_master")}
+            if "streams" not in tables or "events" not in tables:  # nothing written yet
+                connection.execute("PRAGMA temp_store = MEMORY")
+                connection.executescript(_EMPTY)
+        except BaseException:
+            connection.close()
+            raise
+        return connection
+
     def _begin(self, connection: sqlite3.Connection) -> None:
         try:
             connection.execute("BEGIN IMMEDIATE")
         except sqlite3.OperationalError as exc:
             raise StoreError(f"{self.path}: no write access within {self.busy_timeout} s: {exc}") from exc
 
-    def _insert(
-        self, connection: sqlite3.Connection, stream: str, records: Sequence[bytes], expected_version: int
-    ) -> None:
-        row = connection.execute("SELECT id FROM streams WHERE name = ?", (stream,)).fetchone()
-        version = _version(connection, stream) if row is not None else 0
-        if version != expected_version:
-            raise ConflictError(stream, expected_version, version)
-        if not records:
-            return
-        stream_id = row[0] if row is not None else _new_stream(connection, stream)
-        last = expected_version + len(records) - 1
-        connection.execute(
-            "INSERT INTO events (stream, seq, last, data) VALUES (?, ?, ?, ?)",
-            (stream_id, expected_version, last, b"\n".join(records)),
-        )
+    def _stream_version(self, connection: sqlite3.Connection, stream: str) -> int:
+        return _version(connection, stream)
 
     def _commit(self, connection: sqlite3.Connection) -> None:
         connection.execute("COMMIT")
@@ -356,39 +350,25 @@ def _use_wal(connection: sqlite3.Connection) -> None:
     connection.execute("PRAGMA journal_mode = WAL")
 
 
+def _connect_read_only(uri: str, busy_timeout: float) -> sqlite3.Connection:
+    connection = sqlite3.connect(
+        uri, uri=True, timeout=busy_timeout, isolation_level=None, check_same_thread=False
+    )
+    try:
+        connection.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    except sqlite3.OperationalError:  # a WAL database whose directory this process cannot write
+        connection.close()
+        connection = sqlite3.connect(
+            uri + "&immutable=1", uri=True, isolation_level=None, check_same_thread=False
+        )
+    return connection
+
+
 def _version(connection: sqlite3.Connection, stream: str) -> int:
+    """How many events ``stream`` holds, read from the database."""
     query = "SELECT max(last) FROM events WHERE stream = (SELECT id FROM streams WHERE name = ?)"
     last = connection.execute(query, (stream,)).fetchone()[0]
     return 0 if last is None else int(last) + 1
-
-
-def _lookup(connection: sqlite3.Connection, streams: list[str]) -> dict[str, tuple[int, int]]:
-    """The id and version of each of ``streams`` that exists."""
-    found: dict[str, tuple[int, int]] = {}
-    names = list(dict.fromkeys(streams))
-    for start in range(0, len(names), _LOOKUP_CHUNK):
-        chunk = names[start : start + _LOOKUP_CHUNK]
-        query = (
-            "SELECT name, id, coalesce((SELECT max(last) FROM events WHERE stream = streams.id), -1) + 1"
-            f" FROM streams WHERE name IN ({', '.join('?' * len(chunk))})"
-        )
-        for name, stream_id, version in connection.execute(query, chunk):
-            found[name] = (stream_id, version)
-    return found
-
-
-def _drop_empty_stream(connection: sqlite3.Connection, stream: str) -> None:
-    """Take back a stream row created for a batch that was refused (a failed insert is undone alone)."""
-    connection.execute(
-        "DELETE FROM streams WHERE name = ? AND NOT EXISTS (SELECT 1 FROM events WHERE stream = streams.id)",
-        (stream,),
-    )
-
-
-def _new_stream(connection: sqlite3.Connection, stream: str) -> int:
-    cursor = connection.execute("INSERT INTO streams (name) VALUES (?)", (stream,))
-    assert cursor.lastrowid is not None
-    return cursor.lastrowid
 
 
 def _no_position(index: int) -> str:

@@ -8,10 +8,14 @@ from .approvals import *  # noqa: F403
 from .approvals import __all__ as _approvals_all
 from .commands import *  # noqa: F403
 from .commands import __all__ as _commands_all
+from .depth import *  # noqa: F403
+from .depth import __all__ as _depth_all
 from .errors import *  # noqa: F403
 from .errors import __all__ as _errors_all
 from .events import *  # noqa: F403
 from .events import __all__ as _events_all
+from .limits import *  # noqa: F403
+from .limits import __all__ as _limits_all
 from .machine import *  # noqa: F403
 from .machine import __all__ as _machine_all
 from .messages import *  # noqa: F403
@@ -23,7 +27,9 @@ __all__ = (
     *_approvals_all,
     *_commands_all,
     *_errors_all,
+    *_depth_all,
     *_events_all,
+    *_limits_all,
     *_machine_all,
     *_messages_all,
     *_projections_all,

@@ -26,7 +26,7 @@ class Phase(enum.Enum):
     DONE = "done"
 
 
-class CallModel(msgspec.Struct, frozen=True, kw_only=True):
+class CallModel(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """Ask the model once, offering ``tools`` with ``tool_choice``.
 
     ``messages`` is what to send: the whole conversation, or with ``conversation_id`` (a
@@ -40,7 +40,7 @@ class CallModel(msgspec.Struct, frozen=True, kw_only=True):
     conversation_id: str | None = None
 
 
-class InvokeTools(msgspec.Struct, frozen=True, kw_only=True):
+class InvokeTools(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """Run this batch of calls (concurrently unless the run is sequential).
 
     ``gated`` names the calls whose tool requires approval: the driver checks their arguments
@@ -53,7 +53,7 @@ class InvokeTools(msgspec.Struct, frozen=True, kw_only=True):
     gated: tuple[str, ...] = ()
 
 
-class FinishRun(msgspec.Struct, frozen=True, kw_only=True):
+class FinishRun(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """The loop is over: ``reason`` is completed, terminated, awaiting_approval, limit_reached,
     short_circuit or failed. ``RunMachine.finish`` records how the run ended."""
 

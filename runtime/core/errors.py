@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ("AgentLedgerError", "TransitionError")
+__all__ = ("AgentLedgerError", "TransitionError", "UnrecordableError")
 
 
 class AgentLedgerError(Exception):
@@ -16,3 +16,12 @@ class TransitionError(AgentLedgerError):
         super().__init__(message)
         self.run_id = run_id
         self.seq = seq
+
+
+class UnrecordableError(AgentLedgerError, ValueError):
+    """A value the log could not give back as it was: text that is not UTF-8, nesting deeper
+    than ``MAX_DEPTH``, an integer outside 64 bits, or a value of the wrong type for its field.
+
+    Nothing is recorded for it: the run records a failure instead (an error result for a tool's
+    value, ``ModelFailed`` for a model's answer), so its log stays readable and contiguous.
+    """

@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 import msgspec
 
+from .depth import MAX_DEPTH, too_deep
 from .messages import Message, Usage
 
 __all__ = (
@@ -355,13 +356,30 @@ def encode_event(event: Event) -> bytes:
 
 
 def decode_event(data: bytes | str) -> Event:
-    """Decode one event; raises ``msgspec.ValidationError``/``DecodeError`` on bad input."""
-    return _decoder.decode(data)
+    """Decode one event; raises ``msgspec.ValidationError``/``DecodeError`` on bad input,
+    ``DecodeError`` too for a record nested deeper than ``MAX_DEPTH``."""
+    raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
+    if too_deep(raw):
+        raise msgspec.DecodeError(f"the record is nested deeper than {MAX_DEPTH} levels")
+    try:
+        return _decoder.decode(raw)
+    except RecursionError as exc:
+        raise msgspec.DecodeError(f"the record is nested deeper than {MAX_DEPTH} levels") from exc
+    except UnicodeDecodeError as exc:
+        raise msgspec.DecodeError(f"the record holds text that is not UTF-8: {exc}") from exc
 
 
 def decode_events(data: bytes | str) -> list[Event]:
-    """Decode a JSON array of events."""
-    return _list_decoder.decode(data)
+    """Decode a JSON array of events (errors as ``decode_event``)."""
+    raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
+    if too_deep(raw, MAX_DEPTH + 1):
+        raise msgspec.DecodeError(f"an event is nested deeper than {MAX_DEPTH} levels")
+    try:
+        return _list_decoder.decode(raw)
+    except RecursionError as exc:
+        raise msgspec.DecodeError(f"an event is nested deeper than {MAX_DEPTH} levels") from exc
+    except UnicodeDecodeError as exc:
+        raise msgspec.DecodeError(f"an event holds text that is not UTF-8: {exc}") from exc
 
 
 def to_plain(value: Any) -> Any:

@@ -85,9 +85,13 @@ class Message(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
 
     def __post_init__(self) -> None:
         contents: Sequence[Any] = self.contents
-        # Decoding always gives a tuple of Content; the check stays in C for that common case.
-        if type(contents) is tuple and _ONLY_CONTENT.issuperset(map(type, contents)):
-            return
+        # Decoding always gives a tuple of Content (this runs for every message a log decodes).
+        if type(contents) is tuple:
+            for content in contents:
+                if type(content) is not Content:
+                    break
+            else:
+                return
         if isinstance(contents, str | Content):
             contents = (contents,)
         msgspec.structs.force_setattr(self, "contents", tuple(_content(c) for c in contents))
@@ -110,11 +114,15 @@ class Usage(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
     total_tokens: int = 0
 
     def __add__(self, other: Usage) -> Usage:
+        """The sum, each count at most ``2**63 - 1`` (what a log and OpenTelemetry hold)."""
         return Usage(
-            input_tokens=self.input_tokens + other.input_tokens,
-            output_tokens=self.output_tokens + other.output_tokens,
-            total_tokens=self.total_tokens + other.total_tokens,
+            input_tokens=min(self.input_tokens + other.input_tokens, _INT64_MAX),
+            output_tokens=min(self.output_tokens + other.output_tokens, _INT64_MAX),
+            total_tokens=min(self.total_tokens + other.total_tokens, _INT64_MAX),
         )
+
+
+_INT64_MAX = 2**63 - 1
 
 
 class MessageView(Sequence[Message]):
@@ -166,7 +174,6 @@ class MessageView(Sequence[Message]):
         return f"MessageView({list(self)!r})"
 
 
-_ONLY_CONTENT = frozenset({Content})
 
 
 def _content(item: Any) -> Content:

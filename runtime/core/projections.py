@@ -156,7 +156,7 @@ class SessionProjection:
         return view
 
 
-class ModelCall(msgspec.Struct, frozen=True):
+class ModelCall(msgspec.Struct, frozen=True, gc=False):
     """One model call as the transcript saw it (see ``ModelCalled``)."""
 
     iteration: int

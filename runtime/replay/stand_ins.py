@@ -9,8 +9,10 @@ import msgspec
 
 from ..context import FunctionInvocationContext, RunContext, current_run_context
 from ..core.events import (
+    ArgumentsRejected,
     ChildRunStarted,
     Event,
+    ModelResponded,
     RunStarted,
     RunTerminated,
     SessionUpdated,
@@ -21,7 +23,7 @@ from ..core.events import (
     ToolSpec,
     ToolsRemoved,
 )
-from ..errors import MiddlewareTermination
+from ..errors import ArgumentsError, MiddlewareTermination
 from ..session import AgentSession
 from ..tools import FunctionTool
 from .client import RecordedOutcome, ReplayExhausted
@@ -55,6 +57,7 @@ class RecordedTools:
             elif type(event) is not ToolCalled:
                 self.effects.setdefault(call_id, []).append(event)
         self.specs = {spec.name: spec for e in recorded.events for spec in _specs(e)}
+        self.refused = _refused(recorded.events)
 
     def stand_in(self, name: str) -> FunctionTool:
         """``name`` as the rerun calls it: the live tool's argument checks, the recorded outcome."""
@@ -81,8 +84,7 @@ class RecordedTools:
         if live is not None:
             return live.with_body(replayed)
         assert spec is not None, name
-        stand_in = FunctionTool(_recorded, name=name, description=spec.description, schema=spec.parameters)
-        stand_in.spec = spec  # the recorded spec, its approval mode included
+        stand_in = _LoggedTool(spec, self.refused.get(name, {}))
         return stand_in.with_body(replayed)
 
     def _effects(self, ctx: FunctionInvocationContext, call_id: str) -> None:
@@ -103,6 +105,51 @@ class RecordedTools:
 
 def _recorded(ctx: FunctionInvocationContext) -> None:
     """A tool known from the log only: its calls are answered from the log."""
+
+
+class _LoggedTool(FunctionTool):
+    """A tool known from the log only (added during the run, not among the agent's tools).
+
+    Its recorded spec says little about what it accepted (a schema's ``required`` at most), so
+    the arguments the log shows refused are refused again, with the recorded reason.
+    """
+
+    def __init__(self, spec: ToolSpec, refused: Mapping[bytes, str]) -> None:
+        super().__init__(_recorded, name=spec.name, description=spec.description, schema=spec.parameters)
+        self.spec = spec  # the recorded spec, its approval mode included
+        self.refused = refused
+
+    def validate(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
+        reason = self.refused.get(_key(arguments))
+        if reason is not None:
+            raise ArgumentsError(reason)
+        return super().validate(arguments)
+
+
+def _key(arguments: Mapping[str, Any]) -> bytes:
+    return msgspec.json.encode(arguments, order="sorted")
+
+
+def _refused(events: Sequence[Event]) -> dict[str, dict[bytes, str]]:
+    """By tool name: the arguments of each call the log shows refused, and the reason."""
+    sent = {
+        call.call_id: call.arguments
+        for event in events
+        if type(event) is ModelResponded
+        for call in event.message.function_calls
+    }
+    refused: dict[str, dict[bytes, str]] = {}
+    for event in events:
+        if type(event) is not ArgumentsRejected:
+            continue
+        raw = sent.get(event.call_id)
+        try:
+            arguments = msgspec.json.decode(raw) if isinstance(raw, str | bytes) else raw
+        except msgspec.DecodeError:
+            continue  # not JSON: any stand-in refuses it as it is
+        if isinstance(arguments, dict):
+            refused.setdefault(event.name, {})[_key(arguments)] = event.reason
+    return refused
 
 
 def apply_session(session: AgentSession, event: SessionUpdated, caller: RunContext | None) -> None:

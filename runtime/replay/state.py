@@ -21,7 +21,8 @@ from ..core.events import (
 from ..core.machine import RunMachine
 from ..core.messages import Content, Message
 from ..core.projections import SessionProjection
-from ..errors import AgentLedgerError, RunEvictedError, RunNotFoundError
+from ..errors import AgentLedgerError, LogCorruptError, RunEvictedError, RunNotFoundError
+from ..listing import report_unreadable
 from ..session import AgentSession
 from ..store import EventStore, SupportsEviction, read_many
 
@@ -124,7 +125,8 @@ async def load(store: EventStore, run_id: str, *, with_session: bool = True) -> 
     """Read a run from ``store``; with its session's earlier runs when ``with_session``.
 
     ``RunNotFoundError`` if the store has no such run; ``RunEvictedError`` (one) if a bounded store
-    evicted it, or evicted runs of its session while ``with_session`` asks for them.
+    evicted it, or evicted runs of its session while ``with_session`` asks for them. An earlier
+    stream that does not decode is skipped and reported with ``UnreadableStreamWarning``.
     """
     events = await store.read(run_id)
     if not events:
@@ -136,10 +138,25 @@ async def load(store: EventStore, run_id: str, *, with_session: bool = True) -> 
             raise RunEvictedError(run_id, session_id=started.session_id)
         streams = await store.streams()
         earlier = streams[: streams.index(run_id)] if run_id in streams else streams
-        for log in (await read_many(store, earlier)).values():
+        for log in (await _read_earlier(store, earlier)).values():
             if _touches(log, started.session_id):
                 prior.extend(log)
     return RecordedRun(events, prior=prior)
+
+
+async def _read_earlier(store: EventStore, streams: list[str]) -> dict[str, list[Event]]:
+    """``streams``, whole, in one call if they all decode; else one by one, skipping bad ones."""
+    try:
+        return await read_many(store, streams)
+    except LogCorruptError:
+        pass
+    logs: dict[str, list[Event]] = {}
+    for stream in streams:
+        try:
+            logs[stream] = await store.read(stream)
+        except LogCorruptError as exc:
+            report_unreadable(stream, exc, stacklevel=3)
+    return logs
 
 
 def _touches(log: Sequence[Event], session_id: str) -> bool:

@@ -17,6 +17,7 @@ import anyio
 from ..chat import ChatResponseUpdate, normalize_messages
 from ..context import AgentContext, SessionSink
 from ..core.commands import FinishRun
+from ..core.errors import UnrecordableError
 from ..core.events import (
     ApprovalRequested,
     ArgumentsRejected,
@@ -86,23 +87,19 @@ class AgentRun:
             driver = LocalDriver(binding, recorder, spec.store)
             self._binding = binding
             with binding.bound():
-                if not spec.layers["agent"]:
-                    return await self._run_loop(binding, driver)
-                return await self._run_agent_layers(binding, driver, inputs, stream)
+                if spec.layers["agent"]:
+                    return await self._run_agent_layers(binding, driver, inputs, stream)
+                # The loop alone (no agent middleware): nothing can change the run's input.
+                try:
+                    recorder.begin()
+                    response = self._response(recorder, await driver.drive())
+                except BaseException as exc:
+                    await self._failed(driver, exc)
+                    raise
+                return await self._complete(binding, driver, response, response)
         finally:
             if token is not None:
                 capture_sinks.reset(token)
-
-    async def _run_loop(self, binding: RunBinding, driver: LocalDriver) -> AgentResponse:
-        """The loop alone (no agent middleware): nothing can change the run's input."""
-        recorder = driver.recorder
-        try:
-            recorder.begin()
-            response = self._response(recorder, await driver.drive())
-        except BaseException as exc:
-            await self._failed(driver, exc)
-            raise
-        return await self._complete(binding, driver, response, response)
 
     async def _run_agent_layers(
         self, binding: RunBinding, driver: LocalDriver, inputs: list[Message], stream: bool
@@ -209,7 +206,11 @@ class AgentRun:
         if response is own:
             recorder.finish()
         else:  # agent middleware answered in the run's place
-            recorder.finish(messages=response.messages, text=response.text, usage=response.usage)
+            try:
+                recorder.finish(messages=response.messages, text=response.text, usage=response.usage)
+            except UnrecordableError as exc:
+                await self._failed(driver, exc)
+                raise
         await driver.flush()
         if self.session is not None and self.spec.share_history:
             machine = recorder.machine
@@ -230,10 +231,12 @@ class AgentRun:
             cancelled = isinstance(exc, anyio.get_cancelled_exc_class())
             error_type = "Cancelled" if cancelled else type(exc).__name__
             message = str(exc) if not isinstance(exc, RunError) else str(exc.__cause__ or exc)
-            driver.recorder.fail(error_type, message)
-            self._keep_resumed_batch()
-            with contextlib.suppress(StoreError):  # the store is what failed: the error says so
-                await driver.flush()
+            try:
+                driver.recorder.fail(error_type, message)
+                self._keep_resumed_batch()
+            finally:  # a sink that raised on the way still leaves every recorded event stored
+                with contextlib.suppress(StoreError):  # the store is what failed: the error says so
+                    await driver.flush()
 
     def _keep_resumed_batch(self) -> None:
         """A resumed run that fails after its batch ran still puts that batch's results in the

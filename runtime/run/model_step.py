@@ -4,6 +4,11 @@
 asked for, runs chat middleware and the client (streaming when the run streams), and records what
 came back: ``ModelResponded``, or ``ModelFailed`` for a failed call or an answer the log cannot
 hold. What chat middleware changed or answered is recorded too. Foreign errors stop here.
+
+The answer is normalised here, at the boundary: token counts must be integers in 0..2**63-1 and
+approval flags booleans (else ``ModelResponseError``); a value the log could not give back (text
+that is not UTF-8, nesting deeper than ``MAX_DEPTH``) is refused by the recorder's check and
+recorded as ``ModelFailed`` the same way.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import msgspec
 from ..chat import ChatResponse, merge_updates
 from ..context import ChatContext
 from ..core.commands import CallModel
+from ..core.errors import UnrecordableError
 from ..core.events import (
     MiddlewareShortCircuit,
     ModelFailed,
@@ -23,9 +29,11 @@ from ..core.events import (
     ModelResponded,
     RunTerminated,
 )
+from ..core.limits import INT64_MAX, safe_text
 from ..core.messages import Content, Message, Usage
 from ..errors import MiddlewareTermination, ModelCallError, ModelResponseError, RunError
 from ..middleware import run_chain
+from ..redaction import scrub_text
 from ..session import writer
 from .binding import RunBinding
 from .values import to_json
@@ -34,6 +42,7 @@ __all__ = ("call_model",)
 
 _MISSING = object()
 _TEXT_OR_NONE = frozenset({str, type(None)})
+_BOOL_OR_NONE = frozenset({bool, type(None)})
 
 
 async def call_model(binding: RunBinding, command: CallModel) -> None:
@@ -45,37 +54,28 @@ async def call_model(binding: RunBinding, command: CallModel) -> None:
         options["conversation_id"] = command.conversation_id
     else:
         options.pop("conversation_id", None)
+    layers = binding.spec.layers["chat"]
     context = ChatContext(
         client=binding.spec.client,
         messages=command.messages,
         options=options,  # type: ignore[arg-type]
-        client_kwargs=dict(binding.client_kwargs),
+        client_kwargs=dict(binding.client_kwargs) if layers else binding.client_kwargs,
         run_id=binding.run_id,
         iteration=command.iteration,
     )
-    layers = binding.spec.layers["chat"]
-    sent = dict(options) if layers else options
-
-    async def final() -> None:
-        if layers:
-            _record_request_changes(binding, command, context, sent)
-        context.result = await _get_response(binding, context)
-
     token = writer.set("chat_middleware")
     try:
         if layers:
-            outcome = await run_chain(layers, context, final, binding.checkpoint)
-            if outcome.short_circuited_by is not None:
-                text = context.result.text if isinstance(context.result, ChatResponse) else None
-                binding.recorder.record(
-                    MiddlewareShortCircuit,
-                    call_id=None,
-                    middleware=outcome.short_circuited_by,
-                    result=text,
-                    scope="model",
-                )
+            await _through_middleware(binding, command, context, layers)
+        elif binding.on_update is None:  # no closure, no copies: every model call of every run
+            context.result = await binding.spec.client.get_response(
+                context.outgoing,
+                options=context.options,
+                client_kwargs=context.client_kwargs,
+                **binding.spec.legacy_kwargs,
+            )
         else:
-            await final()
+            context.result = await _get_response(binding, context)
     except MiddlewareTermination as exc:
         binding.recorder.record(
             RunTerminated, iteration=command.iteration, reason=str(exc), by="chat_middleware"
@@ -87,6 +87,28 @@ async def call_model(binding: RunBinding, command: CallModel) -> None:
     finally:
         writer.reset(token)
     _responded(binding, command.iteration, context.result)
+
+
+async def _through_middleware(
+    binding: RunBinding, command: CallModel, context: ChatContext, layers: Sequence[Any]
+) -> None:
+    """Chat middleware around the client; what it changed or answered is recorded."""
+    sent = dict(context.options)
+
+    async def final() -> None:
+        _record_request_changes(binding, command, context, sent)
+        context.result = await _get_response(binding, context)
+
+    outcome = await run_chain(layers, context, final, binding.checkpoint)
+    if outcome.short_circuited_by is not None:
+        text = context.result.text if isinstance(context.result, ChatResponse) else None
+        binding.recorder.record(
+            MiddlewareShortCircuit,
+            call_id=None,
+            middleware=outcome.short_circuited_by,
+            result=text,
+            scope="model",
+        )
 
 
 def _record_request_changes(
@@ -135,9 +157,7 @@ def _responded(binding: RunBinding, iteration: int, response: Any) -> None:
         return
     try:
         contents = tuple(_content(c) for m in response.messages for c in m.contents)
-        usage = (
-            None if response.usage is None else msgspec.convert(response.usage, Usage, from_attributes=True)
-        )
+        usage = None if response.usage is None else _usage(response.usage)
     except (msgspec.ValidationError, TypeError, ValueError) as exc:
         error = ValueError(f"the response cannot be recorded: {exc}")
         _model_failed(binding, iteration, error, ModelResponseError)
@@ -146,21 +166,37 @@ def _responded(binding: RunBinding, iteration: int, response: Any) -> None:
     if problem is not None:
         _model_failed(binding, iteration, ValueError(problem), ModelResponseError)
         return
-    binding.recorder.record(
-        ModelResponded,
-        iteration=iteration,
-        message=Message("assistant", contents),
-        usage=usage,
-        finish_reason=_text_or_none(response.finish_reason),
-        model=_text_or_none(response.model),
-        response_id=_text_or_none(response.response_id),
-        conversation_id=_text_or_none(getattr(response, "conversation_id", None)) or None,
-    )
+    try:
+        binding.recorder.record(
+            ModelResponded,
+            iteration=iteration,
+            message=Message("assistant", contents),
+            usage=usage,
+            finish_reason=_text_or_none(response.finish_reason),
+            model=_text_or_none(response.model),
+            response_id=_text_or_none(response.response_id),
+            conversation_id=_text_or_none(getattr(response, "conversation_id", None)) or None,
+        )
+    except UnrecordableError as exc:
+        _model_failed(
+            binding, iteration, ValueError(f"the response cannot be recorded: {exc}"), ModelResponseError
+        )
+
+
+def _usage(value: Any) -> Usage:
+    """Token counts as the log holds them: integers in 0..2**63-1, or a ``ValueError``."""
+    usage = msgspec.convert(value, Usage, from_attributes=True)
+    for name in usage.__struct_fields__:
+        count = getattr(usage, name)
+        if type(count) is not int or not 0 <= count <= INT64_MAX:
+            raise ValueError(f"usage.{name} must be an integer in 0..2**63-1, not {safe_text(repr(count))}")
+    return usage
 
 
 def _model_failed(binding: RunBinding, iteration: int, exc: Exception, kind: type[RunError]) -> None:
-    name = kind.__name__ if kind is ModelResponseError else type(exc).__name__
-    event = binding.recorder.record(ModelFailed, iteration=iteration, error_type=name, message=str(exc))
+    name = kind.__name__ if kind is ModelResponseError else safe_text(type(exc).__name__)
+    message = scrub_text(safe_text(str(exc)))
+    event = binding.recorder.record(ModelFailed, iteration=iteration, error_type=name, message=message)
     error = kind(
         f"model call {iteration} failed: {type(exc).__name__}: {exc}", run_id=binding.run_id, seq=event.seq
     )
@@ -187,8 +223,16 @@ def _content(content: Any) -> Content:
         and type(content.call_id) in _TEXT_OR_NONE
         and type(content.text) in _TEXT_OR_NONE
         and content.exception is None
+        and type(content.approved) in _BOOL_OR_NONE
+        and type(content.type) is str
     ):
         return content  # what every well-behaved client sends: nothing to change
+    if type(content.approved) not in _BOOL_OR_NONE:
+        raise ValueError(
+            f"a content's approved must be true, false or null, not {safe_text(repr(content.approved))}"
+        )
+    if type(content.type) is not str:
+        raise ValueError(f"a content's type must be a str, not {type(content.type).__name__}")
     fields: dict[str, Any] = {}
     if content.arguments is not None and not isinstance(content.arguments, str):
         fields["arguments"] = msgspec.json.encode(to_json(content.arguments)).decode()

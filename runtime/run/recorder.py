@@ -6,6 +6,11 @@ Tools, middleware, sub-agents and the steps of a driver all record through a ``R
 (so the machine's decisions follow immediately) and hands every event, input or derived, to the
 run's sinks. A ``StepRecorder`` keeps the events of one step for a driver whose machine lives
 elsewhere (a Temporal workflow): that driver stamps and feeds them when the step reports back.
+
+Both check every input event before they keep it (``check_event``: it must read back from the
+log as it is): one that would not raises ``UnrecordableError`` and is neither kept nor fed to
+the machine, so ``seq`` never skips and the log stays readable; the step that recorded it
+records a failure instead.
 """
 
 from __future__ import annotations
@@ -18,8 +23,10 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from ..core.commands import Command, FinishRun
-from ..core.events import Event, EventBase
+from ..core.events import Event, EventBase, RunCompleted
+from ..core.limits import check_event, safe_text
 from ..core.machine import RunMachine, Step
+from ..redaction import scrub_text
 
 __all__ = ("LiveRecorder", "Sink", "StepRecorder", "capture_sinks", "watching")
 
@@ -56,6 +63,7 @@ class LiveRecorder:
     def record(self, cls: type[EventBase], **fields: Any) -> Event:
         with self.lock:  # the body of _take, inlined: this runs for every input event
             event: Any = cls(run_id=self.run_id, seq=self.machine.next_seq, at=self.clock(), **fields)
+            check_event(event)
             events, commands = self.machine.handle(event)
             self.log.extend(events)
             if commands:
@@ -71,8 +79,14 @@ class LiveRecorder:
             self._take(self.machine.begin())
 
     def finish(self, **result: Any) -> None:
-        """Record how the loop ended (``RunMachine.finish``)."""
+        """Record how the loop ended (``RunMachine.finish``); an answer given in the run's place
+        (``result``) that the log could not give back raises ``UnrecordableError`` first."""
         with self.lock:
+            if result:
+                given: dict[str, Any] = {
+                    k: tuple(v) if k == "messages" else v for k, v in result.items() if v is not None
+                }
+                check_event(RunCompleted(run_id=self.run_id, seq=self.machine.next_seq, at=0, **given))
             self._take(self.machine.finish(self.clock(), **result))
 
     def fail(self, error_type: str, message: str) -> bool:
@@ -80,7 +94,8 @@ class LiveRecorder:
         with self.lock:
             if not self.machine.is_open:
                 return False
-            self._take(self.machine.fail(self.clock(), error_type, message))
+            message = scrub_text(safe_text(message))
+            self._take(self.machine.fail(self.clock(), safe_text(error_type), message))
             return True
 
     def next_command(self) -> Command:
@@ -113,5 +128,6 @@ class StepRecorder:
     def record(self, cls: type[EventBase], **fields: Any) -> Event:
         with self.lock:
             event: Any = cls(run_id=self.run_id, seq=len(self.events), at=0, **fields)
+            check_event(event)
             self.events.append(event)
         return event  # type: ignore[no-any-return]

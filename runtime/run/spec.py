@@ -10,7 +10,6 @@ first event from it, so ``RunStarted`` is made in one place.
 from __future__ import annotations
 
 import difflib
-import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -22,6 +21,7 @@ from ..core.approvals import approval_responses, paused_calls, resumed_batch, un
 from ..core.events import RunConfig, RunStarted
 from ..core.messages import Content, Message
 from ..errors import ApprovalError, ArgumentsError, OptionsError
+from ..logs import warn
 from ..middleware import Layer
 from ..store import EventStore
 from ..structured import schema_option
@@ -68,9 +68,10 @@ def check_option_names(options: Mapping[str, Any]) -> None:
         close = difflib.get_close_matches(key, _KNOWN_OPTIONS, n=1, cutoff=0.8)
         if close:
             raise OptionsError(f"unknown option {key!r}: did you mean {close[0]!r}?")
-        warnings.warn(
+        warn(
             f"option {key!r} is not a ChatOptions key: a client that does not know it ignores it",
             UserWarning,
+            part="options",
             stacklevel=4,
         )
 

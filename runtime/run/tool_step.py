@@ -17,6 +17,7 @@ import anyio
 
 from ..context import FunctionInvocationContext
 from ..core.commands import InvokeTools
+from ..core.errors import UnrecordableError
 from ..core.events import (
     ApprovalRequested,
     ArgumentsRejected,
@@ -26,9 +27,11 @@ from ..core.events import (
     ToolFailed,
     ToolReturned,
 )
+from ..core.limits import safe_text
 from ..core.messages import Content
 from ..errors import MiddlewareTermination
 from ..middleware import ChainOutcome, run_chain
+from ..redaction import scrub_text
 from ..session import writer
 from ..tools import ArgumentsError, FunctionTool, arguments_valid
 from .binding import RunBinding
@@ -177,9 +180,25 @@ async def _run_chain(binding: RunBinding, function: FunctionTool, call_id: str, 
 def record_outcome(
     binding: RunBinding, iteration: int, call_id: str, name: str, outcome: CallOutcome
 ) -> None:
-    """The one mapping from how a call ended to the events that record it."""
+    """The one mapping from how a call ended to the events that record it.
+
+    A value the log could not give back (``UnrecordableError``) is answered with an error
+    result, ``ToolFailed``, instead of what the call produced.
+    """
     if binding.session is not None:  # in-place session changes of this call, while the writer is it
         binding.session.state.checkpoint()
+    try:
+        _record_outcome(binding, iteration, call_id, name, outcome)
+    except UnrecordableError as exc:
+        message = safe_text(str(exc))
+        binding.recorder.record(
+            ToolFailed, call_id=call_id, name=name, error_type=type(exc).__name__, message=message
+        )
+
+
+def _record_outcome(
+    binding: RunBinding, iteration: int, call_id: str, name: str, outcome: CallOutcome
+) -> None:
     record, error = binding.recorder.record, outcome.error
     if error is None and outcome.chain is None:  # the common case first: the tool returned
         record(ToolReturned, call_id=call_id, name=name, result=to_json(outcome.value))
@@ -194,7 +213,8 @@ def record_outcome(
     elif isinstance(error, ArgumentsError) and not outcome.tool_raised:
         record(ArgumentsRejected, call_id=call_id, name=name, reason=str(error))
     elif error is not None:
-        record(ToolFailed, call_id=call_id, name=name, error_type=type(error).__name__, message=str(error))
+        message = scrub_text(safe_text(str(error)))
+        record(ToolFailed, call_id=call_id, name=name, error_type=type(error).__name__, message=message)
     elif outcome.chain is not None and outcome.chain.short_circuited_by is not None:
         result = to_json(outcome.result)
         record(

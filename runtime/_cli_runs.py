@@ -1,0 +1,128 @@
+"""The parts of the ``agentledger`` command that find runs: ``runs``, and run ids given by prefix.
+
+``runs`` asks the store for summaries (``agentledger.store.list_runs``: two records a stream in
+the stores that offer it), newest first, filtered and limited by the store. It prints a table on
+a terminal, aligned plain text on a pipe or a file, and one JSON object per line with ``--json``.
+A run id on the command line may be any unique prefix of one; an ambiguous prefix is an error
+that lists a few of the runs it matches.
+"""
+
+from __future__ import annotations
+
+import datetime
+import re
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import msgspec
+
+from ._cli_checks import UsageError
+from .errors import RunNotFoundError
+from .listing import RunSummary
+from .store import EventStore
+
+__all__ = ("parse_since", "print_runs", "resolve_run")
+
+_SHOWN = 5
+_DURATION = re.compile(r"^(\d+)\s*([smhdw])$")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+_COLUMNS = ("run", "started (UTC)", "agent", "session", "events", "outcome", "answer")
+
+
+async def resolve_run(store: EventStore, given: str) -> str:
+    """The run ``given`` names: itself if the store has it, else the one run it is a prefix of."""
+    names = await store.streams()
+    if given in names:
+        return given
+    matches = [name for name in names if name.startswith(given)]
+    if len(matches) == 1:
+        return matches[0]
+    if not matches:
+        raise RunNotFoundError(given)
+    shown = ", ".join(matches[:_SHOWN]) + (", ..." if len(matches) > _SHOWN else "")
+    raise UsageError(f"run id prefix {given!r} matches {len(matches)} runs: {shown}; give more of the id")
+
+
+def parse_since(text: str, now: datetime.datetime | None = None) -> int:
+    """``--since``: a duration back from now (``90s``, ``15m``, ``2h``, ``7d``, ``1w``) or a UTC date
+    or time (``2025-05-01``, ``2025-05-01T12:00``, with an offset if not UTC); nanoseconds."""
+    now = now or datetime.datetime.now(datetime.UTC)
+    match = _DURATION.match(text.strip())
+    if match:
+        moment = now - datetime.timedelta(seconds=int(match.group(1)) * _UNITS[match.group(2)])
+    else:
+        try:
+            moment = datetime.datetime.fromisoformat(text.strip())
+        except ValueError:
+            raise UsageError(
+                f"--since must be a duration such as 2h or 7d, or a date such as 2025-05-01, not {text!r}"
+            ) from None
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=datetime.UTC)
+    return int(moment.timestamp()) * 1_000_000_000 + moment.microsecond * 1000
+
+
+def _utc(ns: int) -> datetime.datetime | None:
+    """The moment ``ns`` nanoseconds after the epoch; ``None`` for a time no date can hold."""
+    try:
+        when = datetime.datetime.fromtimestamp(ns // 1_000_000_000, datetime.UTC)
+        return when.replace(microsecond=ns % 1_000_000_000 // 1000)
+    except (OverflowError, OSError, ValueError):
+        return None
+
+
+def _started(run: RunSummary) -> str:
+    when = _utc(run.started_at)
+    return when.strftime("%Y-%m-%d %H:%M:%S") if when else "?"
+
+
+def _outcome(run: RunSummary) -> str:
+    if run.outcome == "completed":
+        return run.reason
+    if run.outcome == "failed":
+        return f"failed: {run.reason}"
+    return "running or interrupted"
+
+
+def _row(run: RunSummary) -> list[str]:
+    answer = " ".join(run.answer.split())
+    return [
+        run.run_id + (f" <- {run.parent_run_id}" if run.parent_run_id else ""),
+        _started(run),
+        run.agent,
+        run.session_id or "",
+        str(run.events),
+        _outcome(run),
+        answer if len(answer) <= 50 else answer[:49] + "…",
+    ]
+
+
+def print_runs(runs: Sequence[RunSummary], *, as_json: bool, console: Any) -> None:
+    """Print ``runs``: JSON lines, a table on a terminal, or aligned plain text."""
+    out = sys.stdout
+    if as_json:
+        for run in runs:
+            document = msgspec.to_builtins(run) | {"started": _iso(run)}
+            out.write(msgspec.json.encode(document).decode() + "\n")
+        return
+    rows = [_row(run) for run in runs]
+    if console.is_terminal:
+        from rich.table import Table
+
+        table = Table(*_COLUMNS)
+        table.columns[0].no_wrap = True
+        for row in rows:
+            table.add_row(*row)
+        console.print(table)
+        return
+    widths = [max([len(c), *(len(row[i]) for row in rows)]) for i, c in enumerate(_COLUMNS)]
+    for row in [list(_COLUMNS), *rows]:
+        out.write(
+            "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() + "\n"
+        )
+
+
+def _iso(run: RunSummary) -> str | None:
+    when = _utc(run.started_at)
+    return when.isoformat() if when else None

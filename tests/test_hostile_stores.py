@@ -1,0 +1,217 @@
+"""Damaged stores: every read path reports ``LogCorruptError`` or ``StoreError`` with the place.
+
+Each case is a mutation of a real log that once escaped as a foreign exception (``TypeError``,
+``UnicodeDecodeError``, ``ValueError``, ``RecursionError``): text where SQLite keeps integers,
+undecodable text in the schema or a stream name, a catalog line naming no possible stream, and
+values nested past the recursion limit. The command line must say so in one line.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from agentledger import Agent, LogCorruptError, StoreError
+from agentledger.adapters.chat.scripted import ScriptedChatClient
+from agentledger.adapters.stores.jsonl import JsonlEventStore
+from agentledger.adapters.stores.sqlite import SqliteEventStore
+from agentledger.cli import main
+from agentledger.core import MAX_DEPTH, decode_event, decode_events
+from agentledger.store import EventStore
+from agentledger.testing import FixedClock, SequentialIds
+
+READ_COMMANDS = [["runs"], ["show", "run_1"], ["state", "run_1"], ["export", "run_1"]]
+
+
+def record_run(store: EventStore) -> None:
+    agent = Agent(client=ScriptedChatClient(["hello"]), store=store, clock=FixedClock(), ids=SequentialIds())
+    anyio.run(agent.run, "hi")
+
+
+def sqlite_log(tmp_path: Path) -> Path:
+    path = tmp_path / "events.db"
+    store = SqliteEventStore(path)
+    record_run(store)
+    store.close()
+    return path
+
+
+def edit(path: Path, *statements: str) -> None:
+    connection = sqlite3.connect(path, isolation_level=None)
+    try:
+        for statement in statements:
+            connection.execute(statement)
+    finally:
+        connection.close()
+
+
+def deep_record(depth: int) -> bytes:
+    result = b"[" * depth + b"]" * depth
+    return (
+        b'{"type":"ToolReturned","run_id":"run_1","seq":0,"at":0,"call_id":"c","name":"n","result":'
+        + result
+        + b"}"
+    )
+
+
+def fails_in_one_line(store: Path, command: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    code = main([*command, "--store", str(store)])
+    err = capsys.readouterr().err
+    assert code == 1, err
+    assert err.count("\n") == 1
+    assert err.startswith("agentledger: ")
+    return err
+
+
+# -- SQLite ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("column", ["seq", "last"])
+def test_sqlite_text_where_seq_belongs_is_corruption(
+    tmp_path: Path, column: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = sqlite_log(tmp_path)
+    edit(path, "DROP TRIGGER events_follow", f"UPDATE events SET {column} = 'x' || {column}")
+    with pytest.raises(LogCorruptError, match="expected integer seq and last") as caught:
+        SqliteEventStore(path).read_sync("run_1")
+    assert "run_1" in caught.value.where
+    for command in READ_COMMANDS[1:]:
+        fails_in_one_line(path, command, capsys)
+
+
+def test_sqlite_undecodable_stream_name_is_corruption(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = sqlite_log(tmp_path)
+    edit(path, "UPDATE streams SET name = CAST(X'ff00fe' AS TEXT)")
+    with pytest.raises(StoreError, match="decode"):
+        SqliteEventStore(path).streams_sync()
+    fails_in_one_line(path, ["runs"], capsys)
+
+
+def test_sqlite_undecodable_schema_text_is_a_store_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = sqlite_log(tmp_path)
+    edit(
+        path,
+        "PRAGMA writable_schema = ON",
+        "UPDATE sqlite_master SET sql = CAST(X'435245415445205441424c45ff' AS TEXT) WHERE name = 'streams'",
+    )
+    with pytest.raises(StoreError):
+        SqliteEventStore(path).streams_sync()
+    for command in READ_COMMANDS:
+        fails_in_one_line(path, command, capsys)
+
+
+def test_sqlite_blob_data_too_deep_is_corruption(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = sqlite_log(tmp_path)
+    connection = sqlite3.connect(path, isolation_level=None)
+    try:
+        connection.execute("UPDATE events SET data = ?, last = seq WHERE seq = 0", (deep_record(1200),))
+        connection.execute("DELETE FROM events WHERE seq > 0")
+    finally:
+        connection.close()
+    with pytest.raises(LogCorruptError, match="nested deeper") as caught:
+        SqliteEventStore(path).read_sync("run_1")
+    assert caught.value.where.endswith("stream 'run_1' seq 0")
+    for command in READ_COMMANDS[1:]:
+        fails_in_one_line(path, command, capsys)
+
+
+# -- JSONL ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("depth", [MAX_DEPTH + 1, 990, 1_000, 100_000])
+@pytest.mark.parametrize("layout", ["runs", "runs.jsonl"])
+def test_jsonl_record_nested_too_deep_is_corruption(
+    tmp_path: Path, depth: int, layout: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store_path = tmp_path / layout
+    record_run(JsonlEventStore(store_path))
+    log = store_path / "run_1.jsonl" if layout == "runs" else store_path
+    lines = log.read_bytes().splitlines()
+    log.write_bytes(b"\n".join([deep_record(depth), *lines[1:]]) + b"\n")
+    with pytest.raises(LogCorruptError, match="nested deeper") as caught:
+        JsonlEventStore(store_path).read_sync("run_1")
+    assert caught.value.where == f"{log}:1"
+    for command in READ_COMMANDS[1:]:
+        fails_in_one_line(store_path, command, capsys)
+
+
+def test_jsonl_record_at_the_depth_limit_reads(tmp_path: Path) -> None:
+    log = tmp_path / "runs.jsonl"
+    log.write_bytes(deep_record(MAX_DEPTH - 1) + b"\n")
+    (event,) = JsonlEventStore(log).read_sync("run_1")
+    assert event.seq == 0
+
+
+@pytest.mark.parametrize("name", [b'""', b'"' + b"x" * 300 + b'"'], ids=["empty", "too-long"])
+def test_jsonl_catalog_naming_no_possible_stream_is_corruption(
+    tmp_path: Path, name: bytes, capsys: pytest.CaptureFixture[str]
+) -> None:
+    runs = tmp_path / "runs"
+    record_run(JsonlEventStore(runs))
+    with (runs / "streams.index").open("ab") as catalog:
+        catalog.write(name + b"\n")
+    with pytest.raises(LogCorruptError, match="expected a stream name") as caught:
+        JsonlEventStore(runs).streams_sync()
+    assert caught.value.where == f"{runs / 'streams.index'}:2"
+    fails_in_one_line(runs, ["runs"], capsys)
+
+
+# -- the decoder itself ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("depth", [MAX_DEPTH, 999, 5_000])
+def test_decode_event_refuses_deep_records_with_a_decode_error(depth: int) -> None:
+    import msgspec
+
+    with pytest.raises(msgspec.DecodeError, match="nested deeper"):
+        decode_event(deep_record(depth))
+    with pytest.raises(msgspec.DecodeError, match="nested deeper"):
+        decode_events(b"[" + deep_record(depth) + b"]")
+
+
+def test_brackets_inside_strings_do_not_count() -> None:
+    text: Any = "[" * 2_000 + "{" * 2_000
+    record = b'{"type":"ToolReturned","run_id":"r","seq":0,"at":0,"call_id":"c","name":"n","result":"'
+    assert decode_event(record + text.encode() + b'"}').seq == 0
+
+
+@pytest.mark.parametrize("layout", ["runs", "runs.jsonl"])
+def test_a_record_whose_text_is_not_utf8_is_corruption(
+    tmp_path: Path, layout: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store_path = tmp_path / layout
+    record_run(JsonlEventStore(store_path))
+    log = store_path / "run_1.jsonl" if layout == "runs" else store_path
+    log.write_bytes(log.read_bytes().replace(b'"role":"assistant"', b'"role":"\x80assistant"'))
+    # msgspec words it by version: "invalid start byte" (0.22) or "Invalid UTF-8" (0.23)
+    with pytest.raises(LogCorruptError, match=r"(?i)not UTF-8|invalid start byte|invalid UTF-8") as caught:
+        JsonlEventStore(store_path).read_sync("run_1")
+    assert caught.value.where.startswith(f"{log}:")
+    for command in READ_COMMANDS[1:]:
+        fails_in_one_line(store_path, command, capsys)
+
+
+def test_a_journal_read_of_many_runs_reports_only_the_runs_asked_for(tmp_path: Path) -> None:
+    log = tmp_path / "runs.jsonl"
+    store = JsonlEventStore(log)
+    agent = Agent(
+        client=ScriptedChatClient(["a", "b", "c"]), store=store, clock=FixedClock(), ids=SequentialIds()
+    )
+    for _ in range(3):
+        anyio.run(agent.run, "hi")
+    lines = log.read_bytes().splitlines()
+    lines[-1] = lines[-1].replace(b'"text":"c"', b'"text":3')  # run_3's last event, now corrupt
+    log.write_bytes(b"\n".join(lines) + b"\n")
+    fresh = JsonlEventStore(log)
+    many = fresh.read_many_sync(["run_1", "run_2"])
+    assert [len(events) for events in many.values()] == [4, 4]
+    with pytest.raises(LogCorruptError, match=f"{log}:{len(lines)}"):
+        fresh.read_many_sync(["run_1", "run_2", "run_3"])
