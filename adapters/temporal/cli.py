@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import importlib
+import os
+import sys
 from collections.abc import Sequence
 
 import anyio
@@ -58,6 +61,16 @@ async def _serve(args: argparse.Namespace) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """``python -m agentledger.adapters.temporal worker ...``"""
+    """``python -m agentledger.adapters.temporal worker ...``
+
+    Once the worker has shut down and the store is closed, the process ends at once: the
+    Temporal client's native runtime keeps threads of its own, and letting the interpreter tear
+    itself down around them is what can crash a process that already finished its work. A crash
+    before that prints where it happened (``faulthandler``).
+    """
+    faulthandler.enable()
     args = _parser().parse_args(argv)
     anyio.run(_serve, args)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
