@@ -18,7 +18,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCES = {"agentledger": ROOT / "runtime", "agentledger.adapters": ROOT / "adapters"}
-ALLOWED_PRIVATE = {"_getframe"}  # sys._getframe: documented CPython API
+ALLOWED_PRIVATE = {"_getframe", "_exit"}  # sys._getframe, os._exit: documented standard library API
 
 
 def _modules() -> dict[str, Path]:
