@@ -14,9 +14,10 @@ from typing import Any, Literal, overload
 import anyio
 
 from ._sources import Clock, IdSource, RandomIds
-from .chat import ChatClient
+from .chat import ChatClient, ChatOptions
 from .core.events import Event, RunConfig
 from .core.messages import Content, Message
+from .errors import OptionsError
 from .logs import warn
 from .middleware import Layer, split_middleware
 from .redaction import Redactor, default_redactor
@@ -34,6 +35,7 @@ __all__ = ("Agent", "AgentResponse", "AgentResponseUpdate", "RunStream")
 
 
 _CLIENT_PARAMETERS = frozenset({"messages", "options", "function_invocation_kwargs", "client_kwargs"})
+_OPTION_NAMES = frozenset(ChatOptions.__annotations__) - {"tools"}
 
 
 def _frozen_layers(layers: Mapping[str, list[Layer]]) -> dict[str, tuple[Layer, ...]]:
@@ -325,6 +327,15 @@ class Agent:
     def _legacy_kwargs(self, given: Mapping[str, Any] | None, kwargs: dict[str, Any]) -> dict[str, Any]:
         if not kwargs:
             return dict(given or {})
+        if "thread" in kwargs:
+            raise TypeError("run() takes the conversation as session=, not thread=")
+        misplaced = sorted(k for k in kwargs if k in _OPTION_NAMES)
+        if misplaced:
+            shown = ", ".join(f"{k!r}: ..." for k in misplaced)
+            raise OptionsError(
+                f"{', '.join(misplaced)} is a chat option: pass options={{{shown}}} to run(); as a "
+                "keyword argument it would only reach tools and the client's **kwargs"
+            )
         warn(
             "passing runtime values as **kwargs to run() is deprecated; "
             "use function_invocation_kwargs= (tools) or client_kwargs= (the chat client)",

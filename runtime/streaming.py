@@ -11,6 +11,7 @@ from typing import Any
 import anyio
 import anyio.abc
 
+from .errors import RunError
 from .response import AgentResponse, AgentResponseUpdate
 from .run.lifecycle import AgentRun
 
@@ -86,7 +87,11 @@ class RunStream:
         if self._failure:
             raise self._failure[0]
         if not self._response:
-            raise RuntimeError("the streamed run ended without a response (it was closed early)")
+            raise RunError(
+                "the stream was closed before its run ended: the run was cancelled "
+                "(recorded as RunFailed, Cancelled), so it has no response",
+                run_id=self._run.run_id,
+            )
         return self._response[0]
 
     async def aclose(self) -> None:
@@ -100,6 +105,7 @@ class RunStream:
             with anyio.CancelScope(shield=True), contextlib.suppress(asyncio.CancelledError):
                 await task
         self._receive.close()
+        self._ended = True  # iterating a closed stream ends at once
 
     async def __aenter__(self) -> RunStream:
         return self

@@ -405,3 +405,13 @@ def test_a_pydantic_session_value_is_refused_with_the_way_out() -> None:
         session.state["order"] = Order.model_validate(ORDER)
     session.state["order"] = Order.model_validate(ORDER).model_dump(mode="json")
     assert session.state["order"]["shipping"]["city"] == "Lisbon"
+
+
+async def test_chat_options_and_thread_as_run_keywords_are_refused() -> None:
+    """Older code passes response_format= or thread= to run(): as **kwargs they would only reach
+    tools, so the answer's value would be None and the session unused; both fail at once."""
+    agent = Agent(client=ScriptedChatClient(["{}"]))
+    with pytest.raises(OptionsError, match=r"options=\{'response_format': \.\.\.\}"):
+        await agent.run("x", response_format=City)
+    with pytest.raises(TypeError, match="session="):
+        await agent.run("x", thread=agent.create_session())

@@ -13,6 +13,7 @@ from agentledger import (
     FunctionInvocationContext,
     MemoryEventStore,
     ModelCallError,
+    RunError,
     tool,
 )
 from agentledger.adapters.chat.scripted import Call, ScriptedChatClient, ScriptEntry, ScriptExhausted
@@ -128,3 +129,23 @@ async def test_stream_as_a_context_manager(clock: FixedClock, ids: SequentialIds
     events = await store.read("run_1")
     assert isinstance(events[-1], RunFailed)
     assert events[-1].error_type == "Cancelled"
+
+
+async def test_the_final_response_of_a_closed_stream(clock: FixedClock, ids: SequentialIds) -> None:
+    """After ``aclose``: a run it cancelled has no response (a typed error saying so); one that
+    had already ended still gives its response; iterating a closed stream just ends."""
+    agent = _agent(ScriptedChatClient([Call("ok", {"x": 1}), "one two three"]), clock, ids)
+    stream = agent.run_stream("go")
+    await stream.__anext__()
+    await stream.aclose()
+    assert [u async for u in stream] == []
+    with pytest.raises(RunError, match="closed before its run ended") as caught:
+        await stream.get_final_response()
+    assert caught.value.run_id == "run_1"
+
+    finished = agent.run_stream("again")  # the script's answer the cancelled run never reached
+    updates = [u async for u in finished]
+    await finished.aclose()
+    response = await finished.get_final_response()
+    assert response.text == "one two three"
+    assert updates[-1].finish_reason == "stop"
