@@ -39,7 +39,7 @@ from .core.events import (
 from .core.limits import INT64_MAX, INT64_MIN, may_overflow, safe_text
 from .core.messages import Message
 from .core.projections import SessionProjection, TranscriptProjection, apply_changes, conversation_after
-from .errors import SessionStateError
+from .errors import ApprovalError, SessionStateError
 
 __all__ = ("AgentSession", "SessionState")
 
@@ -259,6 +259,7 @@ class AgentSession:
         self._state = SessionState(self._record)
         self._pending: list[tuple[str, tuple[StateChange, ...]]] = []
         self._active: list[Sink] = []  # the sinks of the runs bound to this session now
+        self._claims: dict[str, str] = {}  # paused calls being resumed: call id -> run id
         self._lock = threading.Lock()
 
     def _record(self, by: str, changes: tuple[StateChange, ...]) -> None:
@@ -273,6 +274,28 @@ class AgentSession:
                 pass
         with self._lock:
             self._pending.append((by, changes))
+
+    def claim(self, call_ids: Iterable[str | None], run_id: str) -> Callable[[], None]:
+        """Reserve the paused calls a run resumes, so two resumes of one batch cannot both run it
+        (``ApprovalError`` naming the run that holds them); returns the releaser."""
+        wanted = [c for c in call_ids if c is not None]
+        with self._lock:
+            taken = {c: self._claims[c] for c in wanted if c in self._claims}
+            if taken:
+                holder = next(iter(taken.values()))
+                raise ApprovalError(
+                    f"calls {sorted(taken)} are being resumed by run {holder!r}: a batch resumes once"
+                )
+            for call_id in wanted:
+                self._claims[call_id] = run_id
+
+        def release() -> None:
+            with self._lock:
+                for call_id in wanted:
+                    if self._claims.get(call_id) == run_id:
+                        del self._claims[call_id]
+
+        return release
 
     def bind(self, sink: Sink) -> Callable[[], None]:
         """Record this session's changes in a run (the driver's use); returns the unbinder.

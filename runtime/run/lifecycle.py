@@ -16,6 +16,7 @@ import anyio
 
 from ..chat import ChatResponseUpdate, normalize_messages
 from ..context import AgentContext, SessionSink
+from ..core.approvals import approval_responses
 from ..core.commands import FinishRun
 from ..core.errors import UnrecordableError
 from ..core.events import (
@@ -72,6 +73,7 @@ class AgentRun:
         history = session.history if session is not None and spec.share_history else []
         # The agent's sinks see this run and, through the context, its sub-agents' runs too.
         token = capture_sinks.set((*capture_sinks.get(), *spec.sinks)) if spec.sinks else None
+        release: Callable[[], None] | None = None
         try:
             self._machine = machine = RunMachine(history)
             recorder = LiveRecorder(
@@ -79,6 +81,9 @@ class AgentRun:
             )
             inputs = normalize_messages(messages)
             check_approvals(history, inputs, spec)
+            answers = approval_responses(inputs)
+            if answers and session is not None and spec.share_history:
+                release = session.claim((c.call_id for c in answers), self.run_id)
             session_id = session.session_id if session is not None else None
             fields = spec.started_fields(messages=inputs, session_id=session_id, history_length=len(history))
             recorder.record(RunStarted, **fields)
@@ -98,6 +103,8 @@ class AgentRun:
                     raise
                 return await self._complete(binding, driver, response, response)
         finally:
+            if release is not None:
+                release()
             if token is not None:
                 capture_sinks.reset(token)
 
