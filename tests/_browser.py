@@ -23,6 +23,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from ._servers import describe_exit, startup_failure
+
 __all__ = ("FLAGS", "Browser", "BrowserError", "Page", "find_chromium", "launch")
 
 FLAGS = (
@@ -254,7 +256,7 @@ def launch(executable: str, profile: Path) -> Iterator[Browser]:
 def _endpoint(process: subprocess.Popen[bytes], profile: Path, log: str) -> str | None:
     """The browser's websocket URL, once Chromium has written DevToolsActivePort."""
     if process.poll() is not None:
-        raise BrowserError(f"Chromium exited with {process.returncode}; see {log}")
+        raise BrowserError(startup_failure("Chromium", describe_exit(process.returncode), Path(log)))
     port_file = profile / "DevToolsActivePort"
     lines = port_file.read_text().split() if port_file.exists() else []
     return f"ws://127.0.0.1:{lines[0]}{lines[1]}" if len(lines) >= 2 else None

