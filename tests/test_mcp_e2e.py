@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import msgspec
 import pytest
 from anyio.abc import SocketAttribute
 
@@ -402,3 +403,24 @@ def test_every_public_name_is_documented() -> None:
 
     text = (SERVER.parent.parent / "docs" / "api.md").read_text(encoding="utf-8")
     assert [name for name in module.__all__ if f"`{name}" not in text and f"class {name}" not in text] == []
+
+
+async def test_two_servers_without_a_prefix_restore_only_their_own_tools() -> None:
+    """Each recorded spec names its server, so two servers restore their own tools, not each
+    other's (without a prefix, names alone cannot tell them apart)."""
+    client = ScriptedChatClient([Call("add", {"a": 1, "b": 2}), "Done."])
+    store = MemoryEventStore()
+    async with _deadline(), stdio() as server:
+        agent = _agent(client, server, store=store)
+        response = await agent.run("Go.")
+    recorded = await load(store, response.run_id)
+    assert {spec.origin for spec in recorded.started.tools} == {"mcp:calculator"}
+    other_spec = msgspec.structs.replace(recorded.started.tools[0], name="translate", origin="mcp:translator")
+    specs = [*recorded.started.tools, other_spec]
+    calculator = stdio()
+    translator = MCPStdioTool("translator", sys.executable, args=[str(SERVER), "stdio"])
+    assert [f.name for f in calculator.restore_tools(specs)] == TOOLS
+    assert [f.name for f in translator.restore_tools(specs)] == ["translate"]
+    replayed = await rerun(recorded, _agent(ScriptedChatClient([]), calculator))
+    assert replayed is not None
+    assert replayed.text == "Done."

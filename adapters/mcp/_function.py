@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import jsonschema
 import jsonschema.exceptions
 import jsonschema.validators
+import msgspec
 
 from agentledger.errors import ArgumentsError, ToolDefinitionError
 from agentledger.tools import ApprovalMode, FunctionTool
@@ -51,6 +52,11 @@ class _RemoteCall:
 
     def __repr__(self) -> str:
         return f"<tool {self.remote_name!r} of MCP server {self.server.name!r}>"
+
+
+def mcp_origin(server_name: str) -> str:
+    """What ``ToolSpec.origin`` says of a tool that MCP server ``server_name`` lists."""
+    return f"mcp:{server_name}"
 
 
 class MCPFunctionTool(FunctionTool):
@@ -88,6 +94,8 @@ class MCPFunctionTool(FunctionTool):
             approval_mode=approval_mode,
             schema=schema,
         )
+        # The spec names its server, so a rerun restores each server's own tools from the log.
+        self.spec = msgspec.structs.replace(self.spec, origin=mcp_origin(server.name))
         self.server = server
         self.remote_name = remote_name
         self.input_schema = schema

@@ -24,7 +24,7 @@ from agentledger.errors import ToolDefinitionError
 from agentledger.tools import ApprovalMode, FunctionTool
 
 from ._errors import MCPConnectionError, MCPServerError, MCPUnknownToolError, translate
-from ._function import MCPFunctionTool
+from ._function import MCPFunctionTool, mcp_origin
 from ._results import RESULT_MODES, ResultMode, exposed_name, result_value
 
 if TYPE_CHECKING:
@@ -209,14 +209,26 @@ class MCPTool:
 
     def restore_tools(self, specs: Iterable[ToolSpec]) -> list[MCPFunctionTool]:
         """Make ``functions`` from recorded tool specs, without connecting: for a rerun of a
-        recorded run with the server stopped (``recorded.started.tools``). Only specs this
-        server would expose are taken: with a ``tool_name_prefix``, the names that carry it;
-        with ``allowed_tools``, the names it allows. Calls still need a connection."""
+        recorded run with the server stopped (``recorded.started.tools``). Only this server's
+        specs are taken: those whose ``origin`` names it (``"mcp:<name>"``); in logs that
+        record no origin, with a ``tool_name_prefix``, the names that carry it. With
+        ``allowed_tools``, only the names it allows. Calls still need a connection."""
         prefix = exposed_name("", self.tool_name_prefix) if self.tool_name_prefix else ""
+        own = mcp_origin(self.name)
+
+        def mine(spec: ToolSpec) -> bool:
+            if spec.origin:
+                return spec.origin == own
+            return not prefix or spec.name.startswith(prefix)
+
         entries = [
-            (spec.name[len(prefix) :] if prefix else spec.name, spec.description, spec.parameters)
+            (
+                spec.name[len(prefix) :] if prefix and spec.name.startswith(prefix) else spec.name,
+                spec.description,
+                spec.parameters,
+            )
             for spec in specs
-            if not prefix or spec.name.startswith(prefix)
+            if mine(spec)
         ]
         self._functions = self._build(entries)
         return self.functions

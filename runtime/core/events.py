@@ -69,6 +69,9 @@ class ToolSpec(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc
     description: str = ""
     parameters: dict[str, Any] = msgspec.field(default_factory=dict)
     approval_mode: str = "never_require"
+    origin: str = ""
+    """Where the tool comes from when that is not the agent's own code: ``"mcp:<server>"`` for a
+    tool an MCP server lists. Not sent to the model."""
 
 
 class StateChange(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
@@ -118,6 +121,13 @@ class RunStarted(EventBase, frozen=True, kw_only=True):
     provider_name: str = ""
     schema_version: int = SCHEMA_VERSION
     library_version: str = ""
+    run_option_keys: tuple[str, ...] | None = None
+    """The keys of the options given to this ``run()`` itself (not the agent's defaults), so a
+    rerun repeats those and takes the rest from the agent's current code; None in older logs."""
+    run_tool_names: tuple[str, ...] = ()
+    """The tools given to this ``run()`` itself (``tools=``), beside the agent's own."""
+    middleware: tuple[str, ...] | None = None
+    """The run's middleware as ``"kind:name"``, outermost first; None in older logs."""
 
 
 class RunInputRewritten(EventBase, frozen=True, kw_only=True):
