@@ -298,7 +298,8 @@ class Agent:
         if options:
             check_option_names(options)
         merged = merge_options(self.default_options, self.instructions, options)
-        offered = tuple(self.tools + normalize_tools(tools) if tools is not None else self.tools)
+        given = normalize_tools(tools) if tools is not None else []
+        offered = tuple(self.tools + given)
         check_tool_choice(merged.get("tool_choice"), offered)
         response_schema(merged.get("response_format"))  # OptionsError now, not at the first call
         layers = self._layers
@@ -322,6 +323,8 @@ class Agent:
             sinks=self.event_sinks,
             parent=parent,
             share_history=share_history,
+            run_option_keys=tuple(k for k in options or {} if isinstance(k, str)),
+            run_tool_names=tuple(t.name for t in given),
         )
 
     def _legacy_kwargs(self, given: Mapping[str, Any] | None, kwargs: dict[str, Any]) -> dict[str, Any]:

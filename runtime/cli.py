@@ -11,7 +11,6 @@ current directory under a name made safe from the run id (see ``_cli_checks``).
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 import sys
 import warnings
@@ -34,7 +33,7 @@ from ._cli_checks import (
 from ._cli_runs import parse_since, print_runs, resolve_run
 from ._version import __version__
 from .core.events import ChildRunStarted, Event, encode_event
-from .errors import AgentLedgerError, ReplayDivergence, RunNotFoundError
+from .errors import AgentLedgerError, RunNotFoundError
 from .listing import OUTCOMES, RunQuery
 from .store import EventStore, list_runs
 
@@ -190,52 +189,26 @@ def _state(args: argparse.Namespace) -> int:
     return 0
 
 
-def _load_agent(spec: str) -> Any:
-    module_name, _, attr = spec.partition(":")
-    if not attr:
-        raise UsageError(f"--agent must look like package.module:name, not {spec!r}")
-    if os.getcwd() not in sys.path:  # a module in the current directory, as `python -m` finds it
-        sys.path.insert(0, os.getcwd())
-    try:
-        target = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as exc:
-        raise UsageError(f"cannot load the agent {spec!r}: {exc}") from exc
-    from .agent import Agent
-
-    try:
-        agent = target if isinstance(target, Agent) else target()
-    except Exception as exc:  # a function that is no agent factory
-        raise UsageError(f"cannot build the agent {spec!r}: {type(exc).__name__}: {exc}") from exc
-    if not isinstance(agent, Agent):
-        raise UsageError(f"{spec!r} is not an Agent or a function returning one")
-    return agent
-
-
 def _replay(args: argparse.Namespace) -> int:
-    from .replay import load, rerun
+    from ._cli_replay import load_agent, print_report
+    from .replay import RecordedRun, load, replay
 
     warnings.simplefilter("ignore", FutureWarning)
     store = open_store(args.store)
     _resolve(store, args)
-    agent = _load_agent(args.agent or DEFAULT_AGENT)
-    agent.store = None
 
-    async def go() -> None:
-        recorded = await load(store, args.run)
+    async def go() -> int:
+        recorded: RecordedRun = await load(store, args.run)
         check_schema(recorded.events, args.run)
         check_complete(recorded.events, args.run)
+        agent = load_agent(args.agent or DEFAULT_AGENT, recorded)
+        agent.store = None
         if not args.force:
             check_agent(recorded.started, agent, args.agent)
-        await rerun(recorded, agent, tools=args.tools)
+        report = await replay(recorded, agent, tools=args.tools)
+        return print_report(report, as_json=args.json, accept_drift=args.accept_drift)
 
-    try:
-        _run(go)
-    except ReplayDivergence as exc:
-        print(f"run {args.run} diverged at seq {exc.seq}", file=sys.stderr)
-        print(exc.diff, file=sys.stderr)
-        return 1
-    print(f"run {args.run}: no divergence")
-    return 0
+    return _run(go)
 
 
 def _export(args: argparse.Namespace) -> int:
@@ -325,15 +298,26 @@ def _parser() -> argparse.ArgumentParser:
     state.add_argument("run", help=_RUN_HELP)
     state.add_argument("--at", type=int, help="the event's seq (default: the last)")
     state.add_argument("--json", action="store_true", help="one compact JSON document on one line")
-    replay = command("replay", _replay, "rerun a recorded run against the agent's code; exit 1 on divergence")
+    replay = command(
+        "replay", _replay, "rerun a run tree against the agent's code; exit 1 on a difference or drift"
+    )
     replay.add_argument("run", help=_RUN_HELP)
     replay.add_argument(
         "--agent", help=f"module:name of the Agent or its factory (default: the demo, {DEFAULT_AGENT})"
     )
-    replay.add_argument("--tools", choices=("recorded", "live"), default="recorded")
+    replay.add_argument(
+        "--tools",
+        choices=("recorded", "live"),
+        default="recorded",
+        help="recorded: tools return what the log says; live: tool bodies run (models never do)",
+    )
     replay.add_argument(
         "--force", action="store_true", help="replay even if the run was recorded by an agent of another name"
     )
+    replay.add_argument(
+        "--accept-drift", action="store_true", help="exit 0 when only the agent's configuration changed"
+    )
+    replay.add_argument("--json", action="store_true", help="one JSON object per finding, then a summary")
     view = command("view", _view, "write a self-contained HTML page to explore a run (no network needed)")
     view.add_argument("run", help=_RUN_HELP)
     view.add_argument("--output", "-o", help="file to write (default: RUN.html)")

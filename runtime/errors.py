@@ -21,7 +21,9 @@
     │   │   └── RunEvictedError                 a bounded store dropped it (or runs its session needs)
     │   ├── ConflictError                       a stale expected_version (stream, expected, actual)
     │   └── LogCorruptError                     a stored log does not decode (where, what)
-    ├── ReplayDivergence                        a rerun differs from the log (seq, expected, actual)
+    ├── ReplayDivergence                        a rerun differs from the log (seq, expected, actual,
+    │   │                                       findings)
+    │   └── ReplayDrift                         the agent's configuration changed since the run
     ├── SubAgentDepthError, SubAgentApprovalError   (in agentledger.subagents)
     ├── ExportError                             an OTLP receiver refused an export (status_code)
     └── TransitionError                         an input the run machine does not accept
@@ -42,6 +44,7 @@ Errors from other libraries are translated where they cross into agentledger, wi
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from .core.errors import AgentLedgerError, TransitionError, UnrecordableError
@@ -59,6 +62,7 @@ __all__ = (
     "ModelResponseError",
     "OptionsError",
     "ReplayDivergence",
+    "ReplayDrift",
     "RunError",
     "RunEvictedError",
     "RunNotFoundError",
@@ -181,14 +185,27 @@ class LogCorruptError(StoreError):
 
 
 class ReplayDivergence(AgentLedgerError):
-    """A rerun produced an event that differs from the recorded one at ``seq``."""
+    """A rerun differs from the recorded run: ``seq``, ``expected``, ``actual`` and ``diff``
+    describe the first difference, ``findings`` lists every one (``agentledger.replay.Finding``:
+    where in the run tree, seq on each side, event type, field, both values)."""
 
-    def __init__(self, seq: int, expected: Any, actual: Any, diff: str = "") -> None:
-        super().__init__(f"run diverged at seq {seq}" + (f":\n{diff}" if diff else ""))
+    def __init__(
+        self, seq: int, expected: Any, actual: Any, diff: str = "", *, findings: Sequence[Any] = ()
+    ) -> None:
+        self.findings = list(findings)
+        first = self.findings[0].describe() if self.findings else f"run diverged at seq {seq}"
+        more = f" (and {len(self.findings) - 1} more)" if len(self.findings) > 1 else ""
+        super().__init__(first + more + (f":\n{diff}" if diff else ""))
         self.seq = seq
         self.expected = expected
         self.actual = actual
         self.diff = diff
+
+
+class ReplayDrift(ReplayDivergence):
+    """The rerun did what the log says, but the agent is configured otherwise than when the run
+    was recorded (instructions, options, tool specs, middleware): the model's recorded answers
+    may not be what it would answer now. ``findings`` lists the drift."""
 
 
 class MiddlewareTermination(AgentLedgerError):

@@ -10,10 +10,11 @@ call's error result.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import inspect
 import re
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import Any, Literal, NamedTuple, Protocol
 
 from ._sources import IdSource
@@ -42,6 +43,42 @@ class ChildLink(NamedTuple):
 
 
 _link: contextvars.ContextVar[ChildLink | None] = contextvars.ContextVar("agentledger_child", default=None)
+
+
+class ChildRunner(Protocol):
+    """Runs the child of a sub-agent call in place of a live run (a replay answers it from the
+    child's own log). Installed for a block with ``running_children_with``."""
+
+    def child_ids(self, parent: tuple[str, str] | None) -> tuple[str, str | None] | None:
+        """The run id and (for a child with a session of its own) the session id the child of
+        the call ``parent`` (run id, call id) takes; None: run this child live, as usual."""
+        ...
+
+    async def run_child(
+        self,
+        tool: AgentTool,
+        task: str,
+        session: AgentSession | None,
+        kwargs: dict[str, Any],
+        link: ChildLink,
+    ) -> AgentResponse:
+        """The child's run: ``tool.agent``'s current code, answered however the runner chooses."""
+        ...
+
+
+_runner: contextvars.ContextVar[ChildRunner | None] = contextvars.ContextVar(
+    "agentledger_child_runner", default=None
+)
+
+
+@contextlib.contextmanager
+def running_children_with(runner: ChildRunner) -> Iterator[None]:
+    """Inside the block, sub-agent calls run their children through ``runner``."""
+    token = _runner.set(runner)
+    try:
+        yield
+    finally:
+        _runner.reset(token)
 
 
 def take_child_link(agent: object) -> ChildLink | None:
@@ -86,11 +123,13 @@ __all__ = (
     "MAX_DEPTH",
     "AgentTool",
     "ChildLink",
+    "ChildRunner",
     "StreamCallback",
     "SubAgent",
     "SubAgentApprovalError",
     "SubAgentDepthError",
     "agent_tool",
+    "running_children_with",
     "take_child_link",
 )
 
@@ -151,9 +190,15 @@ class AgentTool(FunctionTool):
             raise SubAgentDepthError(
                 f"sub-agent {self.name!r} would nest {depth} levels deep (limit {MAX_DEPTH})"
             )
-        session = ctx.session if self.propagate_session else self.agent.create_session()
+        runner = _runner.get()
+        parent = (ctx.run_id, ctx.call_id) if ctx.run_id and ctx.call_id else None
+        planned = runner.child_ids(parent) if runner is not None else None
+        if planned is None:
+            runner = None  # this child runs live
+        run_id, session_id = planned if planned is not None else (self.agent.ids("run"), None)
+        own = None if self.propagate_session else self.agent.create_session(session_id=session_id)
+        session = ctx.session if own is None else own
         caller = current_run_context()
-        run_id = self.agent.ids("run")
         parent_sink = None
         if caller is not None and caller.recorder is not None and ctx.call_id:
             caller.record(
@@ -165,12 +210,14 @@ class AgentTool(FunctionTool):
             )
             if self.propagate_session and caller.session is session:
                 parent_sink = caller.session_sink
-        parent = (ctx.run_id, ctx.call_id) if ctx.run_id and ctx.call_id else None
         link = ChildLink(self.agent, parent, not self.propagate_session, run_id, parent_sink)
         depth_token, link_token = _depth.set(depth), _link.set(link)
         try:
             task = str(arguments.get(self.arg_name, ""))
-            response = await self._execute(task, session, dict(ctx.kwargs))
+            if runner is not None:
+                response = await runner.run_child(self, task, session, dict(ctx.kwargs), link)
+            else:
+                response = await self._execute(task, session, dict(ctx.kwargs))
         finally:
             _link.reset(link_token)
             _depth.reset(depth_token)

@@ -241,7 +241,7 @@ async def test_a_rerun_needs_no_server_and_sends_what_the_run_sent() -> None:
     second = await agent.run("Which city?", session=session)
     assert agent.store is not None
     recorded = await load(agent.store, second.run_id)
-    again = await rerun(recorded, agent_on(ScriptedChatClient([])))  # no answers: all from the log
+    again = await rerun(recorded, agent_on(ScriptedChatClient([]), store=True))  # all from the log
     assert again is not None
     assert again.text == "It was Lima."
     called = [e for e in again.events if isinstance(e, ModelCalled)]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from agentledger import Agent, AgentSession, FunctionInvocationContext, timeline, tool
+from agentledger import Agent, AgentSession, FunctionInvocationContext, ReplayDivergence, timeline, tool
 from agentledger.adapters.chat.scripted import Call, ScriptedChatClient, ScriptedRequest
 from agentledger.core import ChildRunStarted, RunFailed, RunStarted, SessionUpdated, ToolFailed
 from agentledger.core.events import Event
@@ -255,13 +255,28 @@ async def test_child_waiting_for_approval_fails_the_call(clock: FixedClock, ids:
 
 
 async def test_recorded_rerun_leaves_the_child_alone(clock: FixedClock, ids: SequentialIds) -> None:
-    """A rerun answers a sub-agent call from the log: the child's model is not asked again."""
+    """A rerun reruns the sub-agent from its own log: the child's model is not asked again."""
     parent, child_client = _research(True, clock, ids)
     session = parent.create_session()
-    response = await parent.run("Look into tides.", session=session)
+    with capture_events() as events:
+        response = await parent.run("Look into tides.", session=session)
     asked = len(child_client.requests)
-    recorded = RecordedRun(response.events)
+    runs = _runs(events)
+    [link] = [e for e in response.events if isinstance(e, ChildRunStarted)]
+    child = RecordedRun(runs[link.child_run_id])
+    recorded = RecordedRun(response.events, children={link.call_id: child})
     rerun_response = await rerun(recorded, parent)
     assert rerun_response is not None
     assert rerun_response.text == "Research done."
     assert len(child_client.requests) == asked
+
+
+async def test_a_rerun_without_the_childs_log_cannot_replay_it(clock: FixedClock, ids: SequentialIds) -> None:
+    """A run built from its own events alone has no sub-agent logs: the rerun says so."""
+    parent, _ = _research(True, clock, ids)
+    response = await parent.run("Look into tides.", session=parent.create_session())
+    with pytest.raises(ReplayDivergence) as raised:
+        await rerun(RecordedRun(response.events), parent)
+    [finding] = raised.value.findings
+    assert finding.kind == "cannot_replay"
+    assert "ResearchAgent" in finding.where

@@ -18,19 +18,25 @@ each call's own events in order, calls in the model's order. Everything else mus
 """
 
 from .client import ReplayClient, ReplayExhausted
-from .compare import canonical, compare
-from .rerun import fork, rerun
+from .compare import canonical, compare, differences
+from .findings import Finding, FindingKind, ReplayReport
+from .rerun import fork, replay, rerun
 from .state import RecordedRun, RunState, is_replaying, load
 
 __all__ = (
+    "Finding",
+    "FindingKind",
     "RecordedRun",
     "ReplayClient",
     "ReplayExhausted",
+    "ReplayReport",
     "RunState",
     "canonical",
     "compare",
+    "differences",
     "fork",
     "is_replaying",
     "load",
+    "replay",
     "rerun",
 )

@@ -1,14 +1,24 @@
-"""Comparing a rerun's events with the recorded ones: by value, call by call within a batch."""
+"""Comparing a rerun's events with the recorded ones: aligned by iteration and call, every
+difference listed.
+
+Both logs are put in canonical order first (within a batch, call by call in the model's order,
+each call's own events in order: how concurrent calls interleave is not part of a run's meaning),
+then aligned event by event on (event type, call), so that one missing or extra event does not
+make everything after it differ. Each aligned pair is compared field by field. Differences in
+what the run is configured with (``RunStarted``'s instructions, options, tool specs, middleware
+and limits; the specs of tools added during the run) are drift, everything else a divergence.
+"""
 
 from __future__ import annotations
 
 import difflib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import msgspec
 
 from ..core.events import (
+    ApprovalRequested,
     ApprovalResolved,
     ArgumentsRejected,
     BatchResumed,
@@ -26,11 +36,21 @@ from ..core.events import (
     ToolsRemoved,
 )
 from ..errors import ReplayDivergence
+from .findings import Finding, text_diff
 
-__all__ = ("call_of", "canonical", "compare")
+__all__ = ("call_of", "canonical", "compare", "differences")
 
 
 _IGNORED = frozenset({"at", "seq", "child_run_id", "origin_run_id", "origin_seq"})
+_IGNORED_BY_TYPE: Mapping[str, frozenset[str]] = {
+    # The version of the library that recorded the run: a rerun on a newer one is still the run.
+    "RunStarted": frozenset({"library_version"}),
+}
+_DRIFT_FIELDS: Mapping[str, frozenset[str]] = {
+    "RunStarted": frozenset({"instructions", "options", "tools", "middleware", "config"}),
+    "ToolsAdded": frozenset({"tools"}),
+}
+_MISSING = msgspec.UNSET
 
 
 def call_of(event: Event, children: Mapping[str, str]) -> str | None:
@@ -109,7 +129,7 @@ def canonical(events: Sequence[Event]) -> list[Event]:
         if order and lane in order:
             batch.append(event)
             continue
-        if order and type(event).__name__ in ("ApprovalRequested",):
+        if order and type(event) is ApprovalRequested:
             batch.append(event)
             continue
         out.extend(_sorted(batch, order, children))
@@ -123,15 +143,160 @@ def _sorted(batch: list[Event], order: Mapping[str | None, int], children: Mappi
     return sorted(batch, key=lambda e: order.get(_lane(e, children), -1))
 
 
-def compare(recorded: Sequence[Event], actual: Sequence[Event]) -> None:
-    """Raise ``ReplayDivergence`` at the first event that differs (see the module docstring).
+def _key(event: Event, children: Mapping[str, str]) -> tuple[str, str | None]:
+    return type(event).__name__, _lane(event, children)
 
-    ``seq`` of the error is the recorded event's seq (or the rerun's, past the recorded end).
+
+def _fields(event: Event) -> dict[str, Any]:
+    """The event as JSON values, without the fields a rerun may change."""
+    data = msgspec.to_builtins(_normalized(event))
+    ignored = _IGNORED | _IGNORED_BY_TYPE.get(type(event).__name__, frozenset())
+    return {k: v for k, v in data.items() if k not in ignored}
+
+
+def _by_name(values: Sequence[Any]) -> dict[str, Any] | None:
+    """A list of named objects (tool specs) as a mapping by name, when the names are unique."""
+    if not all(type(v) is dict and type(v.get("name")) is str for v in values):
+        return None
+    named = {v["name"]: v for v in values}
+    return named if len(named) == len(values) else None
+
+
+def _field_diffs(recorded: Any, rerun: Any, path: str) -> Iterator[tuple[str, Any, Any]]:
+    if type(recorded) is dict and type(rerun) is dict:
+        for key in [*recorded, *(k for k in rerun if k not in recorded)]:
+            inner = f"{path}.{key}" if path else str(key)
+            yield from _field_diffs(recorded.get(key, _MISSING), rerun.get(key, _MISSING), inner)
+        return
+    if isinstance(recorded, list | tuple) and isinstance(rerun, list | tuple):
+        left, right = _by_name(recorded), _by_name(rerun)
+        if left is not None and right is not None and (left or right):
+            for name in [*left, *(n for n in right if n not in left)]:
+                yield from _field_diffs(
+                    left.get(name, _MISSING), right.get(name, _MISSING), f"{path}[{name}]"
+                )
+            return
+        if len(recorded) == len(rerun):
+            for index, (a, b) in enumerate(zip(recorded, rerun, strict=True)):
+                yield from _field_diffs(a, b, f"{path}[{index}]")
+            return
+    if recorded != rerun:
+        yield path, recorded, rerun
+
+
+def _value(value: Any) -> Any:
+    return None if value is _MISSING else value
+
+
+def _pair_findings(recorded: Event, rerun: Event, *, run_id: str, path: tuple[str, ...]) -> Iterator[Finding]:
+    kind_name = type(recorded).__name__
+    drift_fields = _DRIFT_FIELDS.get(kind_name, frozenset())
+    for field, left, right in _field_diffs(_fields(recorded), _fields(rerun), ""):
+        top = field.split(".", 1)[0].split("[", 1)[0]
+        drift = top in drift_fields
+        detail = ""
+        if drift and field == "instructions":
+            detail = text_diff(_value(left), _value(right))
+        yield Finding(
+            kind="drift" if drift else "divergence",
+            run_id=run_id,
+            path=path,
+            seq=recorded.seq,
+            rerun_seq=rerun.seq,
+            event_type=kind_name,
+            field=field,
+            recorded=_value(left),
+            rerun=_value(right),
+            detail=detail,
+        )
+
+
+def _lone(event: Event, *, recorded: bool, run_id: str, path: tuple[str, ...]) -> Finding:
+    data = _fields(event)
+    return Finding(
+        kind="divergence",
+        run_id=run_id,
+        path=path,
+        seq=event.seq if recorded else None,
+        rerun_seq=None if recorded else event.seq,
+        event_type=type(event).__name__,
+        recorded=data if recorded else None,
+        rerun=None if recorded else data,
+    )
+
+
+def _changed_type(recorded: Event, rerun: Event, *, run_id: str, path: tuple[str, ...]) -> Finding:
+    return Finding(
+        kind="divergence",
+        run_id=run_id,
+        path=path,
+        seq=recorded.seq,
+        rerun_seq=rerun.seq,
+        event_type=type(recorded).__name__,
+        field="type",
+        recorded=_fields(recorded),
+        rerun=_fields(rerun),
+    )
+
+
+def differences(
+    recorded: Sequence[Event], rerun: Sequence[Event], *, path: tuple[str, ...] = ()
+) -> list[Finding]:
+    """Every difference between a recorded run's events and its rerun's, in log order."""
+    left, right = canonical(recorded), canonical(rerun)
+    run_id = left[0].run_id if left else (right[0].run_id if right else "")
+    path = path or (run_id,)
+    left_children = {e.child_run_id: e.call_id for e in left if type(e) is ChildRunStarted}
+    right_children = {e.child_run_id: e.call_id for e in right if type(e) is ChildRunStarted}
+    left_keys = [_key(e, left_children) for e in left]
+    right_keys = [_key(e, right_children) for e in right]
+    matcher = difflib.SequenceMatcher(None, left_keys, right_keys, autojunk=False)
+    found: list[Finding] = []
+    for op, i1, i2, j1, j2 in matcher.get_opcodes():
+        if op == "equal":
+            for a, b in zip(left[i1:i2], right[j1:j2], strict=True):
+                if _normalized(a) != _normalized(b):
+                    found.extend(_pair_findings(a, b, run_id=run_id, path=path))
+            continue
+        # A replaced stretch: events side by side of the same type, or of the same call (a
+        # call that now fails, say), are compared; the rest is missing from one side.
+        lefts, rights = list(left[i1:i2]), list(right[j1:j2])
+        while lefts and rights:
+            a, b = lefts[0], rights[0]
+            call = _lane(a, left_children)
+            if type(a) is not type(b) and (call is None or call != _lane(b, right_children)):
+                break
+            lefts.pop(0)
+            rights.pop(0)
+            if type(a) is not type(b):
+                found.append(_changed_type(a, b, run_id=run_id, path=path))
+            elif _normalized(a) != _normalized(b):
+                found.extend(_pair_findings(a, b, run_id=run_id, path=path))
+        found.extend(_lone(e, recorded=True, run_id=run_id, path=path) for e in lefts)
+        found.extend(_lone(e, recorded=False, run_id=run_id, path=path) for e in rights)
+    return found
+
+
+def compare(recorded: Sequence[Event], actual: Sequence[Event]) -> None:
+    """Raise ``ReplayDivergence`` if the rerun's events differ from the recorded ones.
+
+    The error's ``seq``, ``expected``, ``actual`` and ``diff`` describe the first difference,
+    ``findings`` lists every one (drift included); ``seq`` is the recorded event's seq (or the
+    rerun's, for an event only the rerun has).
     """
-    left, right = canonical(recorded), canonical(actual)
-    for index in range(max(len(left), len(right))):
-        expected = left[index] if index < len(left) else None
-        got = right[index] if index < len(right) else None
-        if expected is None or got is None or _normalized(expected) != _normalized(got):
-            seq = expected.seq if expected is not None else (got.seq if got is not None else index)
-            raise ReplayDivergence(seq, expected, got, _diff(expected, got))
+    found = differences(recorded, actual)
+    if found:
+        raise divergence(found, recorded, actual)
+
+
+def divergence(
+    found: Sequence[Finding], recorded: Sequence[Event], actual: Sequence[Event]
+) -> ReplayDivergence:
+    """The error for ``found`` (not empty): its first divergence (else its first finding) in front."""
+    first = next((f for f in found if f.kind == "divergence"), found[0])
+    expected = next((e for e in recorded if first.seq is not None and e.seq == first.seq), None)
+    got = next((e for e in actual if first.rerun_seq is not None and e.seq == first.rerun_seq), None)
+    if first.run_id and expected is not None and expected.run_id != first.run_id:
+        expected = None
+    seq = first.seq if first.seq is not None else (first.rerun_seq or 0)
+    return ReplayDivergence(seq, expected, got, _diff(expected, got), findings=found)

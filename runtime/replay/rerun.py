@@ -1,4 +1,12 @@
-"""Rerun and fork: the agent's current code against a recorded run."""
+"""Rerun and fork: the agent's current code against a recorded run tree.
+
+A rerun builds the run from the agent as it is now (instructions, options, tools, middleware,
+limits), repeats from the log only what the caller gave that one ``run()`` (its options and
+tools, the kwargs), and answers every model call from the log. A sub-agent call reruns the
+sub-agent's current code (reached through the lead agent's tool) against the child run's own
+recorded model answers, in the same tools mode, so the whole tree is checked and no model is
+ever called. ``replay`` returns every finding; ``rerun`` raises on them.
+"""
 
 from __future__ import annotations
 
@@ -9,22 +17,23 @@ from ..agent import Agent
 from ..chat import ChatClient
 from ..context import replaying
 from ..core.errors import TransitionError
-from ..core.events import (
-    Event,
-    SessionUpdated,
-)
-from ..errors import AgentLedgerError, RunError
+from ..core.events import Event, SessionUpdated, ToolFailed, ToolReturned
+from ..errors import AgentLedgerError, ReplayDrift, RunError
 from ..response import AgentResponse
 from ..run.lifecycle import AgentRun
+from ..run.spec import RunSpec, merge_options
 from ..session import AgentSession
-from ..structured import schema_option
+from ..subagents import AgentTool, ChildLink, running_children_with
 from ..testing import capture_events
-from .client import ReplayClient
-from .compare import compare
+from .client import ReplayClient, ReplayExhausted
+from .compare import differences, divergence
+from .findings import Finding, ReplayReport
 from .stand_ins import RecordedTools
 from .state import RecordedRun
 
-__all__ = ("fork", "rerun")
+__all__ = ("fork", "replay", "rerun")
+
+ToolsMode = Literal["recorded", "live"]
 
 
 def _session_for(recorded: RecordedRun) -> AgentSession | None:
@@ -50,67 +59,250 @@ def _pend_caller_writes(session: AgentSession, events: Sequence[Event]) -> None:
         session.add_pending(event.by, event.changes)
 
 
-async def _drive(
-    recorded: RecordedRun,
-    agent: Agent,
-    client: ChatClient,
-    tools: Literal["recorded", "live"],
-    upto: int | None,
-    run_id: str | None,
-    function_invocation_kwargs: Mapping[str, Any] | None,
-) -> tuple[AgentResponse | None, list[Event]]:
+def _run_options(recorded: RecordedRun, agent: Any) -> dict[str, Any]:
+    """The options the caller gave the recorded ``run()`` itself: repeated from the log, while
+    everything else comes from the agent's current code.
+
+    Older logs do not say which keys the caller gave: there, a recorded option the agent's
+    current defaults do not set is taken as the caller's.
+    """
     started = recorded.started
-    spec = agent.run_spec(
+    keys = started.run_option_keys
+    if keys is None:
+        defaults = merge_options(
+            getattr(agent, "default_options", {}), getattr(agent, "instructions", None), None
+        )
+        keys = tuple(k for k in started.options if k not in defaults)
+    # The conversation a service keeps is the run's state, never the agent's code.
+    keys = (*keys, "conversation_id")
+    options = {k: started.options[k] for k in keys if k in started.options}
+    if "instructions" in keys and started.instructions is not None:
+        options["instructions"] = started.instructions
+    return options
+
+
+def _replay_spec(
+    recorded: RecordedRun,
+    agent: Any,
+    client: ChatClient,
+    tools: ToolsMode,
+    upto: int | None,
+    *,
+    function_invocation_kwargs: Mapping[str, Any] | None,
+    parent: tuple[str, str] | None,
+    share_history: bool,
+) -> RunSpec:
+    """The run ``agent``'s current code makes of the recorded run's call, answered from the log."""
+    started = recorded.started
+    # The live tools always lend their argument types (defaults, coercion, rejection); their
+    # bodies run only where the log has no outcome and the caller asked for live tools.
+    helper = RecordedTools(recorded, upto, agent.tools, run_live=tools == "live" or upto is not None)
+    given = [helper.stand_in(name) for name in started.run_tool_names]
+    spec: RunSpec = agent.run_spec(
+        options=_run_options(recorded, agent) or None,
         function_invocation_kwargs=started.function_invocation_kwargs
         if function_invocation_kwargs is None
         else function_invocation_kwargs,
         client_kwargs=dict.fromkeys(started.client_kwargs_keys),  # the values were never recorded
+        tools=given or None,
+        parent=parent,
+        share_history=share_history,
     )
-    options = dict(started.options)
-    if started.instructions is not None:
-        options["instructions"] = started.instructions
-    live_format = spec.options.get("response_format")
-    if live_format is not None and schema_option(live_format) == options.get("response_format"):
-        options["response_format"] = live_format  # the same schema: ``value`` parses as the type again
     # A rerun is not a new run: no store, and live exporters must not see it.
-    spec = spec.replace(client=client, options=options, store=None, sinks=())
+    spec = spec.replace(client=client, store=None, sinks=())
     if tools == "recorded" or upto is not None:
-        # The live tools always lend their argument types (defaults, coercion, rejection); their
-        # bodies run only where the log has no outcome and the caller asked for live tools.
-        helper = RecordedTools(recorded, upto, agent.tools, run_live=tools == "live" or upto is not None)
-        spec = spec.replace(tools=tuple(helper.stand_in(t.name) for t in agent.tools))
-    run = AgentRun(spec, _session_for(recorded), run_id=run_id or agent.ids("run"))
+        spec = spec.replace(tools=(*(helper.stand_in(t.name) for t in agent.tools), *given))
+    return spec
+
+
+def _hop(call_id: str, name: str | None) -> str:
+    return f"{call_id} ({name or 'sub-agent'})"
+
+
+class _TreeReplay:
+    """Answers each sub-agent call of a rerun with the child run's own log (``ChildRunner``)."""
+
+    def __init__(self, root: RecordedRun, root_run_id: str, tools: ToolsMode, upto: int | None) -> None:
+        self.root_run_id = root_run_id
+        self.tools = tools
+        self.upto = upto
+        self.nodes: dict[str, RecordedRun] = {root_run_id: root}
+        self.paths: dict[str, tuple[str, ...]] = {root_run_id: (root.run_id,)}
+        self.replayed: dict[str, RecordedRun] = {}
+        self.cannot: list[Finding] = []
+        self.outcomes = {e.call_id: e.seq for e in root.events if isinstance(e, ToolReturned | ToolFailed)}
+
+    def _live(self, parent_run: str, call_id: str) -> bool:
+        """Whether a fork runs this call's child live: a call of the forked run past the point."""
+        if self.upto is None or parent_run != self.root_run_id:
+            return False
+        seq = self.outcomes.get(call_id)
+        return seq is None or seq > self.upto
+
+    def child_ids(self, parent: tuple[str, str] | None) -> tuple[str, str | None] | None:
+        if parent is None:  # a call outside a run: a fork runs it live, a rerun refuses it
+            return None if self.upto is not None else ("unlinked", None)
+        parent_run, call_id = parent
+        if self._live(parent_run, call_id):
+            return None
+        node = self.nodes.get(parent_run)
+        child = node.children.get(call_id) if node is not None else None
+        if child is None:
+            return (f"{parent_run}/{call_id}", None)  # refused in run_child: a replay calls no model
+        return child.run_id, child.started.session_id
+
+    async def run_child(
+        self,
+        tool: AgentTool,
+        task: str,
+        session: AgentSession | None,
+        kwargs: dict[str, Any],
+        link: ChildLink,
+    ) -> AgentResponse:
+        parent_run, call_id = link.parent or ("", "")
+        node = self.nodes.get(parent_run)
+        child = node.children.get(call_id) if node is not None else None
+        path = (*self.paths.get(parent_run, (parent_run,)), _hop(call_id, tool.agent.name), link.run_id)
+        if child is None:
+            why = (
+                f"the log holds no run of sub-agent {tool.agent.name or tool.name!r} for call {call_id}"
+                " (not recorded, or not in the store): a replay never calls a model"
+            )
+            if not any(f.path == path for f in self.cannot):
+                self.cannot.append(Finding(kind="cannot_replay", run_id=parent_run, path=path, detail=why))
+            raise ReplayExhausted(why)
+        self.nodes[link.run_id] = child
+        self.paths[link.run_id] = path
+        self.replayed[link.run_id] = child
+        replay_client = ReplayClient(child.model_outcomes(), provider_name=child.started.provider_name)
+        spec = _replay_spec(
+            child,
+            tool.agent,
+            replay_client,
+            self.tools,
+            None,
+            function_invocation_kwargs=kwargs,
+            parent=link.parent,
+            share_history=link.share_history,
+        )
+        run = AgentRun(spec, session, run_id=link.run_id, parent_sink=link.parent_sink)
+        return await run.execute(task)
+
+
+def _missing_children(recorded: RecordedRun) -> list[Finding]:
+    """The sub-agent runs the tree links to that were not loaded (not in the store)."""
+    found = []
+    for path, run in recorded.walk():
+        for link in run.child_links():
+            if link.call_id not in run.children:
+                found.append(
+                    Finding(
+                        kind="cannot_replay",
+                        run_id=run.run_id,
+                        path=(*path, _hop(link.call_id, link.agent_name), link.child_run_id),
+                        seq=link.seq,
+                        event_type="ChildRunStarted",
+                        detail=(
+                            f"sub-agent run {link.child_run_id} is not loaded (not in the store, or the "
+                            "run was built without load()): its recorded result stands in for it"
+                        ),
+                    )
+                )
+    return found
+
+
+async def _drive(
+    recorded: RecordedRun,
+    agent: Agent,
+    client: ChatClient,
+    tools: ToolsMode,
+    upto: int | None,
+    run_id: str | None,
+    function_invocation_kwargs: Mapping[str, Any] | None,
+) -> tuple[AgentResponse | None, dict[str, list[Event]], _TreeReplay]:
+    started = recorded.started
+    parent = (started.parent_run_id, started.parent_call_id or "") if started.parent_run_id else None
+    spec = _replay_spec(
+        recorded,
+        agent,
+        client,
+        tools,
+        upto,
+        function_invocation_kwargs=function_invocation_kwargs,
+        parent=parent,
+        share_history=started.session_history,
+    )
+    own_id = run_id or agent.ids("run")
+    run = AgentRun(spec, _session_for(recorded), run_id=own_id)
+    children = _TreeReplay(recorded, own_id, tools, upto)
     token = replaying.set(True)
-    with capture_events() as events:
+    with capture_events() as events, running_children_with(children):
         try:
             response: AgentResponse | None = await run.execute(list(started.messages))
         except (RunError, TransitionError):
             response = None
         finally:
             replaying.reset(token)
-    own = [e for e in events if e.run_id == run.run_id]
-    return response, own
+    by_run: dict[str, list[Event]] = {own_id: []}
+    for child_id in children.replayed:
+        by_run[child_id] = []
+    for event in events:
+        if event.run_id in by_run:
+            by_run[event.run_id].append(event)
+    return response, by_run, children
+
+
+async def replay(
+    recorded: RecordedRun,
+    agent: Agent,
+    *,
+    tools: ToolsMode = "recorded",
+    function_invocation_kwargs: Mapping[str, Any] | None = None,
+) -> ReplayReport:
+    """Rerun the recorded run tree against ``agent``'s current code and report every finding.
+
+    Model answers come from the log, for the lead run and for every sub-agent run (reached through
+    the lead agent's sub-agent tools): no model is called. With ``tools="recorded"`` no tool body
+    runs; with ``tools="live"`` tool bodies run, sub-agents included. Nothing raises for a
+    difference: the report lists divergences, drift and what could not be replayed.
+    """
+    client = ReplayClient(recorded.model_outcomes(), provider_name=recorded.started.provider_name)
+    response, by_run, children = await _drive(
+        recorded, agent, client, tools, None, recorded.run_id, function_invocation_kwargs
+    )
+    findings = differences(recorded.events, by_run[recorded.run_id], path=(recorded.run_id,))
+    for child_id, child in children.replayed.items():
+        findings.extend(differences(child.events, by_run[child_id], path=children.paths[child_id]))
+    findings.extend(_missing_children(recorded))
+    findings.extend(children.cannot)
+    return ReplayReport(recorded.run_id, findings, response, by_run)
 
 
 async def rerun(
     recorded: RecordedRun,
     agent: Agent,
     *,
-    tools: Literal["recorded", "live"] = "recorded",
+    tools: ToolsMode = "recorded",
     function_invocation_kwargs: Mapping[str, Any] | None = None,
+    accept_drift: bool = False,
 ) -> AgentResponse | None:
-    """Run ``agent``'s code against the recorded model output; raise at the first divergence.
+    """Run ``agent``'s code against the recorded run tree; raise if anything differs.
 
+    ``ReplayDivergence`` (with every finding in ``findings``) when the rerun records something
+    else than the log or part of the tree cannot be replayed; ``ReplayDrift`` (a
+    ``ReplayDivergence``) when only the agent's configuration changed, unless ``accept_drift``.
     With ``tools="recorded"`` no tool runs: each call returns (or raises) what it recorded and
     repeats its recorded effects (session writes, tool list changes). With ``tools="live"`` the
     tools run for real; pass ``function_invocation_kwargs`` when the recorded ones were redacted.
     """
-    client = ReplayClient(recorded.model_outcomes(), provider_name=recorded.started.provider_name)
-    response, events = await _drive(
-        recorded, agent, client, tools, None, recorded.run_id, function_invocation_kwargs
-    )
-    compare(recorded.events, events)
-    return response
+    report = await replay(recorded, agent, tools=tools, function_invocation_kwargs=function_invocation_kwargs)
+    if report.passed(accept_drift=accept_drift):
+        return report.response
+    lead = report.events[recorded.run_id]
+    error = divergence(report.findings, recorded.events, lead)
+    if not report.divergences and not report.cannot_replay:
+        raise ReplayDrift(error.seq, error.expected, error.actual, error.diff, findings=report.findings)
+    raise error
 
 
 async def fork(
@@ -124,13 +316,15 @@ async def fork(
     """Replay the run up to ``at`` from the log, then continue live with ``client`` as a new run.
 
     Model calls answered at or before ``at`` come from the log, so do tool calls whose outcome
-    was recorded at or before ``at``; everything later is live (``agent``'s tools, ``client``).
+    was recorded at or before ``at`` (a sub-agent call among them reruns its child against the
+    child's recorded answers); everything later is live (``agent``'s tools, ``client``, and
+    sub-agents with their own clients). A fork calls models: that is what it is for.
     """
     if not 0 <= at < len(recorded.events):
         raise IndexError(f"run {recorded.run_id} has events 0..{len(recorded.events) - 1}, not {at}")
     responses = [e for e in recorded.model_outcomes() if e.seq <= at]
-    replay = ReplayClient(responses, live=client)
-    response, _ = await _drive(recorded, agent, replay, "live", at, None, function_invocation_kwargs)
+    live = ReplayClient(responses, live=client)
+    response, _, _ = await _drive(recorded, agent, live, "live", at, None, function_invocation_kwargs)
     if response is None:
         raise AgentLedgerError(f"the fork of run {recorded.run_id} at seq {at} failed")
     return response

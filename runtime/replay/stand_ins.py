@@ -25,6 +25,7 @@ from ..core.events import (
 )
 from ..errors import ArgumentsError, MiddlewareTermination
 from ..session import AgentSession
+from ..subagents import AgentTool
 from ..tools import FunctionTool
 from .client import RecordedOutcome, ReplayExhausted
 from .compare import call_of
@@ -57,6 +58,7 @@ class RecordedTools:
             elif type(event) is not ToolCalled:
                 self.effects.setdefault(call_id, []).append(event)
         self.specs = {spec.name: spec for e in recorded.events for spec in _specs(e)}
+        self.children = recorded.children
         self.refused = _refused(recorded.events)
 
     def stand_in(self, name: str) -> FunctionTool:
@@ -66,6 +68,9 @@ class RecordedTools:
 
         async def replayed(ctx: FunctionInvocationContext, arguments: Mapping[str, Any]) -> Any:
             call_id = ctx.call_id or ""
+            if isinstance(live, AgentTool) and call_id in self.children:
+                # A sub-agent whose run is in the log reruns (its tree answered from the log).
+                return await live.execute(arguments, ctx)
             outcome = self.outcome.get(call_id)
             if outcome is None or (self.upto is not None and outcome.seq > self.upto):
                 if live is None or not self.run_live:

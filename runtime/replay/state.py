@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import msgspec
@@ -10,6 +10,7 @@ import msgspec
 from ..context import replaying
 from ..core.errors import TransitionError
 from ..core.events import (
+    ChildRunStarted,
     Event,
     MiddlewareShortCircuit,
     ModelFailed,
@@ -49,13 +50,37 @@ class RunState(msgspec.Struct, frozen=True, kw_only=True):
 class RecordedRun:
     """One run's log, with the logs of its session's earlier runs for context."""
 
-    def __init__(self, events: Sequence[Event], *, prior: Sequence[Event] = ()) -> None:
+    def __init__(
+        self,
+        events: Sequence[Event],
+        *,
+        prior: Sequence[Event] = (),
+        children: Mapping[str, RecordedRun] | None = None,
+    ) -> None:
         if not events or type(events[0]) is not RunStarted:
             raise AgentLedgerError("a recorded run starts with RunStarted")
         self.events = list(events)
         self.prior = list(prior)
         self.started: RunStarted = events[0]
         self.run_id = self.started.run_id
+        self.children: dict[str, RecordedRun] = dict(children or {})
+        """The sub-agent runs this run started, by the call id that started each (``load``
+        reads them; a run built from its events alone has none)."""
+
+    def child_links(self) -> list[ChildRunStarted]:
+        """The sub-agent runs this run's calls started, in log order."""
+        return [e for e in self.events if type(e) is ChildRunStarted]
+
+    def walk(self) -> Iterator[tuple[tuple[str, ...], RecordedRun]]:
+        """This run and every sub-agent run below it, each with its path in the tree."""
+        yield (self.run_id,), self
+        for link in self.child_links():
+            child = self.children.get(link.call_id)
+            if child is None:
+                continue
+            hop = f"{link.call_id} ({link.agent_name or 'sub-agent'})"
+            for path, run in child.walk():
+                yield (self.run_id, hop, *path), run
 
     @property
     def session_id(self) -> str | None:
@@ -121,16 +146,49 @@ class RecordedRun:
         return outcomes
 
 
-async def load(store: EventStore, run_id: str, *, with_session: bool = True) -> RecordedRun:
-    """Read a run from ``store``; with its session's earlier runs when ``with_session``.
+async def load(
+    store: EventStore, run_id: str, *, with_session: bool = True, with_children: bool = True
+) -> RecordedRun:
+    """Read a run from ``store``; with its session's earlier runs when ``with_session``, and the
+    whole tree of sub-agent runs below it when ``with_children`` (``RecordedRun.children``).
 
     ``RunNotFoundError`` if the store has no such run; ``RunEvictedError`` (one) if a bounded store
     evicted it, or evicted runs of its session while ``with_session`` asks for them. An earlier
-    stream that does not decode is skipped and reported with ``UnreadableStreamWarning``.
+    stream that does not decode is skipped and reported with ``UnreadableStreamWarning``. A
+    sub-agent run the store does not hold is left out (a replay reports that it cannot replay
+    it); links that lead back to a run already in the tree are ``LogCorruptError``.
     """
+    return await _load(store, run_id, with_session, with_children, ())
+
+
+async def _load(
+    store: EventStore, run_id: str, with_session: bool, with_children: bool, above: tuple[str, ...]
+) -> RecordedRun:
     events = await store.read(run_id)
     if not events:
         raise RunNotFoundError(run_id)
+    recorded = await _with_prior(store, run_id, events, with_session)
+    if not with_children:
+        return recorded
+    lineage = (*above, run_id)
+    for link in recorded.child_links():
+        if link.child_run_id in lineage:
+            chain = " -> ".join((*lineage, link.child_run_id))
+            raise LogCorruptError(
+                f"the run tree links back to a run above it: {chain}", where=f"run {run_id}"
+            )
+        try:
+            # The child's session state comes from its caller's rerun, so no earlier runs here.
+            child = await _load(store, link.child_run_id, False, True, lineage)
+        except RunNotFoundError:
+            continue  # reported by a replay as a part it cannot replay
+        if child.started.parent_run_id not in (None, run_id):
+            continue  # a run of that id that is not this call's child (an id reused elsewhere)
+        recorded.children[link.call_id] = child
+    return recorded
+
+
+async def _with_prior(store: EventStore, run_id: str, events: list[Event], with_session: bool) -> RecordedRun:
     started = events[0]
     prior: list[Event] = []
     if with_session and isinstance(started, RunStarted) and started.session_id is not None:
@@ -140,8 +198,19 @@ async def load(store: EventStore, run_id: str, *, with_session: bool = True) -> 
         earlier = streams[: streams.index(run_id)] if run_id in streams else streams
         for log in (await _read_earlier(store, earlier)).values():
             if _touches(log, started.session_id):
-                prior.extend(log)
+                prior.extend(_before_child(log, started))
     return RecordedRun(events, prior=prior)
+
+
+def _before_child(log: list[Event], started: RunStarted) -> list[Event]:
+    """A sub-agent run's caller's log up to the call that started it: what the session held
+    when the child began (the caller's later writes came after it)."""
+    if started.parent_run_id is None or not log or log[0].run_id != started.parent_run_id:
+        return log
+    for index, event in enumerate(log):
+        if type(event) is ChildRunStarted and event.child_run_id == started.run_id:
+            return log[:index]
+    return log
 
 
 async def _read_earlier(store: EventStore, streams: list[str]) -> dict[str, list[Event]]:
@@ -155,7 +224,7 @@ async def _read_earlier(store: EventStore, streams: list[str]) -> dict[str, list
         try:
             logs[stream] = await store.read(stream)
         except LogCorruptError as exc:
-            report_unreadable(stream, exc, stacklevel=3)
+            report_unreadable(stream, exc, stacklevel=5)  # the caller of load()
     return logs
 
 

@@ -36,6 +36,7 @@ __all__ = (
     "check_option_names",
     "check_tool_choice",
     "merge_options",
+    "middleware_names",
     "options_record",
 )
 
@@ -74,6 +75,14 @@ def check_option_names(options: Mapping[str, Any]) -> None:
             part="options",
             stacklevel=4,
         )
+
+
+def middleware_names(layers: Layers) -> tuple[str, ...]:
+    """The run's middleware as ``RunStarted`` records it: ``"kind:name"``, kind by kind
+    (agent, chat, function), outermost first."""
+    return tuple(
+        f"{kind}:{layer.name}" for kind in ("agent", "chat", "function") for layer in layers.get(kind, ())
+    )
 
 
 def check_tool_choice(choice: Any, tools: Sequence[FunctionTool]) -> None:
@@ -168,6 +177,10 @@ class RunSpec(msgspec.Struct, frozen=True, kw_only=True):
     legacy_kwargs: Mapping[str, Any] = msgspec.field(default_factory=dict)
     """Values passed as ``**kwargs`` to ``run()`` (deprecated): besides the tools, the chat
     client gets them as keyword arguments of each model call."""
+    run_option_keys: tuple[str, ...] = ()
+    """The keys of the options given to ``run()`` itself, on top of the agent's defaults."""
+    run_tool_names: tuple[str, ...] = ()
+    """The names of the tools given to ``run()`` itself, beside the agent's own."""
 
     def awaits_approval(self, function: FunctionTool, call: Content) -> bool:
         """Whether a call of a gated tool waits for a human: unless its arguments cannot run and
@@ -217,6 +230,10 @@ class RunSpec(msgspec.Struct, frozen=True, kw_only=True):
             "session_history": self.share_history,
             "provider_name": self.client.provider_name,
             "library_version": __version__,
+            # A conversation id is the conversation's, not a setting: a rerun always repeats it.
+            "run_option_keys": tuple(k for k in self.run_option_keys if k != "conversation_id"),
+            "run_tool_names": self.run_tool_names,
+            "middleware": middleware_names(self.layers),
         }
 
     def run_started(

@@ -1,0 +1,146 @@
+"""What a replay finds: divergences, drift and what could not be replayed, each with its place.
+
+A **divergence** is an event the agent's current code records differently from the log (or not
+at all, or in addition). **Drift** is a change of what the run is configured with (instructions,
+options, tool specs, middleware, limits): the rerun uses the current configuration, but its
+model answers come from the log, so a replay cannot say what the model would answer now.
+**Cannot replay** is a part of the run tree the replay could not rerun (a sub-agent whose log is
+missing, a call the log has no answer for); it names why.
+
+Every finding names its place in the run tree (``path``: the lead run, then for a sub-agent the
+call and the sub-agent's name, then the child run), the seq on each side, the event type, the
+field and both values.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable, Sequence
+from typing import Any, Literal
+
+import msgspec
+
+from ..core.events import Event
+from ..response import AgentResponse
+
+__all__ = ("Finding", "FindingKind", "ReplayReport", "text_diff")
+
+FindingKind = Literal["divergence", "drift", "cannot_replay"]
+
+
+class Finding(msgspec.Struct, frozen=True, kw_only=True):
+    """One difference between a recorded run tree and its replay."""
+
+    kind: FindingKind
+    run_id: str
+    """The run (lead or sub-agent) the finding is in."""
+    path: tuple[str, ...]
+    """Where in the run tree: ``("run_1",)`` for the lead, ``("run_1", "call_2 (researcher)",
+    "run_3")`` inside the sub-agent that call ran."""
+    seq: int | None = None
+    """The recorded event's seq (None: the rerun recorded an event the log does not have)."""
+    rerun_seq: int | None = None
+    """The rerun's event's seq (None: the rerun did not record the event)."""
+    event_type: str | None = None
+    field: str = ""
+    """The field that differs, as a dotted path with list indexes (``message.contents[0].text``);
+    empty for a whole event missing on one side."""
+    recorded: Any = None
+    rerun: Any = None
+    detail: str = ""
+    """More to read: a text diff of changed instructions, why a part could not be replayed."""
+
+    @property
+    def where(self) -> str:
+        return " > ".join(self.path)
+
+    def describe(self) -> str:
+        """The finding on one line (``detail`` aside)."""
+        at = f"seq {self.seq}" if self.seq is not None else f"rerun seq {self.rerun_seq}"
+        if self.seq is not None and self.rerun_seq is not None and self.rerun_seq != self.seq:
+            at += f" (rerun seq {self.rerun_seq})"
+        kind = {"divergence": "diverged", "drift": "drift", "cannot_replay": "cannot replay"}[self.kind]
+        if self.kind == "cannot_replay":
+            return f"{self.where}: {kind}: {self.detail}"
+        head = f"{self.where}: {kind} at {at}, {self.event_type}"
+        if self.seq is None:
+            return f"{head}: only in the rerun"
+        if self.rerun_seq is None:
+            return f"{head}: missing from the rerun"
+        if self.field == "type" and isinstance(self.rerun, dict):
+            return f"{head}: the rerun recorded {self.rerun.get('type')} instead"
+        return f"{head}.{self.field}: {_short(self.recorded)} -> {_short(self.rerun)}"
+
+    def to_json(self) -> dict[str, Any]:
+        """The finding as JSON values (what ``agentledger replay --json`` prints)."""
+        data: dict[str, Any] = msgspec.to_builtins(self)
+        data["where"] = self.where
+        return data
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    text = msgspec.json.encode(value).decode() if not isinstance(value, str) else repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def text_diff(recorded: str | None, rerun: str | None) -> str:
+    """A unified diff of two texts (changed instructions), line by line."""
+    return "\n".join(
+        difflib.unified_diff(
+            (recorded or "").splitlines(), (rerun or "").splitlines(), "recorded", "current", lineterm=""
+        )
+    )
+
+
+class ReplayReport:
+    """A replayed run tree: every finding, the rerun's response, the runs it replayed."""
+
+    def __init__(
+        self,
+        run_id: str,
+        findings: Iterable[Finding],
+        response: AgentResponse | None,
+        events: dict[str, list[Event]],
+    ) -> None:
+        self.run_id = run_id
+        self.findings = list(findings)
+        self.response = response
+        self.events = events
+        """The rerun's events by run id: the lead's and every sub-agent's it replayed."""
+
+    @property
+    def divergences(self) -> list[Finding]:
+        return [f for f in self.findings if f.kind == "divergence"]
+
+    @property
+    def drift(self) -> list[Finding]:
+        return [f for f in self.findings if f.kind == "drift"]
+
+    @property
+    def cannot_replay(self) -> list[Finding]:
+        return [f for f in self.findings if f.kind == "cannot_replay"]
+
+    @property
+    def runs(self) -> list[str]:
+        """The runs replayed, lead first."""
+        return list(self.events)
+
+    def passed(self, *, accept_drift: bool = False) -> bool:
+        """No divergence, nothing that could not be replayed, and no drift unless accepted."""
+        return not any(f.kind != "drift" or not accept_drift for f in self.findings)
+
+    def first(
+        self, kinds: Sequence[FindingKind] = ("divergence", "cannot_replay", "drift")
+    ) -> Finding | None:
+        """The first finding of the first of ``kinds`` that has one."""
+        for kind in kinds:
+            for finding in self.findings:
+                if finding.kind == kind:
+                    return finding
+        return None
+
+    def __repr__(self) -> str:
+        counts = {
+            k: sum(f.kind == k for f in self.findings) for k in ("divergence", "drift", "cannot_replay")
+        }
+        return f"ReplayReport(run_id={self.run_id!r}, runs={len(self.events)}, {counts})"
