@@ -217,3 +217,26 @@ async def test_differences_align_past_an_extra_event(tree: tuple[str, str, str])
     found = differences(events, extra)
     assert len(found) == 1
     assert (found[0].seq, found[0].event_type) == (None, type(events[2]).__name__)
+
+
+async def test_a_run_tree_that_links_back_is_refused() -> None:
+    """Logs whose sub-agent links lead back to a run above (run ids that collided, say) are
+    refused with a typed error when the tree is loaded, instead of being walked forever."""
+    from agentledger import LogCorruptError, MemoryEventStore
+
+    store = MemoryEventStore()
+    lead = [
+        RunStarted(run_id="run_1", seq=0, at=0, agent_id="lead"),
+        ChildRunStarted(run_id="run_1", seq=1, at=1, call_id="call_1", child_run_id="run_2"),
+    ]
+    child = [
+        RunStarted(
+            run_id="run_2", seq=0, at=2, agent_id="child", parent_run_id="run_1", parent_call_id="call_1"
+        ),
+        ChildRunStarted(run_id="run_2", seq=1, at=3, call_id="call_2", child_run_id="run_1"),
+    ]
+    await store.append("run_1", lead, 0)
+    await store.append("run_2", child, 0)
+    with pytest.raises(LogCorruptError, match="run_1 -> run_2 -> run_1"):
+        await load(store, "run_1")
+    assert (await load(store, "run_1", with_children=False)).children == {}
