@@ -18,7 +18,7 @@ each call's own events in order, calls in the model's order. Everything else mus
 """
 
 from .client import ReplayClient, ReplayExhausted
-from .compare import canonical, compare, differences
+from .compare import canonical, compare, diff_runs, differences
 from .findings import Finding, FindingKind, ReplayReport
 from .rerun import fork, replay, rerun
 from .state import RecordedRun, RunState, is_replaying, load
@@ -33,6 +33,7 @@ __all__ = (
     "RunState",
     "canonical",
     "compare",
+    "diff_runs",
     "differences",
     "fork",
     "is_replaying",

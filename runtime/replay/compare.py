@@ -36,9 +36,9 @@ from ..core.events import (
     ToolsRemoved,
 )
 from ..errors import ReplayDivergence
-from .findings import Finding, text_diff
+from .findings import Finding, FindingKind, text_diff
 
-__all__ = ("call_of", "canonical", "compare", "differences")
+__all__ = ("call_of", "canonical", "compare", "diff_runs", "differences")
 
 
 _IGNORED = frozenset({"at", "seq", "child_run_id", "origin_run_id", "origin_seq"})
@@ -143,15 +143,50 @@ def _sorted(batch: list[Event], order: Mapping[str | None, int], children: Mappi
     return sorted(batch, key=lambda e: order.get(_lane(e, children), -1))
 
 
-def _key(event: Event, children: Mapping[str, str]) -> tuple[str, str | None]:
-    return type(event).__name__, _lane(event, children)
-
-
 def _fields(event: Event) -> dict[str, Any]:
     """The event as JSON values, without the fields a rerun may change."""
     data = msgspec.to_builtins(_normalized(event))
     ignored = _IGNORED | _IGNORED_BY_TYPE.get(type(event).__name__, frozenset())
     return {k: v for k, v in data.items() if k not in ignored}
+
+
+# Between two different runs, what names the run rather than what it did: ids the store, the
+# session or the service chose.
+_RUN_NAMES = frozenset(
+    {"run_id", "session_id", "parent_run_id", "parent_call_id", "response_id", "conversation_id"}
+)
+
+
+def _renamed(value: Any, names: Mapping[str, str]) -> Any:
+    if type(value) is str:
+        return names.get(value, value)
+    if type(value) is dict:
+        return {k: _renamed(v, names) for k, v in value.items() if k not in _RUN_NAMES}
+    if isinstance(value, list | tuple):
+        return [_renamed(v, names) for v in value]
+    return value
+
+
+class _Side:
+    """One log, ready to align: canonical order, an alignment key and JSON values per event."""
+
+    def __init__(self, events: Sequence[Event], *, anonymous: bool) -> None:
+        self.events = canonical(events)
+        children = {e.child_run_id: e.call_id for e in self.events if type(e) is ChildRunStarted}
+        lanes = [_lane(e, children) for e in self.events]
+        self.fields = [_fields(e) for e in self.events]
+        if anonymous:  # call ids are the model's: name each call by its place in the run
+            calls = [
+                call.call_id
+                for e in self.events
+                if type(e) is ModelResponded
+                for call in e.message.function_calls
+                if call.call_id
+            ]
+            names = {call_id: f"call#{n}" for n, call_id in enumerate(dict.fromkeys(calls), 1)}
+            lanes = [names.get(lane, lane) if lane is not None else None for lane in lanes]
+            self.fields = [_renamed(f, names) for f in self.fields]
+        self.keys = [(type(e).__name__, lane) for e, lane in zip(self.events, lanes, strict=True)]
 
 
 def _by_name(values: Sequence[Any]) -> dict[str, Any] | None:
@@ -188,93 +223,103 @@ def _value(value: Any) -> Any:
     return None if value is _MISSING else value
 
 
-def _pair_findings(recorded: Event, rerun: Event, *, run_id: str, path: tuple[str, ...]) -> Iterator[Finding]:
-    kind_name = type(recorded).__name__
-    drift_fields = _DRIFT_FIELDS.get(kind_name, frozenset())
-    for field, left, right in _field_diffs(_fields(recorded), _fields(rerun), ""):
-        top = field.split(".", 1)[0].split("[", 1)[0]
-        drift = top in drift_fields
-        detail = ""
-        if drift and field == "instructions":
-            detail = text_diff(_value(left), _value(right))
-        yield Finding(
-            kind="drift" if drift else "divergence",
-            run_id=run_id,
-            path=path,
+class _Findings:
+    """Findings of one comparison, all in one run's place in the tree."""
+
+    def __init__(self, run_id: str, path: tuple[str, ...]) -> None:
+        self.run_id = run_id
+        self.path = path
+        self.found: list[Finding] = []
+
+    def pair(self, recorded: Event, left: dict[str, Any], rerun: Event, right: dict[str, Any]) -> None:
+        kind_name = type(recorded).__name__
+        if type(recorded) is not type(rerun):  # the same call, another outcome (it now fails, say)
+            self.found.append(self._finding("divergence", recorded, rerun, "type", left, right))
+            return
+        drift_fields = _DRIFT_FIELDS.get(kind_name, frozenset())
+        for field, a, b in _field_diffs(left, right, ""):
+            drift = field.split(".", 1)[0].split("[", 1)[0] in drift_fields
+            detail = text_diff(_value(a), _value(b)) if drift and field == "instructions" else ""
+            kind: FindingKind = "drift" if drift else "divergence"
+            self.found.append(self._finding(kind, recorded, rerun, field, _value(a), _value(b), detail))
+
+    def lone(self, event: Event, data: dict[str, Any], *, recorded: bool) -> None:
+        self.found.append(
+            Finding(
+                kind="divergence",
+                run_id=self.run_id,
+                path=self.path,
+                seq=event.seq if recorded else None,
+                rerun_seq=None if recorded else event.seq,
+                event_type=type(event).__name__,
+                recorded=data if recorded else None,
+                rerun=None if recorded else data,
+            )
+        )
+
+    def _finding(
+        self, kind: FindingKind, recorded: Event, rerun: Event, field: str, a: Any, b: Any, detail: str = ""
+    ) -> Finding:
+        return Finding(
+            kind=kind,
+            run_id=self.run_id,
+            path=self.path,
             seq=recorded.seq,
             rerun_seq=rerun.seq,
-            event_type=kind_name,
+            event_type=type(recorded).__name__,
             field=field,
-            recorded=_value(left),
-            rerun=_value(right),
+            recorded=a,
+            rerun=b,
             detail=detail,
         )
 
 
-def _lone(event: Event, *, recorded: bool, run_id: str, path: tuple[str, ...]) -> Finding:
-    data = _fields(event)
-    return Finding(
-        kind="divergence",
-        run_id=run_id,
-        path=path,
-        seq=event.seq if recorded else None,
-        rerun_seq=None if recorded else event.seq,
-        event_type=type(event).__name__,
-        recorded=data if recorded else None,
-        rerun=None if recorded else data,
-    )
-
-
-def _changed_type(recorded: Event, rerun: Event, *, run_id: str, path: tuple[str, ...]) -> Finding:
-    return Finding(
-        kind="divergence",
-        run_id=run_id,
-        path=path,
-        seq=recorded.seq,
-        rerun_seq=rerun.seq,
-        event_type=type(recorded).__name__,
-        field="type",
-        recorded=_fields(recorded),
-        rerun=_fields(rerun),
-    )
+def _align(left: _Side, right: _Side, findings: _Findings) -> list[Finding]:
+    matcher = difflib.SequenceMatcher(None, left.keys, right.keys, autojunk=False)
+    for op, i1, i2, j1, j2 in matcher.get_opcodes():
+        if op == "equal":
+            for i, j in zip(range(i1, i2), range(j1, j2), strict=True):
+                if left.fields[i] != right.fields[j]:
+                    findings.pair(left.events[i], left.fields[i], right.events[j], right.fields[j])
+            continue
+        # A replaced stretch: events side by side of the same type, or of the same call, are
+        # compared; the rest is missing from one side.
+        i, j = i1, j1
+        while i < i2 and j < j2:
+            same_type = left.keys[i][0] == right.keys[j][0]
+            same_call = left.keys[i][1] is not None and left.keys[i][1] == right.keys[j][1]
+            if not (same_type or same_call):
+                break
+            if left.fields[i] != right.fields[j]:
+                findings.pair(left.events[i], left.fields[i], right.events[j], right.fields[j])
+            i, j = i + 1, j + 1
+        for k in range(i, i2):
+            findings.lone(left.events[k], left.fields[k], recorded=True)
+        for k in range(j, j2):
+            findings.lone(right.events[k], right.fields[k], recorded=False)
+    return findings.found
 
 
 def differences(
     recorded: Sequence[Event], rerun: Sequence[Event], *, path: tuple[str, ...] = ()
 ) -> list[Finding]:
     """Every difference between a recorded run's events and its rerun's, in log order."""
-    left, right = canonical(recorded), canonical(rerun)
-    run_id = left[0].run_id if left else (right[0].run_id if right else "")
-    path = path or (run_id,)
-    left_children = {e.child_run_id: e.call_id for e in left if type(e) is ChildRunStarted}
-    right_children = {e.child_run_id: e.call_id for e in right if type(e) is ChildRunStarted}
-    left_keys = [_key(e, left_children) for e in left]
-    right_keys = [_key(e, right_children) for e in right]
-    matcher = difflib.SequenceMatcher(None, left_keys, right_keys, autojunk=False)
-    found: list[Finding] = []
-    for op, i1, i2, j1, j2 in matcher.get_opcodes():
-        if op == "equal":
-            for a, b in zip(left[i1:i2], right[j1:j2], strict=True):
-                if _normalized(a) != _normalized(b):
-                    found.extend(_pair_findings(a, b, run_id=run_id, path=path))
-            continue
-        # A replaced stretch: events side by side of the same type, or of the same call (a
-        # call that now fails, say), are compared; the rest is missing from one side.
-        lefts, rights = list(left[i1:i2]), list(right[j1:j2])
-        while lefts and rights:
-            a, b = lefts[0], rights[0]
-            call = _lane(a, left_children)
-            if type(a) is not type(b) and (call is None or call != _lane(b, right_children)):
-                break
-            lefts.pop(0)
-            rights.pop(0)
-            if type(a) is not type(b):
-                found.append(_changed_type(a, b, run_id=run_id, path=path))
-            elif _normalized(a) != _normalized(b):
-                found.extend(_pair_findings(a, b, run_id=run_id, path=path))
-        found.extend(_lone(e, recorded=True, run_id=run_id, path=path) for e in lefts)
-        found.extend(_lone(e, recorded=False, run_id=run_id, path=path) for e in rights)
-    return found
+    left, right = _Side(recorded, anonymous=False), _Side(rerun, anonymous=False)
+    run_id = left.events[0].run_id if left.events else (right.events[0].run_id if right.events else "")
+    return _align(left, right, _Findings(run_id, path or (run_id,)))
+
+
+def diff_runs(a: Sequence[Event], b: Sequence[Event]) -> list[Finding]:
+    """Every difference between two runs (model A against model B, prompt v1 against v2...).
+
+    As ``differences``, but what names a run rather than what it did is left out (run, session,
+    response and conversation ids), and calls are matched by their place in the run, since each
+    model names its calls its own way. ``seq`` is run A's, ``rerun_seq`` run B's.
+    """
+    left, right = _Side(a, anonymous=True), _Side(b, anonymous=True)
+    first = left.events[0].run_id if left.events else ""
+    second = right.events[0].run_id if right.events else ""
+    return _align(left, right, _Findings(first, (f"{first} vs {second}",)))
 
 
 def compare(recorded: Sequence[Event], actual: Sequence[Event]) -> None:

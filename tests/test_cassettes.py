@@ -1,0 +1,132 @@
+"""The pytest plugin: ``agent_cassette`` records a run tree once, then replays it as a test.
+
+Each test writes a small test module into a temporary folder and runs pytest on it in a
+subprocess, as a user's project would: the plugin comes from agentledger's ``pytest11`` entry
+point, nothing is enabled by hand.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from agentledger.core.events import ChildRunStarted, RunStarted
+from agentledger.replay.cassette import read_cassette, tree_events, write_cassette
+
+USER_TEST = '''
+import os
+from typing import Annotated
+
+from agentledger import Agent, BaseChatClient, tool
+from agentledger.adapters.chat.scripted import Call, ScriptedChatClient
+
+
+class Refuses(BaseChatClient):
+    provider_name = "scripted"
+
+    async def get_response(self, messages, **kwargs):
+        raise AssertionError("the real client was called")
+
+
+def model(script):
+    return ScriptedChatClient(script) if os.environ.get("LIVE_MODEL") == "1" else Refuses()
+
+
+@tool
+def lookup(city: Annotated[str, "City."]) -> str:
+    """Look the weather up."""
+    return f"{city}: " + os.environ.get("WEATHER", "sunny")
+
+
+def build() -> Agent:
+    helper = Agent(client=model([Call("lookup", {"city": "Oslo"}), "Oslo is fine."]), name="helper", tools=[lookup])
+    return Agent(
+        client=model([Call("ask_helper", {"task": "Oslo"}), "All good."]),
+        name="lead",
+        tools=[helper.as_tool(name="ask_helper")],
+    )
+
+
+async def test_weather(agent_cassette):
+    response = await agent_cassette.run(build(), "How is Oslo?")
+    assert response.text == "All good."
+'''
+
+
+def _pytest(folder: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    environment = {**os.environ, **env}
+    environment.pop("PYTEST_ADDOPTS", None)
+    return subprocess.run(
+        # Phoenix's own pytest plugin (when it is installed) imports its whole server: not needed.
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:phoenix", *args],
+        cwd=folder,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    (tmp_path / "test_weather.py").write_text("import pytest\n\npytestmark = pytest.mark.anyio\n" + USER_TEST)
+    (tmp_path / "conftest.py").write_text(
+        "import pytest\n\n\n@pytest.fixture\ndef anyio_backend():\n    return 'asyncio'\n"
+    )
+    return tmp_path
+
+
+def test_record_then_replay_then_catch_a_change(project: Path) -> None:
+    """Recorded once with the real client; replayed with a client that fails if called; a changed
+    tool result inside the sub-agent then fails the test, naming the difference."""
+    recorded = _pytest(project, "--agentledger-record", LIVE_MODEL="1")
+    assert recorded.returncode == 0, recorded.stdout + recorded.stderr
+    cassette = project / "cassettes" / "test_weather" / "test_weather.jsonl"
+    assert cassette.is_file()
+    lines = [json.loads(line) for line in cassette.read_text().splitlines()]
+    assert len({line["run_id"] for line in lines}) == 2  # the lead's run and its sub-agent's
+
+    replayed = _pytest(project)
+    assert replayed.returncode == 0, replayed.stdout + replayed.stderr
+
+    changed = _pytest(project, WEATHER="stormy")
+    assert changed.returncode == 1, changed.stdout + changed.stderr
+    assert "differs from its cassette" in changed.stdout
+    assert "(helper)" in changed.stdout
+    assert "ToolReturned.result: 'Oslo: sunny' -> 'Oslo: stormy'" in changed.stdout
+
+
+def test_a_missing_cassette_names_the_flag(project: Path) -> None:
+    run = _pytest(project)
+    assert run.returncode == 1
+    assert "no cassette at" in run.stdout
+    assert "--agentledger-record" in run.stdout
+
+
+def test_a_cassette_round_trips_a_tree(project: Path) -> None:
+    """What the plugin writes reads back as the same tree, lead first."""
+    assert _pytest(project, "--agentledger-record", LIVE_MODEL="1").returncode == 0
+    path = project / "cassettes" / "test_weather" / "test_weather.jsonl"
+    tree = read_cassette(path)
+    assert isinstance(tree.started, RunStarted)
+    assert tree.started.parent_run_id is None
+    [link] = tree.child_links()
+    assert isinstance(link, ChildRunStarted)
+    assert tree.children[link.call_id].started.parent_run_id == tree.run_id
+    again = write_cassette(project / "copy.jsonl", tree_events(tree))
+    assert again.read_bytes() == path.read_bytes()
+
+
+def test_a_corrupt_cassette_is_a_typed_error(tmp_path: Path) -> None:
+    from agentledger import LogCorruptError
+
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"type": "RunStarted"}\n')
+    with pytest.raises(LogCorruptError, match="bad.jsonl:1"):
+        read_cassette(path)
