@@ -1,9 +1,10 @@
 """``agentledger replay``: load the agent to replay against, and report what the replay found.
 
-The agent comes from ``--agent module:name``: an ``Agent``, or a factory. A factory that takes a
-parameter is called with the ``RecordedRun`` (so it can restore tools from the log, say); one
-that takes none is called with none. The report lists every finding, the first one marked;
-with ``--json``, one JSON object per finding and a closing summary object.
+The agent comes from ``--agent module:name``: an ``Agent``, or a factory. A factory whose first
+parameter is positional without a default is called with the ``RecordedRun`` (so it can restore
+tools from the log, say); any other is called with no argument. The report lists every
+finding, the first one marked; with ``--json``, one JSON object per finding and a closing
+summary object.
 """
 
 from __future__ import annotations
@@ -19,7 +20,14 @@ import msgspec
 from ._cli_checks import UsageError
 from .replay import RecordedRun, ReplayReport
 
-__all__ = ("load_agent", "print_report")
+__all__ = ("CANNOT_REPLAY", "AgentUnavailable", "load_agent", "print_report")
+
+CANNOT_REPLAY = 125
+"""The exit status of a replay that could not run at all: ``git bisect run`` skips the commit."""
+
+
+class AgentUnavailable(UsageError):
+    """The agent's module does not import, or its factory fails, in the code as it is now."""
 
 DRIFT_NOTE = (
     "drift: the agent is configured otherwise than when the run was recorded; the rerun used the "
@@ -28,13 +36,17 @@ DRIFT_NOTE = (
 )
 
 
-def _takes_a_parameter(target: Any) -> bool:
+def _takes_the_run(target: Any) -> bool:
+    """Whether a factory asks for the recorded run: its first parameter is positional and has no
+    default (``def factory(recorded): ...``); parameters with defaults are the factory's own."""
     try:
-        parameters = inspect.signature(target).parameters.values()
+        parameters = list(inspect.signature(target).parameters.values())
     except (TypeError, ValueError):  # a builtin or a class without a readable signature
         return False
     positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-    return any(p.kind in positional or p.kind is inspect.Parameter.VAR_POSITIONAL for p in parameters)
+    if not parameters or parameters[0].kind not in positional:
+        return False
+    return parameters[0].default is inspect.Parameter.empty
 
 
 def load_agent(spec: str, recorded: RecordedRun | None = None) -> Any:
@@ -48,26 +60,29 @@ def load_agent(spec: str, recorded: RecordedRun | None = None) -> Any:
     try:
         target = getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError) as exc:
-        raise UsageError(f"cannot load the agent {spec!r}: {exc}") from exc
+        raise AgentUnavailable(f"cannot load the agent {spec!r}: {exc}") from exc
     from .agent import Agent
 
     try:
         if isinstance(target, Agent):
             agent = target
-        elif recorded is not None and _takes_a_parameter(target):
+        elif recorded is not None and _takes_the_run(target):
             agent = target(recorded)
         else:
             agent = target()
-    except Exception as exc:  # a function that is no agent factory
-        raise UsageError(f"cannot build the agent {spec!r}: {type(exc).__name__}: {exc}") from exc
+    except Exception as exc:  # a function that is no agent factory, or a factory that fails now
+        raise AgentUnavailable(f"cannot build the agent {spec!r}: {type(exc).__name__}: {exc}") from exc
     if not isinstance(agent, Agent):
         raise UsageError(f"{spec!r} is not an Agent or a function returning one")
     return agent
 
 
 def print_report(report: ReplayReport, *, as_json: bool, accept_drift: bool) -> int:
-    """Print the findings (all of them); 0 when the replay passed, 1 when not."""
+    """Print the findings (all of them); 0 when the replay passed, 1 when not, ``CANNOT_REPLAY``
+    when every finding is a part that could not be replayed."""
     passed = report.passed(accept_drift=accept_drift)
+    only_cannot = all(f.kind == "cannot_replay" for f in report.findings)
+    status = 0 if passed else (CANNOT_REPLAY if only_cannot else 1)
     if as_json:
         for finding in report.findings:
             print(msgspec.json.encode(finding.to_json()).decode())
@@ -81,7 +96,7 @@ def print_report(report: ReplayReport, *, as_json: bool, accept_drift: bool) -> 
             "passed": passed,
         }
         print(msgspec.json.encode(summary).decode())
-        return 0 if passed else 1
+        return status
     runs = len(report.runs)
     tree = f" ({runs} runs replayed: the lead and {runs - 1} sub-agent runs)" if runs > 1 else ""
     if not report.findings:
@@ -106,4 +121,4 @@ def print_report(report: ReplayReport, *, as_json: bool, accept_drift: bool) -> 
             print("\n".join("      " + line for line in finding.detail.splitlines()), file=out)
     if report.drift:
         print(DRIFT_NOTE, file=out)
-    return 0 if passed else 1
+    return status

@@ -44,7 +44,8 @@ def lookup(city: Annotated[str, "City."]) -> str:
 
 
 def build() -> Agent:
-    helper = Agent(client=model([Call("lookup", {"city": "Oslo"}), "Oslo is fine."]), name="helper", tools=[lookup])
+    helper_model = model([Call("lookup", {"city": "Oslo"}), "Oslo is fine."])
+    helper = Agent(client=helper_model, name="helper", tools=[lookup])
     return Agent(
         client=model([Call("ask_helper", {"task": "Oslo"}), "All good."]),
         name="lead",
@@ -128,5 +129,5 @@ def test_a_corrupt_cassette_is_a_typed_error(tmp_path: Path) -> None:
 
     path = tmp_path / "bad.jsonl"
     path.write_text('{"type": "RunStarted"}\n')
-    with pytest.raises(LogCorruptError, match="bad.jsonl:1"):
+    with pytest.raises(LogCorruptError, match=r"bad\.jsonl:1"):
         read_cassette(path)

@@ -78,8 +78,9 @@ def test_an_unusable_otlp_url_is_one_line(capsys: pytest.CaptureFixture[str]) ->
 
 
 def test_an_agent_factory_that_fails_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    """One line, and 125: the code as it is cannot replay at all (`git bisect run` skips it)."""
     record(JsonlEventStore("runs.jsonl"))
-    err = one_line_error(["replay", "run_1", "--agent", "json:dumps", "--store", "runs.jsonl"], capsys, 2)
+    err = one_line_error(["replay", "run_1", "--agent", "json:dumps", "--store", "runs.jsonl"], capsys, 125)
     assert "cannot build the agent 'json:dumps'" in err
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -22,10 +23,16 @@ from ..core.events import (
 from ..core.machine import RunMachine
 from ..core.messages import Content, Message
 from ..core.projections import SessionProjection
-from ..errors import AgentLedgerError, LogCorruptError, RunEvictedError, RunNotFoundError
-from ..listing import report_unreadable
+from ..errors import (
+    AgentLedgerError,
+    LogCorruptError,
+    RunEvictedError,
+    RunNotFoundError,
+    UnreadableStreamWarning,
+)
+from ..listing import RunQuery, report_unreadable
 from ..session import AgentSession
-from ..store import EventStore, SupportsEviction, read_many
+from ..store import EventStore, SupportsEviction, SupportsRunListing, read_many
 
 __all__ = ("RecordedRun", "RunState", "is_replaying", "load")
 
@@ -196,6 +203,15 @@ async def _with_prior(store: EventStore, run_id: str, events: list[Event], with_
             raise RunEvictedError(run_id, session_id=started.session_id)
         streams = await store.streams()
         earlier = streams[: streams.index(run_id)] if run_id in streams else streams
+        if isinstance(store, SupportsRunListing):
+            # Read whole only the runs of this session (and streams the listing could not
+            # summarize, which reading reports), not every earlier stream: the store lists runs
+            # from two records a stream.
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", UnreadableStreamWarning)
+                listed = await store.list_runs(RunQuery(limit=None))
+            other = {run.run_id for run in listed if run.session_id != started.session_id}
+            earlier = [stream for stream in earlier if stream not in other]
         for log in (await _read_earlier(store, earlier)).values():
             if _touches(log, started.session_id):
                 prior.extend(_before_child(log, started))
