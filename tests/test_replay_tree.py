@@ -19,7 +19,7 @@ from agentledger import ReplayDivergence, ReplayDrift
 from agentledger.adapters.chat.scripted import ScriptedChatClient
 from agentledger.adapters.stores.sqlite import SqliteEventStore
 from agentledger.cli import main
-from agentledger.core.events import ChildRunStarted, RunStarted
+from agentledger.core.events import ChildRunStarted, Event, RunStarted
 from agentledger.replay import RecordedRun, differences, fork, load, replay, rerun
 
 from . import replay_tree_agents as agents
@@ -225,11 +225,11 @@ async def test_a_run_tree_that_links_back_is_refused() -> None:
     from agentledger import LogCorruptError, MemoryEventStore
 
     store = MemoryEventStore()
-    lead = [
+    lead: list[Event] = [
         RunStarted(run_id="run_1", seq=0, at=0, agent_id="lead"),
         ChildRunStarted(run_id="run_1", seq=1, at=1, call_id="call_1", child_run_id="run_2"),
     ]
-    child = [
+    child: list[Event] = [
         RunStarted(
             run_id="run_2", seq=0, at=2, agent_id="child", parent_run_id="run_1", parent_call_id="call_1"
         ),
