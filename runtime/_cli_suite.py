@@ -67,7 +67,12 @@ ToolsMode = Literal["recorded", "live"]
 
 
 async def _check_one(
-    store: EventStore, summary: RunSummary, agent_spec: str, tools: ToolsMode, accept_drift: bool
+    store: EventStore,
+    summary: RunSummary,
+    agent_spec: str,
+    tools: ToolsMode,
+    accept_drift: bool,
+    listing: Sequence[RunSummary],
 ) -> RunVerdict:
     started = time.perf_counter()
     shown = ""
@@ -84,7 +89,7 @@ async def _check_one(
         )
 
     try:
-        recorded = await load(store, summary.run_id)
+        recorded = await load(store, summary.run_id, listing=listing)
         shown = _input_of(recorded)
         if not isinstance(recorded.events[-1], RunCompleted | RunFailed):
             why = "the run is incomplete (interrupted, or still running): no outcome to compare with"
@@ -113,8 +118,9 @@ async def check_runs(
 ) -> list[RunVerdict]:
     """Replay the top-level runs ``query`` selects (newest first), ``jobs`` at a time; the
     verdicts in selection order. ``on_verdict(index, verdict)`` is told of each as it comes."""
-    everything = msgspec.structs.replace(query, limit=None)
-    selected = [run for run in await list_runs(store, everything) if run.parent_run_id is None]
+    # One listing of every run: it selects, and every load finds its session's runs in it.
+    listing = await list_runs(store, RunQuery(limit=None))
+    selected = [run for run in listing if run.parent_run_id is None and query.matches(run)]
     if query.limit is not None:
         selected = selected[: query.limit]
     if on_selected is not None:
@@ -124,7 +130,7 @@ async def check_runs(
 
     async def one(index: int, summary: RunSummary) -> None:
         async with limiter:
-            verdict = await _check_one(store, summary, agent_spec, tools, accept_drift)
+            verdict = await _check_one(store, summary, agent_spec, tools, accept_drift, listing)
         verdicts[index] = verdict
         if on_verdict is not None:
             on_verdict(index, verdict)

@@ -30,7 +30,7 @@ from ..errors import (
     RunNotFoundError,
     UnreadableStreamWarning,
 )
-from ..listing import RunQuery, report_unreadable
+from ..listing import RunQuery, RunSummary, report_unreadable
 from ..session import AgentSession
 from ..store import EventStore, SupportsEviction, SupportsRunListing, read_many
 
@@ -154,7 +154,12 @@ class RecordedRun:
 
 
 async def load(
-    store: EventStore, run_id: str, *, with_session: bool = True, with_children: bool = True
+    store: EventStore,
+    run_id: str,
+    *,
+    with_session: bool = True,
+    with_children: bool = True,
+    listing: Sequence[RunSummary] | None = None,
 ) -> RecordedRun:
     """Read a run from ``store``; with its session's earlier runs when ``with_session``, and the
     whole tree of sub-agent runs below it when ``with_children`` (``RecordedRun.children``).
@@ -164,17 +169,25 @@ async def load(
     stream that does not decode is skipped and reported with ``UnreadableStreamWarning``. A
     sub-agent run the store does not hold is left out (a replay reports that it cannot replay
     it); links that lead back to a run already in the tree are ``LogCorruptError``.
+
+    ``listing`` is the store's run listing (``list_runs`` with no limit) when the caller has
+    one: loading many runs, it spares listing the store again for each run's session.
     """
-    return await _load(store, run_id, with_session, with_children, ())
+    return await _load(store, run_id, with_session, with_children, (), listing)
 
 
 async def _load(
-    store: EventStore, run_id: str, with_session: bool, with_children: bool, above: tuple[str, ...]
+    store: EventStore,
+    run_id: str,
+    with_session: bool,
+    with_children: bool,
+    above: tuple[str, ...],
+    listing: Sequence[RunSummary] | None = None,
 ) -> RecordedRun:
     events = await store.read(run_id)
     if not events:
         raise RunNotFoundError(run_id)
-    recorded = await _with_prior(store, run_id, events, with_session)
+    recorded = await _with_prior(store, run_id, events, with_session, listing)
     if not with_children:
         return recorded
     lineage = (*above, run_id)
@@ -195,7 +208,13 @@ async def _load(
     return recorded
 
 
-async def _with_prior(store: EventStore, run_id: str, events: list[Event], with_session: bool) -> RecordedRun:
+async def _with_prior(
+    store: EventStore,
+    run_id: str,
+    events: list[Event],
+    with_session: bool,
+    listing: Sequence[RunSummary] | None,
+) -> RecordedRun:
     started = events[0]
     prior: list[Event] = []
     if with_session and isinstance(started, RunStarted) and started.session_id is not None:
@@ -203,14 +222,15 @@ async def _with_prior(store: EventStore, run_id: str, events: list[Event], with_
             raise RunEvictedError(run_id, session_id=started.session_id)
         streams = await store.streams()
         earlier = streams[: streams.index(run_id)] if run_id in streams else streams
-        if isinstance(store, SupportsRunListing):
+        if listing is None and isinstance(store, SupportsRunListing):
+            with warnings.catch_warnings():  # reading them below reports the unreadable ones
+                warnings.simplefilter("ignore", UnreadableStreamWarning)
+                listing = await store.list_runs(RunQuery(limit=None))
+        if listing is not None:
             # Read whole only the runs of this session (and streams the listing could not
             # summarize, which reading reports), not every earlier stream: the store lists runs
             # from two records a stream.
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", UnreadableStreamWarning)
-                listed = await store.list_runs(RunQuery(limit=None))
-            other = {run.run_id for run in listed if run.session_id != started.session_id}
+            other = {run.run_id for run in listing if run.session_id != started.session_id}
             earlier = [stream for stream in earlier if stream not in other]
         for log in (await _read_earlier(store, earlier)).values():
             if _touches(log, started.session_id):
