@@ -59,10 +59,11 @@ def load_agent(spec: str, recorded: RecordedRun | None = None) -> Any:
         sys.path.insert(0, os.getcwd())
     try:
         target = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as exc:
-        raise AgentUnavailable(f"cannot load the agent {spec!r}: {exc}") from exc
+    except (Exception, SystemExit) as exc:  # it does not import in the code as it is (a syntax error...)
+        raise AgentUnavailable(f"cannot load the agent {spec!r}: {type(exc).__name__}: {exc}") from exc
     from .agent import Agent
 
+    agent: object
     try:
         if isinstance(target, Agent):
             agent = target
@@ -70,8 +71,11 @@ def load_agent(spec: str, recorded: RecordedRun | None = None) -> Any:
             agent = target(recorded)
         else:
             agent = target()
-    except Exception as exc:  # a function that is no agent factory, or a factory that fails now
+    except (Exception, SystemExit) as exc:  # a function that is no agent factory, or one that fails now
         raise AgentUnavailable(f"cannot build the agent {spec!r}: {type(exc).__name__}: {exc}") from exc
+    if inspect.iscoroutine(agent):
+        agent.close()
+        raise UsageError(f"{spec!r} is an async function: give a plain function that returns the Agent")
     if not isinstance(agent, Agent):
         raise UsageError(f"{spec!r} is not an Agent or a function returning one")
     return agent
@@ -98,7 +102,8 @@ def print_report(report: ReplayReport, *, as_json: bool, accept_drift: bool) -> 
         print(msgspec.json.encode(summary).decode())
         return status
     runs = len(report.runs)
-    tree = f" ({runs} runs replayed: the lead and {runs - 1} sub-agent runs)" if runs > 1 else ""
+    children = "1 sub-agent run" if runs == 2 else f"{runs - 1} sub-agent runs"
+    tree = f" ({runs} runs replayed: the lead and {children})" if runs > 1 else ""
     if not report.findings:
         print(f"run {report.run_id}: no divergence{tree}")
         return 0

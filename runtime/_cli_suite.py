@@ -17,10 +17,8 @@ from typing import Any, Literal
 import anyio
 import msgspec
 
-from ._cli_checks import UsageError
 from ._cli_replay import load_agent
 from .core.events import RunCompleted, RunFailed
-from .errors import AgentLedgerError
 from .listing import RunQuery, RunSummary
 from .replay import Finding, RecordedRun, ReplayReport, load, replay
 from .store import EventStore, list_runs
@@ -99,7 +97,7 @@ async def _check_one(
             return verdict("skipped", f"a run of agent {summary.agent!r}")
         agent.store = None
         report = await replay(recorded, agent, tools=tools)
-    except (AgentLedgerError, UsageError) as exc:
+    except (Exception, SystemExit) as exc:  # one run that cannot replay does not stop the others
         return verdict("could_not_replay", f"{type(exc).__name__}: {' '.join(str(exc).split())}")
     kind, line = _verdict(report, accept_drift)
     return verdict(kind, line, report.findings)
@@ -160,8 +158,13 @@ def totals(verdicts: Sequence[RunVerdict]) -> str:
     counts = {name: sum(v.verdict == name for v in verdicts) for name in _LABEL}
     checked = len(verdicts) - counts["skipped"]
     parts = [f"{counts[name]} {_LABEL[name]}" for name in ("passed", "diverged", "drift", "could_not_replay")]
-    skipped = f"; {counts['skipped']} runs of other agents skipped" if counts["skipped"] else ""
-    return f"{checked} runs checked: " + ", ".join(parts) + skipped
+    skipped = counts["skipped"]
+    others = f"; {_runs(skipped)} of other agents skipped" if skipped else ""
+    return f"{_runs(checked)} checked: " + ", ".join(parts) + others
+
+
+def _runs(count: int) -> str:
+    return "1 run" if count == 1 else f"{count} runs"
 
 
 def print_verdicts(verdicts: Sequence[RunVerdict], *, as_json: bool) -> None:

@@ -219,10 +219,15 @@ def _check(args: argparse.Namespace) -> int:
     from ._cli_suite import check_runs, print_verdicts, progress_printer, totals, write_junit
 
     warnings.simplefilter("ignore", FutureWarning)
-    if args.limit < 0 or args.jobs < 1:
-        raise UsageError("--limit must be 0 (every run) or more, and --jobs 1 or more")
-    if args.junit is not None:
+    if args.limit < 0:
+        raise UsageError(f"--limit must be 0 (every run) or more, not {args.limit}")
+    if args.jobs < 1:
+        raise UsageError(f"--jobs must be 1 or more, not {args.jobs}")
+    if args.junit is not None:  # before any run is replayed, not after
         check_path(args.junit, "--junit")
+        folder = Path(args.junit).resolve().parent
+        if not folder.is_dir():
+            raise UsageError(f"--junit {args.junit}: there is no folder {folder}")
     query = RunQuery(
         limit=args.limit or None,
         session=args.session,
@@ -256,6 +261,9 @@ def _check(args: argparse.Namespace) -> int:
         print(totals(verdicts))
     if args.junit is not None:
         write_junit(args.junit, verdicts)
+    if all(v.verdict == "skipped" for v in verdicts):  # a gate that checked nothing does not pass
+        print("agentledger: no run was checked (none selected, or all of other agents)", file=sys.stderr)
+        return 1
     return 1 if any(v.failed for v in verdicts) else 0
 
 
@@ -283,8 +291,17 @@ def _export(args: argparse.Namespace) -> int:
         check_path(args.cassette, "--cassette")
         tree = _run(lambda: load(store, args.run, with_session=False))
         check_complete(tree.events, args.run)
-        written = write_cassette(args.cassette, tree_events(tree))
-        print(f"wrote {written} ({len(tree_events(tree))} events, {len(list(tree.walk()))} runs)")
+        for _, run in tree.walk():
+            missing = [e.child_run_id for e in run.child_links() if e.call_id not in run.children]
+            if missing:
+                raise AgentLedgerError(
+                    f"sub-agent run {missing[0]} of run {run.run_id} is not in the store: "
+                    "a cassette without it would not replay"
+                )
+        events = tree_events(tree)
+        written = write_cassette(args.cassette, events)
+        runs = len(list(tree.walk()))
+        print(f"wrote {written} ({len(events)} events, {runs} run{'s' if runs != 1 else ''})")
         return 0
     if args.otlp:
         check_url(args.otlp)

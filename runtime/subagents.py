@@ -61,8 +61,9 @@ class ChildRunner(Protocol):
         session: AgentSession | None,
         kwargs: dict[str, Any],
         link: ChildLink,
-    ) -> AgentResponse:
-        """The child's run: ``tool.agent``'s current code, answered however the runner chooses."""
+    ) -> AgentResponse | str:
+        """The child's run: ``tool.agent``'s current code, answered however the runner chooses;
+        or the call's result as text, standing in for a run the runner cannot make."""
         ...
 
 
@@ -215,7 +216,10 @@ class AgentTool(FunctionTool):
         try:
             task = str(arguments.get(self.arg_name, ""))
             if runner is not None:
-                response = await runner.run_child(self, task, session, dict(ctx.kwargs), link)
+                answered = await runner.run_child(self, task, session, dict(ctx.kwargs), link)
+                if isinstance(answered, str):
+                    return answered
+                response = answered
             else:
                 response = await self._execute(task, session, dict(ctx.kwargs))
         finally:

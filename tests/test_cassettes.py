@@ -131,3 +131,20 @@ def test_a_corrupt_cassette_is_a_typed_error(tmp_path: Path) -> None:
     path.write_text('{"type": "RunStarted"}\n')
     with pytest.raises(LogCorruptError, match=r"bad\.jsonl:1"):
         read_cassette(path)
+
+
+@pytest.mark.parametrize("damage", ["truncated", "cut short", "empty"])
+def test_a_damaged_cassette_fails_the_test_plainly(project: Path, damage: str) -> None:
+    """A cassette that does not read back, or whose run stops early, fails the test with one
+    message naming the flag, not a traceback through the library."""
+    assert _pytest(project, "--agentledger-record", LIVE_MODEL="1").returncode == 0
+    path = project / "cassettes" / "test_weather" / "test_weather.jsonl"
+    lines = path.read_text().splitlines(keepends=True)
+    damaged = {"truncated": "".join(lines)[:-20], "cut short": "".join(lines[:3]), "empty": ""}[damage]
+    path.write_text(damaged)
+    run = _pytest(project)
+    assert run.returncode == 1
+    assert "--agentledger-record" in run.stdout
+    assert "Traceback" not in run.stdout
+    assert "site-packages" not in run.stdout
+    assert "runtime/" not in run.stdout

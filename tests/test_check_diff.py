@@ -83,7 +83,7 @@ def test_check_skips_and_counts_other_agents_runs(
     five: tuple[str, dict[str, str]], capsys: pytest.CaptureFixture[str]
 ) -> None:
     path, _ = five
-    assert main(["check", "--store", path, "--agent", f"{AGENTS}:other_agent"]) == 0
+    assert main(["check", "--store", path, "--agent", f"{AGENTS}:other_agent"]) == 1  # nothing checked
     assert "0 runs checked" in (out := capsys.readouterr().out)
     assert "5 runs of other agents skipped" in out
 
@@ -148,7 +148,7 @@ def test_export_cassette_pins_a_run(
     path, a, _ = two
     target = tmp_path / "cassettes" / "pinned.jsonl"
     assert main(["export", a, "--store", path, "--cassette", str(target)]) == 0
-    assert "1 runs" in capsys.readouterr().out
+    assert "(8 events, 1 run)" in capsys.readouterr().out
     assert read_cassette(target).run_id == a
 
 
@@ -159,3 +159,82 @@ def test_replay_exits_125_where_the_agent_cannot_be_built(
     path, a, _ = two
     assert main(["replay", a, "--store", path, "--agent", "tests.no_such_module:agent"]) == 125
     assert "cannot load the agent" in capsys.readouterr().err
+
+
+def test_a_module_that_does_not_compile_cannot_replay(
+    two: tuple[str, str, str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A syntax error in the agent's module: replay exits 125 (bisect skips), check gives each run
+    a 'could not replay' line naming the error, nothing raises past the command."""
+    path, a, _ = two
+    (tmp_path / "halfway.py").write_text(
+        (Path(__file__).parent / "broken_agents" / "syntax_error.txt").read_text()
+    )
+    monkeypatch.chdir(tmp_path)
+    assert main(["replay", a, "--store", path, "--agent", "halfway:agent"]) == 125
+    assert "SyntaxError" in capsys.readouterr().err
+    assert main(["check", "--store", path, "--agent", "halfway:agent"]) == 1
+    out = capsys.readouterr().out
+    assert (
+        out.count("could not replay: AgentUnavailable: cannot load the agent 'halfway:agent': SyntaxError")
+        == 2
+    )
+
+
+@pytest.mark.parametrize(
+    ("factory", "code", "said"),
+    [("async_factory", 2, "is an async function"), ("exits", 125, "SystemExit")],
+)
+def test_factories_that_cannot_give_an_agent(
+    two: tuple[str, str, str], factory: str, code: int, said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path, a, _ = two
+    assert main(["replay", a, "--store", path, "--agent", f"tests.broken_agents.factories:{factory}"]) == code
+    err = capsys.readouterr().err
+    assert said in err
+    assert err.count("\n") == 1
+
+
+def test_check_that_checks_nothing_fails(
+    five: tuple[str, dict[str, str]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A gate whose selection is empty does not pass silently."""
+    path, _ = five
+    assert main(["check", "--store", path, "--agent", f"{AGENTS}:same", "--session", "nobody"]) == 1
+    assert "no run was checked" in capsys.readouterr().err
+
+
+def test_check_refuses_a_junit_path_before_replaying(
+    five: tuple[str, dict[str, str]], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path, _ = five
+    assert main(["check", "--store", path, "--junit", str(tmp_path / "no" / "such" / "out.xml")]) == 2
+    captured = capsys.readouterr()
+    assert "--junit" in captured.err
+    assert captured.out == ""
+
+
+def test_export_cassette_refuses_a_tree_with_a_missing_child(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from .replay_tree_agents import build
+
+    full, lead_only = tmp_path / "full.db", tmp_path / "lead.db"
+
+    async def record() -> str:
+        store = SqliteEventStore(full)
+        lead = build(recording=True, store=store)
+        run_id = (await lead.run("What makes the tides?", session=lead.create_session())).run_id
+        target = SqliteEventStore(lead_only)
+        await target.append(run_id, await store.read(run_id), 0)
+        store.close()
+        target.close()
+        return run_id
+
+    run_id = anyio.run(record)
+    assert main(["export", run_id, "--store", str(lead_only), "--cassette", str(tmp_path / "c.jsonl")]) == 1
+    assert "is not in the store" in capsys.readouterr().err
+    assert not (tmp_path / "c.jsonl").exists()

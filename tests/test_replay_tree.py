@@ -181,11 +181,30 @@ async def test_a_missing_child_log_cannot_replay(tree: tuple[str, str, str], no_
     path, lead, child = tree
     full = await _recorded(path, lead)
     alone = RecordedRun(full.events, prior=full.prior)
-    report = await replay(alone, agents.same(), tools="live")
-    cannot = report.cannot_replay
-    assert cannot
-    assert child in cannot[0].where
-    assert "researcher" in cannot[0].where
+    for tools in ("recorded", "live"):
+        report = await replay(alone, agents.same(), tools=tools)
+        [cannot] = report.findings  # the recorded result stands in: nothing else differs
+        assert cannot.kind == "cannot_replay"
+        assert cannot.where == f"{lead} > call_1 (researcher) > {child}"
+
+
+def test_a_missing_child_log_exits_125(
+    tree: tuple[str, str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Only the lead's log in the store: `git bisect run` is told to skip (125), in both modes."""
+    path, lead, _ = tree
+    only_lead = str(tmp_path / "lead-only.db")
+
+    async def copy() -> None:
+        source, target = SqliteEventStore(path, read_only=True), SqliteEventStore(only_lead)
+        await target.append(lead, await source.read(lead), 0)
+        source.close()
+        target.close()
+
+    anyio.run(copy)
+    for tools in ("recorded", "live"):
+        assert main(_replay(only_lead, lead, "--agent", f"{TREE}:same", "--tools", tools)) == 125
+        assert "cannot replay" in capsys.readouterr().err
 
 
 async def test_fork_replays_the_child_before_the_point(tree: tuple[str, str, str]) -> None:

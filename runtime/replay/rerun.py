@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from ..agent import Agent
 from ..chat import ChatClient
-from ..context import replaying
+from ..context import current_run_context, replaying
 from ..core.errors import TransitionError
 from ..core.events import Event, SessionUpdated, ToolFailed, ToolReturned
 from ..errors import AgentLedgerError, ReplayDrift, RunError
@@ -25,10 +25,10 @@ from ..run.spec import RunSpec, merge_options
 from ..session import AgentSession
 from ..subagents import AgentTool, ChildLink, running_children_with
 from ..testing import capture_events
-from .client import ReplayClient, ReplayExhausted
-from .compare import differences, divergence
+from .client import RecordedOutcome, ReplayClient, ReplayExhausted
+from .compare import call_of, differences, divergence
 from .findings import Finding, ReplayReport
-from .stand_ins import RecordedTools
+from .stand_ins import RecordedTools, apply_session
 from .state import RecordedRun
 
 __all__ = ("fork", "replay", "rerun")
@@ -147,8 +147,13 @@ class _TreeReplay:
             return None
         node = self.nodes.get(parent_run)
         child = node.children.get(call_id) if node is not None else None
-        if child is None:
-            return (f"{parent_run}/{call_id}", None)  # refused in run_child: a replay calls no model
+        if child is None:  # run_child stands the recorded outcome in, or refuses: no model is called
+            recorded_id = (
+                next((e.child_run_id for e in node.child_links() if e.call_id == call_id), None)
+                if node
+                else None
+            )
+            return (recorded_id or f"{parent_run}/{call_id}", None)
         return child.run_id, child.started.session_id
 
     async def run_child(
@@ -158,19 +163,13 @@ class _TreeReplay:
         session: AgentSession | None,
         kwargs: dict[str, Any],
         link: ChildLink,
-    ) -> AgentResponse:
+    ) -> AgentResponse | str:
         parent_run, call_id = link.parent or ("", "")
         node = self.nodes.get(parent_run)
         child = node.children.get(call_id) if node is not None else None
-        path = (*self.paths.get(parent_run, (parent_run,)), _hop(call_id, tool.agent.name), link.run_id)
         if child is None:
-            why = (
-                f"the log holds no run of sub-agent {tool.agent.name or tool.name!r} for call {call_id}"
-                " (not recorded, or not in the store): a replay never calls a model"
-            )
-            if not any(f.path == path for f in self.cannot):
-                self.cannot.append(Finding(kind="cannot_replay", run_id=parent_run, path=path, detail=why))
-            raise ReplayExhausted(why)
+            return self._unreplayed(tool, node, parent_run, call_id, session)
+        path = (*self.paths.get(parent_run, (parent_run,)), _hop(call_id, tool.agent.name), link.run_id)
         self.nodes[link.run_id] = child
         self.paths[link.run_id] = path
         self.replayed[link.run_id] = child
@@ -187,6 +186,43 @@ class _TreeReplay:
         )
         run = AgentRun(spec, session, run_id=link.run_id, parent_sink=link.parent_sink)
         return await run.execute(task)
+
+    def _unreplayed(
+        self,
+        tool: AgentTool,
+        node: RecordedRun | None,
+        parent_run: str,
+        call_id: str,
+        session: AgentSession | None,
+    ) -> str:
+        """A sub-agent call whose child run is not at hand: its recorded outcome stands in, as
+        in recorded mode (``_missing_children`` reports it); a call the log does not have at
+        all is refused, since a replay never calls a model."""
+        outcome = None
+        if node is not None:
+            outcome = next(
+                (e for e in node.events if isinstance(e, ToolReturned | ToolFailed) and e.call_id == call_id),
+                None,
+            )
+        linked = node is not None and any(e.call_id == call_id for e in node.child_links())
+        if outcome is not None and linked:
+            assert node is not None
+            links = {e.child_run_id: e.call_id for e in node.child_links()}
+            caller = current_run_context()
+            for event in node.events:  # the child's writes to a shared session, as recorded
+                if type(event) is SessionUpdated and session is not None and call_of(event, links) == call_id:
+                    apply_session(session, event, caller)
+            if isinstance(outcome, ToolFailed):
+                raise type(outcome.error_type, (RecordedOutcome,), {})(outcome.message)
+            return outcome.result if isinstance(outcome.result, str) else str(outcome.result)
+        path = (*self.paths.get(parent_run, (parent_run,)), _hop(call_id, tool.agent.name), "(no run)")
+        why = (
+            f"the log holds no run of sub-agent {tool.agent.name or tool.name!r} for call {call_id}"
+            " (the recorded run made no such call): a replay never calls a model"
+        )
+        if not any(f.path == path for f in self.cannot):
+            self.cannot.append(Finding(kind="cannot_replay", run_id=parent_run, path=path, detail=why))
+        raise ReplayExhausted(why)
 
 
 def _missing_children(recorded: RecordedRun) -> list[Finding]:

@@ -24,6 +24,8 @@ from typing import Any
 import pytest
 
 from ..chat import normalize_messages
+from ..core.events import RunCompleted, RunFailed
+from ..errors import LogCorruptError
 from ..replay.cassette import read_cassette, tree_events, tree_of, write_cassette
 from ..replay.findings import ReplayReport
 from ..replay.rerun import replay
@@ -83,7 +85,15 @@ class AgentCassette:
         if not path.is_file():
             missing = f"no cassette at {path}: run this test once with {RECORD_FLAG} to record it"
             pytest.fail(missing, pytrace=False)
-        recorded = read_cassette(path)
+        try:
+            recorded = read_cassette(path)
+        except LogCorruptError as exc:
+            pytest.fail(
+                f"the cassette does not read back: {exc}; re-record it with {RECORD_FLAG}", pytrace=False
+            )
+        if not isinstance(recorded.events[-1], RunCompleted | RunFailed):
+            cut = f"the run in {path} is incomplete (it has no end event): re-record it with {RECORD_FLAG}"
+            pytest.fail(cut, pytrace=False)
         if list(recorded.started.messages) != normalize_messages(messages):
             pytest.fail(
                 f"the test's input differs from the one recorded in {path}: re-record with {RECORD_FLAG}",
