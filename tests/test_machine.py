@@ -21,10 +21,12 @@ from agentledger.core import (
     ApprovalRequested,
     ApprovalResolved,
     ArgumentsRejected,
+    BatchClaimed,
     BatchResumed,
     CallModel,
     CallsSkipped,
     ChildRunStarted,
+    ClaimedAnswer,
     Command,
     Content,
     Event,
@@ -168,8 +170,11 @@ def reach(phase: Phase) -> Run:
         run.start(begin=phase is not Phase.STARTED)
     if phase is Phase.RUNNING_TOOLS:
         run.respond(call("c1"), call("c2", "danger"))
-    elif phase in (Phase.FINISHING, Phase.DONE):
+    elif phase is Phase.FINISHING:
         run.respond("done")
+    elif phase is Phase.DONE:  # paused for approval of c2, so a later run may claim the batch
+        run.respond(call("c2", "danger"))
+        run.feed(ApprovalRequested, call_ids=("c2",))
     if phase is Phase.DONE:
         run.finish()
     assert run.machine.phase is phase
@@ -208,6 +213,7 @@ SAMPLES: dict[type[EventBase], dict[str, Any]] = {
     IterationLimitReached: {"iteration": 1, "reason": "max_iterations", "limit": 1},
     CallsSkipped: {"iteration": 1, "call_ids": ("c1",), "reason": "max_iterations"},
     BatchResumed: {"call_ids": ("c1",)},
+    BatchClaimed: {"by_run_id": "resume", "answers": (ClaimedAnswer(call_id="c2", approved=True),)},
     RunTerminated: {"iteration": 1, "reason": "user stop"},
     RunCompleted: {},
     RunFailed: {"error_type": "Crash", "message": "boom"},
@@ -239,6 +245,7 @@ ACCEPTED: dict[tuple[Phase, type[EventBase]], tuple[Phase, tuple[type, ...]]] = 
     (R, RunTerminated): (R, ()),
     (R, ApprovalRequested): (F, (FinishRun,)),
     (F, SessionUpdated): (F, ()),
+    (Phase.DONE, BatchClaimed): (Phase.DONE, ()),
 }
 """(phase, input) -> (phase after the sample input, commands it issues)."""
 

@@ -93,6 +93,8 @@ class SessionInput(msgspec.Struct, frozen=True, kw_only=True):
     history: tuple[Message, ...] = ()
     state: dict[str, Any] = msgspec.field(default_factory=dict)
     pending: tuple[tuple[str, tuple[StateChange, ...]], ...] = ()
+    paused: dict[str, str] = msgspec.field(default_factory=dict)
+    """Calls waiting for approval: call id -> the run that paused on them (``paused_runs``)."""
 
 
 class Resume(msgspec.Struct, frozen=True, kw_only=True):
@@ -153,6 +155,8 @@ class StartRequest(msgspec.Struct, frozen=True, kw_only=True):
     messages: tuple[Message, ...]
     pending: tuple[tuple[str, tuple[StateChange, ...]], ...] = ()
     at: int
+    paused: dict[str, str] = msgspec.field(default_factory=dict)
+    """The session's calls waiting for approval, whose batch a resume claims first."""
 
 
 class StartOutcome(msgspec.Struct, frozen=True, kw_only=True):

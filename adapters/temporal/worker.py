@@ -29,6 +29,7 @@ from temporalio.exceptions import ApplicationError
 from agentledger.agent import Agent
 from agentledger.core.events import Event, RunCompleted, ToolFailed, ToolReturned
 from agentledger.errors import AgentLedgerError, ApprovalError, ConflictError
+from agentledger.run import claim_batches
 from agentledger.store import EventStore
 from agentledger.subagents import AgentTool
 from agentledger.tools import FunctionTool, normalize_tools
@@ -234,11 +235,16 @@ class Activities:
 
     async def _start_run(self, request: StartRequest) -> StartOutcome:
         built = self._agent(request.view.agent)
+        view = request.view
         try:
             events = started_events(built.agent, request)
+            # Before anything of this run is recorded: the store decides who resumes a batch.
+            await claim_batches(
+                self.store, request.paused, view.history, request.messages, run_id=view.run_id, at=request.at
+            )
         except (UnsupportedAgent, ApprovalError) as exc:
             raise _final(exc) from exc
-        await self._append(request.view.run_id, events, 0)
+        await self._append(view.run_id, events, 0)
         sequential = built.agent.config.sequential_tools
         return StartOutcome(events=tuple(events), sequential=sequential, subagents=built.subagents)
 

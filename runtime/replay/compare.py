@@ -11,6 +11,7 @@ import msgspec
 from ..core.events import (
     ApprovalResolved,
     ArgumentsRejected,
+    BatchClaimed,
     BatchResumed,
     ChildRunStarted,
     Event,
@@ -96,6 +97,8 @@ def canonical(events: Sequence[Event]) -> list[Event]:
     batch: list[Event] = []
     order: dict[str | None, int] = {}
     for event in events:
+        if type(event) is BatchClaimed:
+            continue  # a later run's claim on this paused run: nothing a rerun of it does
         opened = _opens_batch(event)
         if opened is not None:
             out.extend(_sorted(batch, order, children))
