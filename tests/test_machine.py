@@ -417,7 +417,7 @@ def test_begin_resumes_approved_calls_without_gating() -> None:
     run, (events, commands) = resumed(("a1", True), ("a2", True))
     assert names(events) == ["ApprovalResolved", "ApprovalResolved"]
     batch = (call("a1", "danger"), call("a2", "danger"))
-    assert commands == [InvokeTools(iteration=1, calls=batch, gated=())]
+    assert commands == [InvokeTools(iteration=1, calls=batch, gated=(), approved=("a1", "a2"))]
     assert run.machine.phase is R
     assert run.machine.transcript.messages == []  # the answers are not conversation
 
@@ -427,7 +427,7 @@ def test_a_rejected_call_gets_the_rejection_result() -> None:
     run, (events, commands) = resumed(("a1", True), ("a2", False))
     resolved = [(e.call_id, e.approved) for e in events if isinstance(e, ApprovalResolved)]
     assert resolved == [("a1", True), ("a2", False)]
-    assert commands == [InvokeTools(iteration=1, calls=(call("a1", "danger"),))]
+    assert commands == [InvokeTools(iteration=1, calls=(call("a1", "danger"),), approved=("a1",))]
     _, after = run.returned("a1", "danger", "done")
     assert isinstance(after[0], CallModel)
     assert [m.role for m in after[0].messages] == ["user", "assistant", "tool"]
@@ -448,7 +448,7 @@ def test_the_rest_of_a_resumed_batch_runs_with_it() -> None:
     assert names(events) == ["BatchResumed", "ApprovalResolved", "ApprovalResolved"]
     assert only(events, BatchResumed).call_ids == ("a1", "a2", "a3")
     batch = (call("a1", "danger"), call("a2", "danger"), call("a3"))
-    assert commands == [InvokeTools(iteration=1, calls=batch, gated=())]
+    assert commands == [InvokeTools(iteration=1, calls=batch, gated=(), approved=("a1", "a2"))]
     run.returned("a3")
     run.returned("a1", "danger")
     _, after = run.returned("a2", "danger")
@@ -461,7 +461,7 @@ def test_an_unanswered_gated_call_of_a_resumed_batch_stays_gated() -> None:
     _, (events, commands) = resumed(("a1", True))
     assert names(events) == ["BatchResumed", "ApprovalResolved"]
     batch = (call("a1", "danger"), call("a2", "danger"))
-    assert commands == [InvokeTools(iteration=1, calls=batch, gated=("a2",))]
+    assert commands == [InvokeTools(iteration=1, calls=batch, gated=("a2",), approved=("a1",))]
 
 
 def test_an_approved_call_of_a_tool_not_offered_is_tool_not_found() -> None:
@@ -470,7 +470,8 @@ def test_an_approved_call_of_a_tool_not_offered_is_tool_not_found() -> None:
     missing = only(events, ToolNotFound)
     assert (missing.call_id, missing.name) == ("a3", "gone")
     assert missing.reason == "not in the tools offered to this run"
-    assert commands == [InvokeTools(iteration=1, calls=(call("a1", "danger"), call("a2", "danger")))]
+    batch = (call("a1", "danger"), call("a2", "danger"))
+    assert commands == [InvokeTools(iteration=1, calls=batch, approved=("a1", "a2"))]
 
 
 # -- model responses -----------------------------------------------------------------------------
@@ -920,7 +921,7 @@ def test_refold_reproduces_a_paused_and_a_resumed_run() -> None:
     assert again.pending() == FinishRun(reason="awaiting_approval")
     run, _ = resumed(("a1", True), ("a2", False), extra=(call("a3"),))
     history = run.machine.history
-    expected = InvokeTools(iteration=1, calls=(call("a1", "danger"), call("a3")))
+    expected = InvokeTools(iteration=1, calls=(call("a1", "danger"), call("a3")), approved=("a1",))
     assert refold(run.log, history).pending() == expected
 
 

@@ -185,6 +185,8 @@ class ToolRequest(msgspec.Struct, frozen=True, kw_only=True):
     tools: tuple[str, ...]
     gated: bool = False
     """The call's tool requires approval: hold it if its arguments are valid, else reject it."""
+    approved: bool = False
+    """A human approved the call: it runs only with the arguments the approval answered."""
 
 
 class StepOutcome(msgspec.Struct, frozen=True, kw_only=True):

@@ -270,7 +270,10 @@ class Activities:
         if recorded is not None:
             return _decode_outcome(recorded)
         interrupted = attempts > 1 and not self.rerun_interrupted
-        outcome = await tool_step(built.agent, view, request.iteration, call, tools, interrupted=interrupted)
+        approved = request.approved
+        outcome = await tool_step(
+            built.agent, view, request.iteration, call, tools, interrupted=interrupted, approved=approved
+        )
         outcome = _fit(outcome, view.limits.payload_bytes)
         return _decode_outcome(await self.ledger.complete_call(key, msgspec.json.encode(outcome)))
 

@@ -218,7 +218,8 @@ class RunMachine(Transitions):
             open_ids = set(self.transcript.pending)
             calls = tuple(c for c in self._batch.calls if c.call_id in open_ids)
             gated = tuple(g for g in self._batch.gated if g in open_ids)
-            return InvokeTools(iteration=self._batch.iteration, calls=calls, gated=gated)
+            approved = tuple(a for a in self._batch.approved if a in open_ids)
+            return InvokeTools(iteration=self._batch.iteration, calls=calls, gated=gated, approved=approved)
         if self._phase is Phase.FINISHING:
             return FinishRun(reason=self.finish_reason, text=self.last_text())
         return None

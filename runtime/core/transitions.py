@@ -169,7 +169,8 @@ class Transitions:
                 ]
             )
         self.calls_made += len(calls)
-        self._batch = InvokeTools(iteration=self.iteration, calls=calls, gated=gated)
+        answered = tuple(c.call_id or "" for c in calls if c.call_id in approved) if approved else ()
+        self._batch = InvokeTools(iteration=self.iteration, calls=calls, gated=gated, approved=answered)
         self._commands.append(self._batch)
 
     def _finish(self, reason: str) -> None:
