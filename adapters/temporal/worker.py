@@ -308,7 +308,8 @@ class Activities:
         return page
 
     async def _append(self, run_id: str, events: Sequence[Event], version: int) -> int:
-        """Append at ``version``; a retry that finds these very events stored succeeds."""
+        """Append at ``version``; a retry that finds these very events stored succeeds, and one
+        that finds the first of them stored appends the rest."""
         if not events:
             return version
         try:
@@ -317,6 +318,10 @@ class Activities:
             stored = await self.store.read(run_id, after=version - 1)
             if stored[: len(events)] == list(events):
                 return version + len(events)
+            if stored and list(events[: len(stored)]) == stored:
+                # A step the workflow did not see finish (a model call cancelled after it stored
+                # the events before it) holds the first of these: append the rest after them.
+                return await self._append(run_id, events[len(stored) :], version + len(stored))
             raise _final(exc) from exc
 
     # -- agents and tools -------------------------------------------------------------------------
