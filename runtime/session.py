@@ -250,6 +250,8 @@ class AgentSession:
         self.paused_runs: dict[str, str] = {}
         """Calls waiting for approval: call id -> the run that paused on them (a resume claims
         that run's batch in the store before it runs anything)."""
+        self.rerun_allowed: set[str] = set()
+        """Calls the caller allowed to run again although their outcome is unknown (``allow_rerun``)."""
         self._state = SessionState(self._record)
         self._pending: list[tuple[str, tuple[StateChange, ...]]] = []
         self._active: list[Sink] = []  # the sinks of the runs bound to this session now
@@ -290,6 +292,13 @@ class AgentSession:
                         del self._claims[call_id]
 
         return release
+
+    def allow_rerun(self, *call_ids: str) -> None:
+        """Say explicitly that these approved calls may run again on the next resume, although a
+        resume that claimed them may have run them: it started them and recorded no outcome
+        (``CallOutcomeUnknownError``), or it never ended. The claim records the permission; a
+        call whose outcome is recorded never runs again."""
+        self.rerun_allowed.update(call_ids)
 
     def bind(self, sink: Sink) -> Callable[[], None]:
         """Record this session's changes in a run (the driver's use); returns the unbinder.

@@ -220,6 +220,43 @@ async def test_a_resume_cut_off_inside_the_tool_leaves_the_call_unknown() -> Non
     assert caught.value.run_id is not None
 
 
+async def test_the_caller_may_say_explicitly_that_an_unknown_call_runs_again() -> None:
+    """After a resume cut off inside the tool, allow_rerun lets the next resume run the call
+    again; the claim records the permission and whose claim it took over."""
+    store, ran = MemoryEventStore(), list[str]()
+    entered = anyio.Event()
+
+    @tool(approval_mode="always_require")
+    async def wire(amount: int, note: str) -> str:
+        """Send money."""
+        ran.append(note)
+        if len(ran) == 1:
+            entered.set()
+            await anyio.sleep_forever()
+        return "sent"
+
+    client = ScriptedChatClient([Call("wire", {"amount": 1, "note": "a"}), "Sent."])
+    agent = Agent(client=client, tools=[wire], store=store)
+    paused = await agent.run("Send it.", session=AgentSession("s"))
+    first, second = await _rebuilt(store, "s"), await _rebuilt(store, "s")
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as group:
+
+            async def resume() -> None:
+                await agent.run(_answer(first), session=first)
+
+            group.start_soon(resume)
+            await entered.wait()
+            group.cancel_scope.cancel()
+    second.allow_rerun(*second.paused_runs)
+    resumed = await agent.run(_answer(second), session=second)
+    assert resumed.text == "Sent."
+    assert ran == ["a", "a"]
+    claims = [e for e in await store.read(paused.run_id) if type(e) is BatchClaimed]
+    assert [(c.after_run_id, c.rerun) for c in claims] == [(None, ()), (claims[0].by_run_id, ("call_1",))]
+    assert second.rerun_allowed == set()
+
+
 async def test_a_resume_that_ended_before_the_call_started_is_taken_over() -> None:
     """A resume that failed before its approved call started (its agent middleware refused to go
     on) leaves the batch to a later resume, which claims it after it and runs the call once."""

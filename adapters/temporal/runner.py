@@ -251,6 +251,7 @@ def _session_input(session: AgentSession) -> SessionInput:
         state=session.state.snapshot(),
         pending=tuple(session.pending_changes),
         paused=dict(session.paused_runs),
+        rerun=tuple(sorted(session.rerun_allowed)),
     )
 
 

@@ -95,6 +95,8 @@ class SessionInput(msgspec.Struct, frozen=True, kw_only=True):
     pending: tuple[tuple[str, tuple[StateChange, ...]], ...] = ()
     paused: dict[str, str] = msgspec.field(default_factory=dict)
     """Calls waiting for approval: call id -> the run that paused on them (``paused_runs``)."""
+    rerun: tuple[str, ...] = ()
+    """Calls the caller allowed to run again (``AgentSession.allow_rerun``)."""
 
 
 class Resume(msgspec.Struct, frozen=True, kw_only=True):
@@ -157,6 +159,8 @@ class StartRequest(msgspec.Struct, frozen=True, kw_only=True):
     at: int
     paused: dict[str, str] = msgspec.field(default_factory=dict)
     """The session's calls waiting for approval, whose batch a resume claims first."""
+    rerun: tuple[str, ...] = ()
+    """Calls the caller allowed to run again although their outcome is unknown."""
 
 
 class StartOutcome(msgspec.Struct, frozen=True, kw_only=True):

@@ -240,7 +240,13 @@ class Activities:
             events = started_events(built.agent, request)
             # Before anything of this run is recorded: the store decides who resumes a batch.
             await claim_batches(
-                self.store, request.paused, view.history, request.messages, run_id=view.run_id, at=request.at
+                self.store,
+                request.paused,
+                view.history,
+                request.messages,
+                run_id=view.run_id,
+                at=request.at,
+                rerun=request.rerun,
             )
         except (UnsupportedAgent, ApprovalError) as exc:
             raise _final(exc) from exc

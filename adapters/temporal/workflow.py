@@ -160,6 +160,7 @@ class _WorkflowRun:
             pending=session.pending if session is not None else (),
             at=workflow.time_ns(),
             paused=dict(session.paused) if session is not None else {},
+            rerun=session.rerun if session is not None else (),
         )
         outcome = await self._store_step(START_RUN, request, StartOutcome)
         for event in outcome.events:

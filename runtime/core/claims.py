@@ -22,7 +22,7 @@ local driver, by ``AgentSession.from_events`` and by the Temporal runner.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any, Literal
 
 import msgspec
@@ -196,12 +196,15 @@ def decide_claim(
     by_run_id: str,
     at: int,
     holder_log: Sequence[Event] | None = None,
+    rerun: Collection[str] = (),
 ) -> ClaimDecision:
     """Whether ``by_run_id`` may resume ``paused`` with ``answers`` (call id -> approved), whose
     calls it holds with the arguments ``digests`` (call id -> ``arguments_digest``).
 
     ``holder_log`` is the log of the run holding the last claim, when there is one (``[]`` if
-    nothing of it is stored yet).
+    nothing of it is stored yet). ``rerun`` names calls the caller explicitly allows to run
+    again although that run may have run them: it never ended, or it started them and recorded
+    no outcome. A call it ran to an outcome is never run again.
     """
     run = paused.run_id
     if not paused.paused:
@@ -221,30 +224,40 @@ def decide_claim(
         )
     claim = paused.claim
     after: str | None = None
+    again: tuple[str, ...] = ()
     if claim is not None:
         holder = claim.by_run_id
         if holder == by_run_id:
             return ClaimDecision(kind="held", holder=holder)
         approved = [a.call_id for a in claim.answers if a.approved]
         progress = call_progress(holder_log or (), approved)
+        doubtful = progress.unknown
         if not progress.ended:
+            doubtful = tuple(c for c in approved if c not in progress.done)
+        if doubtful and not progress.done and set(doubtful) <= set(rerun):
+            again = doubtful  # the caller said so: take over, and say so in the claim
+        elif not progress.ended:
             return ClaimDecision(
                 kind="refused",
-                reason=f"the batch of run {run!r} is being resumed by run {holder!r}: a batch resumes once",
+                reason=(
+                    f"the batch of run {run!r} is being resumed by run {holder!r}: a batch resumes once "
+                    "(if that run stopped for good, AgentSession.allow_rerun lets its calls run again)"
+                ),
                 holder=holder,
+                call_ids=doubtful,
             )
-        if progress.unknown:
+        elif progress.unknown:
             return ClaimDecision(
                 kind="unknown",
                 reason=(
                     f"run {holder!r} started calls {list(progress.unknown)} of run {run!r} and ended "
                     "without recording their outcome: they may have taken effect, so they are not "
-                    "run again"
+                    "run again unless the caller says so (AgentSession.allow_rerun)"
                 ),
                 holder=holder,
                 call_ids=progress.unknown,
             )
-        if progress.done:
+        elif progress.done:
             return ClaimDecision(
                 kind="refused",
                 reason=(
@@ -261,7 +274,13 @@ def decide_claim(
         if c in answers
     )
     event = BatchClaimed(
-        run_id=run, seq=paused.version, at=at, by_run_id=by_run_id, answers=answered, after_run_id=after
+        run_id=run,
+        seq=paused.version,
+        at=at,
+        by_run_id=by_run_id,
+        answers=answered,
+        after_run_id=after,
+        rerun=again,
     )
     return ClaimDecision(kind="claim", claim=event, holder=after)
 

@@ -169,12 +169,15 @@ class BatchClaimed(EventBase, frozen=True, kw_only=True):
     ``awaiting_approval``) under the stream's expected version, so the store admits one claim
     per version: of several resumers exactly one runs the batch. ``after_run_id`` names the
     earlier claimant when this claim takes over from a resume that ended before any approved
-    call of the batch started.
+    call of the batch started, or (``rerun``) whose calls the caller allowed to run again.
     """
 
     by_run_id: str
     answers: tuple[ClaimedAnswer, ...] = ()
     after_run_id: str | None = None
+    rerun: tuple[str, ...] = ()
+    """Calls the caller explicitly allowed to run again although the earlier claimant may have
+    run them (it started them and recorded no outcome, or it never ended)."""
 
 
 class CallsSkipped(EventBase, frozen=True, kw_only=True):

@@ -10,7 +10,7 @@ losing run has been recorded or run by then.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from ..core.approvals import approval_responses
 from ..core.claims import ClaimDecision, arguments_digest, decide_claim, paused_batch
@@ -41,6 +41,7 @@ async def claim_batches(
     *,
     run_id: str,
     at: int,
+    rerun: Collection[str] = (),
 ) -> list[BatchClaimed]:
     """Claim, for ``run_id``, the paused batches the approval answers in ``inputs`` resume.
 
@@ -48,7 +49,8 @@ async def claim_batches(
     keeps it); answers to calls it does not know, or whose run is not in ``store``, are claimed
     in this process only (``AgentSession.claim``). Returns the claims appended; raises
     ``ApprovalError`` (``CallOutcomeUnknownError``, ``ApprovalMismatchError``) when another run
-    holds or used the batch.
+    holds or used the batch. ``rerun`` names calls the caller allows to run again although the
+    run holding the claim may have run them (``AgentSession.allow_rerun``).
     """
     if store is None:
         return []
@@ -68,7 +70,7 @@ async def claim_batches(
     }
     claims = []
     for paused_run, answered in by_run.items():
-        claim = await _claim(store, paused_run, answered, digests, run_id=run_id, at=at)
+        claim = await _claim(store, paused_run, answered, digests, run_id=run_id, at=at, rerun=rerun)
         if claim is not None:
             claims.append(claim)
     return claims
@@ -82,6 +84,7 @@ async def _claim(
     *,
     run_id: str,
     at: int,
+    rerun: Collection[str],
 ) -> BatchClaimed | None:
     for _ in range(_ATTEMPTS):
         events = await store.read(paused_run)
@@ -91,7 +94,9 @@ async def _claim(
         holder_log: list[Event] | None = None
         if paused.claim is not None and paused.claim.by_run_id != run_id:
             holder_log = await store.read(paused.claim.by_run_id)
-        decision = decide_claim(paused, answers, digests, by_run_id=run_id, at=at, holder_log=holder_log)
+        decision = decide_claim(
+            paused, answers, digests, by_run_id=run_id, at=at, holder_log=holder_log, rerun=rerun
+        )
         if decision.kind == "held":
             return None  # this run's claim is stored already (a retried step)
         if decision.kind != "claim" or decision.claim is None:

@@ -89,8 +89,16 @@ class AgentRun:
                 release = session.claim((c.call_id for c in answers), self.run_id)
                 # The store decides across processes: a claim on the paused run's own log.
                 claims = await claim_batches(
-                    spec.store, session.paused_runs, history, inputs, run_id=self.run_id, at=spec.clock()
+                    spec.store,
+                    session.paused_runs,
+                    history,
+                    inputs,
+                    run_id=self.run_id,
+                    at=spec.clock(),
+                    rerun=session.rerun_allowed,
                 )
+                for claim in claims:  # a permission to run again is used once
+                    session.rerun_allowed.difference_update(claim.rerun)
                 for sink in capture_sinks.get():  # watchers see the paused run's log as stored
                     for claim in claims:
                         sink(claim)
