@@ -350,3 +350,35 @@ def test_the_core_decides_claims_from_logs_alone() -> None:
     held = decide_claim(claimed, {"c1": True}, {"c1": digest}, by_run_id="r", at=6)
     busy = decide_claim(claimed, {"c1": True}, {"c1": digest}, by_run_id="x", at=6, holder_log=[])
     assert (held.kind, busy.kind, busy.holder) == ("held", "refused", "r")
+
+
+async def test_a_claimed_paused_run_and_its_resumer_rerun_without_divergence() -> None:
+    """The claim is a later run's fact on the paused run's log: a rerun of the paused run does
+    not make it, and is not told it diverged; the resumer reruns against its session as well."""
+    from agentledger.replay import load, rerun
+
+    store, ran = MemoryEventStore(), list[str]()
+    agent = _bank(store, ran, ScriptedChatClient([Call("wire", {"amount": 1, "note": "a"}), "Sent."]))
+    session = AgentSession("s")
+    paused = await agent.run("Send it.", session=session)
+    resumed = await agent.run(_answer(session), session=session)
+    for run_id in (paused.run_id, resumed.run_id):
+        recorded = await load(store, run_id)
+        await rerun(recorded, _bank(MemoryEventStore(), ran, ScriptedChatClient([])))
+        assert recorded.state_at(len(recorded.events) - 1).phase == "done"
+    assert ran == ["a"]  # recorded tools: the rerun ran nothing
+
+
+async def test_a_paused_run_a_bounded_store_dropped_still_resumes_in_its_process() -> None:
+    """A bounded store that evicted the paused run cannot hold the claim: the resume goes on
+    under the process-local claim, as before there were claims."""
+    store, ran = MemoryEventStore(max_runs=1), list[str]()
+    script = [Call("wire", {"amount": 1, "note": "a"}), "Other.", "Sent."]
+    agent = _bank(store, ran, ScriptedChatClient(script))
+    session = AgentSession("s")
+    paused = await agent.run("Send it.", session=session)
+    await agent.run("Something else.", session=AgentSession("t"))
+    assert await store.streams() != [] and paused.run_id not in await store.streams()
+    resumed = await agent.run(_answer(session), session=session)
+    assert resumed.text == "Sent."
+    assert ran == ["a"]

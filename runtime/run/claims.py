@@ -16,7 +16,13 @@ from ..core.approvals import approval_responses
 from ..core.claims import ClaimDecision, arguments_digest, decide_claim, paused_batch
 from ..core.events import BatchClaimed, Event
 from ..core.messages import Message
-from ..errors import ApprovalError, ApprovalMismatchError, CallOutcomeUnknownError, ConflictError
+from ..errors import (
+    ApprovalError,
+    ApprovalMismatchError,
+    CallOutcomeUnknownError,
+    ConflictError,
+    RunNotFoundError,
+)
 from ..store import EventStore
 
 __all__ = ("claim_batches", "refusal")
@@ -87,7 +93,10 @@ async def _claim(
     rerun: Collection[str],
 ) -> BatchClaimed | None:
     for _ in range(_ATTEMPTS):
-        events = await store.read(paused_run)
+        try:
+            events = await store.read(paused_run)
+        except RunNotFoundError:  # a bounded store dropped it: the process-local claim is all there is
+            return None
         if not events:
             return None  # not in this store: the process-local claim is all there is
         paused = paused_batch(events)
