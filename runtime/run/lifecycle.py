@@ -3,7 +3,9 @@
 ``execute`` records ``RunStarted`` (built by the spec), binds the session and the run context,
 runs agent middleware around the local driver's loop, and has the machine record the end:
 ``RunCompleted`` with the run's response (or what agent middleware answered instead), or
-``RunFailed``. Then the session's history grows by the run's input and output.
+``RunFailed``. Then the session's history grows by the one rule every driver applies
+(``AgentSession.after_run``). A resume first claims the paused batch in the store
+(``claim_batches``), before anything of it is recorded.
 """
 
 from __future__ import annotations
