@@ -78,7 +78,9 @@ def _started(run: RunSummary) -> str:
 
 
 def _outcome(run: RunSummary) -> str:
-    if run.outcome == "completed":
+    if run.resumed_by is not None:
+        return f"resumed by {run.resumed_by}"
+    if run.outcome in ("completed", "awaiting_approval"):
         return run.reason
     if run.outcome == "failed":
         return f"failed: {run.reason}"

@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 import anyio
 import msgspec
 
+from ._cli_approvals import add_approvals
 from ._cli_checks import (
     UsageError,
     check_agent,
@@ -380,6 +381,7 @@ def _parser() -> argparse.ArgumentParser:
     runs.add_argument("--outcome", choices=OUTCOMES, help="only runs that ended so (or have not ended)")
     runs.add_argument("--since", help="only runs started since: a duration (2h, 7d) or a UTC date or time")
     runs.add_argument("--json", action="store_true", help="one JSON object per run, one per line")
+    add_approvals(command, lambda args: open_store(args.store), _console)
     show = command("show", _show, "show a run's timeline: iterations, tools offered, calls, session changes")
     show.add_argument("run", help=_RUN_HELP)
     show.add_argument("--json", action="store_true", help="one JSON document: the runs and their events")

@@ -10,7 +10,10 @@
     ├── SessionStateError (also TypeError)      a session value cannot be recorded as JSON
     ├── UnrecordableError (also ValueError)     a value would not read back from the log (not
     │                                           UTF-8, too deep, past 64 bits, the wrong type)
-    ├── ApprovalError (also ValueError)         an approval answers no call awaiting approval
+    ├── ApprovalError (also ValueError)         an approval answers no call awaiting approval,
+    │   │                                       or another run resumes (or resumed) its batch
+    │   ├── CallOutcomeUnknownError             a resume started the call and recorded no outcome
+    │   └── ApprovalMismatchError               the call would run with other arguments than approved
     ├── RunError                                a run ended without an answer (run_id, seq)
     │   ├── ModelCallError                      the chat client raised; ModelFailed is recorded
     │   ├── ModelResponseError                  the model's output is malformed
@@ -52,7 +55,9 @@ from .core.errors import AgentLedgerError, TransitionError, UnrecordableError
 __all__ = (
     "AgentLedgerError",
     "ApprovalError",
+    "ApprovalMismatchError",
     "ArgumentsError",
+    "CallOutcomeUnknownError",
     "ConflictError",
     "ExperimentalWarning",
     "LogCorruptError",
@@ -107,7 +112,26 @@ class SessionStateError(AgentLedgerError, TypeError):
 
 
 class ApprovalError(AgentLedgerError, ValueError):
-    """Approval responses name calls that no paused run of this session is waiting for."""
+    """Approval responses name calls that no paused run of this session is waiting for, or the
+    paused batch is (or was) resumed by another run: a batch resumes once."""
+
+
+class CallOutcomeUnknownError(ApprovalError):
+    """The run that resumed a batch started these calls and recorded no outcome (it crashed or
+    was cancelled in the middle): they may have taken effect, so no resume runs them again.
+
+    ``call_ids`` are the calls; ``run_id`` the run that started them.
+    """
+
+    def __init__(self, message: str, *, call_ids: tuple[str, ...] = (), run_id: str | None = None) -> None:
+        super().__init__(message)
+        self.call_ids = call_ids
+        self.run_id = run_id
+
+
+class ApprovalMismatchError(ApprovalError):
+    """An approved call would run with other arguments than those the approval answered (function
+    middleware rewrote them, or the resuming session holds another version of the call)."""
 
 
 class RunError(AgentLedgerError):

@@ -18,16 +18,18 @@ from typing import Literal
 
 import msgspec
 
-from .core.events import Event, RunCompleted, RunFailed, RunStarted
+from .core.events import BatchClaimed, Event, RunCompleted, RunFailed, RunStarted
 from .errors import LogCorruptError, UnreadableStreamWarning
 from .logs import warn
 
 __all__ = ("OUTCOMES", "Outcome", "RunQuery", "RunSummary", "report_unreadable", "select", "summarize")
 
-Outcome = Literal["completed", "failed", "incomplete"]
-OUTCOMES: tuple[Outcome, ...] = ("completed", "failed", "incomplete")
+Outcome = Literal["completed", "failed", "incomplete", "awaiting_approval"]
+OUTCOMES: tuple[Outcome, ...] = ("completed", "failed", "incomplete", "awaiting_approval")
 """``completed`` ends with ``RunCompleted``, ``failed`` with ``RunFailed``; ``incomplete`` is a run
-still going, or one interrupted before it ended."""
+still going, or one interrupted before it ended; ``awaiting_approval`` paused for approval and
+no run has claimed its batch yet. A paused run that another run resumed (its log ends with that
+run's ``BatchClaimed``) is ``completed``, with ``resumed_by`` naming the run."""
 
 
 class RunQuery(msgspec.Struct, frozen=True, kw_only=True):
@@ -72,6 +74,8 @@ class RunSummary(msgspec.Struct, frozen=True, kw_only=True):
     events: int
     parent_run_id: str | None
     answer: str
+    resumed_by: str | None = None
+    """The run that resumed this paused run's batch, if one did."""
 
 
 def summarize(first: Event, last: Event) -> RunSummary | None:
@@ -81,10 +85,15 @@ def summarize(first: Event, last: Event) -> RunSummary | None:
         return None
     outcome: Outcome = "incomplete"
     reason = answer = ""
+    resumed_by = None
     if isinstance(last, RunCompleted):
         outcome, reason, answer = "completed", last.reason, last.text
+        if reason == "awaiting_approval":
+            outcome = "awaiting_approval"
     elif isinstance(last, RunFailed):
         outcome, reason = "failed", last.error_type
+    elif isinstance(last, BatchClaimed):  # paused, then resumed by another run
+        outcome, reason, resumed_by = "completed", "awaiting_approval", last.by_run_id
     return RunSummary(
         run_id=first.run_id,
         agent=first.agent_name or first.agent_id,
@@ -95,6 +104,7 @@ def summarize(first: Event, last: Event) -> RunSummary | None:
         events=last.seq + 1,
         parent_run_id=first.parent_run_id,
         answer=answer,
+        resumed_by=resumed_by,
     )
 
 

@@ -72,6 +72,7 @@ def run_document(events: Sequence[Event]) -> list[dict[str, Any]]:
             "session_id": summary.session_id if summary else None,
             "parent_run_id": summary.parent_run_id if summary else None,
             "outcome": summary.outcome if summary else None,
+            "resumed_by": summary.resumed_by if summary else None,
             "events": [
                 {"seq": e.seq, "type": type(e).__name__, "at": e.at, "description": describe(e)} for e in log
             ],

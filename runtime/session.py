@@ -18,27 +18,18 @@ from __future__ import annotations
 
 import contextvars
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import msgspec
 
-from .core.approvals import approval_responses, conversation
+from .core.claims import history_growth
 from .core.depth import MAX_DEPTH, too_deep
 from .core.errors import TransitionError
-from .core.events import (
-    Event,
-    ModelResponded,
-    RunCompleted,
-    RunFailed,
-    RunInputRewritten,
-    RunStarted,
-    SessionUpdated,
-    StateChange,
-)
+from .core.events import Event, RunCompleted, RunFailed, RunStarted, SessionUpdated, StateChange
 from .core.limits import INT64_MAX, INT64_MIN, may_overflow, safe_text
 from .core.messages import Message
-from .core.projections import SessionProjection, TranscriptProjection, apply_changes, conversation_after
+from .core.projections import SessionProjection, apply_changes, conversation_after
 from .errors import ApprovalError, SessionStateError
 
 __all__ = ("AgentSession", "SessionState")
@@ -256,6 +247,11 @@ class AgentSession:
         self.session_id = session_id
         self.service_session_id = service_session_id
         self.history: list[Message] = []
+        self.paused_runs: dict[str, str] = {}
+        """Calls waiting for approval: call id -> the run that paused on them (a resume claims
+        that run's batch in the store before it runs anything)."""
+        self.rerun_allowed: set[str] = set()
+        """Calls the caller allowed to run again although their outcome is unknown (``allow_rerun``)."""
         self._state = SessionState(self._record)
         self._pending: list[tuple[str, tuple[StateChange, ...]]] = []
         self._active: list[Sink] = []  # the sinks of the runs bound to this session now
@@ -296,6 +292,13 @@ class AgentSession:
                         del self._claims[call_id]
 
         return release
+
+    def allow_rerun(self, *call_ids: str) -> None:
+        """Say explicitly that these approved calls may run again on the next resume, although a
+        resume that claimed them may have run them: it started them and recorded no outcome
+        (``CallOutcomeUnknownError``), or it never ended. The claim records the permission; a
+        call whose outcome is recorded never runs again."""
+        self.rerun_allowed.update(call_ids)
 
     def bind(self, sink: Sink) -> Callable[[], None]:
         """Record this session's changes in a run (the driver's use); returns the unbinder.
@@ -359,48 +362,56 @@ class AgentSession:
         apply_changes(values, event.changes)
         self._state.reset(values)
 
+    def after_run(
+        self,
+        events: Sequence[Event],
+        *,
+        transcript: Sequence[Message] | None = None,
+        input_count: int | None = None,
+    ) -> None:
+        """Grow the history after the run whose log is ``events`` ended, by the one rule every
+        driver applies (``agentledger.core.claims.history_growth``): a completed run adds its
+        input and its messages, a failed resume keeps the results of the batch it ran, and the
+        calls a paused run waits on are noted in ``paused_runs``. A driver holding the live
+        transcript passes it (and how many of its messages are the input) to spare a fold."""
+        growth = history_growth(events, transcript=transcript, input_count=input_count)
+        self.history.extend(growth.messages)
+        for message in growth.messages:
+            for content in message.contents:
+                if content.type == "function_result":
+                    self.paused_runs.pop(content.call_id or "", None)
+        self.paused_runs.update(growth.paused)
+        if growth.conversation_id is not None:
+            self.service_session_id = growth.conversation_id
+
     @classmethod
     def from_events(cls, events: Iterable[Event], session_id: str) -> AgentSession:
         """Rebuild a session (state and history) from the logs of its runs, in order.
 
-        State is folded in log order. History is the runs' input and output messages in the
-        order the runs completed (by ``RunCompleted.at``), as the live session extends it: runs
-        on one session may overlap, and their logs are usually read one run after another.
+        State is folded in log order. History grows run by run as ``after_run`` grows it, in the
+        order the runs ended (by the ``at`` of their ``RunCompleted``/``RunFailed``), as the live
+        session does: runs on one session may overlap, and their logs are usually read one run
+        after another.
         """
         session = cls(session_id)
         view = SessionProjection(session_id)
-        runs: dict[str, list[Message]] = {}
-        continued: dict[str, list[Event]] = {}  # the events that say which conversation a run is in
-        resumed: dict[str, TranscriptProjection] = {}  # runs resuming a batch paused for approval
-        completed: list[tuple[int, int, list[Message], str | None]] = []
+        logs: dict[str, list[Event]] = {}  # the runs of this session that have not ended yet
+        ended: list[tuple[int, int, list[Event]]] = []
         for event in events:
             view.apply(event)
-            if event.run_id in resumed:
-                resumed[event.run_id].apply(event)
-            if isinstance(event, RunStarted):
+            kind = type(event)
+            if kind is RunStarted:
+                assert isinstance(event, RunStarted)
                 if event.session_id == session_id and event.session_history:
-                    runs[event.run_id] = conversation(event.messages)
-                    continued[event.run_id] = [event]
-                    if approval_responses(event.messages):
-                        resumed[event.run_id] = TranscriptProjection.rebuild([event])
-            elif isinstance(event, RunInputRewritten) and event.run_id in runs:
-                runs[event.run_id] = conversation(event.messages)
-                continued[event.run_id].append(event)
-            elif isinstance(event, ModelResponded) and event.conversation_id and event.run_id in runs:
-                continued[event.run_id].append(event)
-            elif isinstance(event, RunCompleted) and event.run_id in runs:
-                messages = runs.pop(event.run_id) + list(event.messages)
-                after = conversation_after(continued.pop(event.run_id))
-                completed.append((event.at, len(completed), messages, after))
-            elif isinstance(event, RunFailed) and event.run_id in resumed:
-                # A failed resume keeps its batch's results, as the live session does.
-                messages = resumed.pop(event.run_id).messages
-                tool = next((i for i, m in enumerate(messages) if m.role == "tool"), None)
-                if tool is not None:
-                    completed.append((event.at, len(completed), messages[: tool + 1], None))
-        for _, _, messages, after in sorted(completed, key=lambda item: (item[0], item[1])):
-            session.history.extend(messages)
-            session.service_session_id = after or session.service_session_id
+                    logs[event.run_id] = []
+            log = logs.get(event.run_id)
+            if log is None:
+                continue
+            log.append(event)
+            if kind is RunCompleted or kind is RunFailed:
+                ended.append((event.at, len(ended), logs.pop(event.run_id)))
+        for _, _, log in sorted(ended, key=lambda item: (item[0], item[1])):
+            session.after_run(log)
         session.state.load(view.state)
         return session
 

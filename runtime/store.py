@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
-from .core.events import Event, RunCompleted, RunFailed, RunStarted, SessionUpdated
+from .core.events import BatchClaimed, Event, RunCompleted, RunFailed, RunStarted, SessionUpdated
 from .errors import ConflictError, LogCorruptError, RunEvictedError
 from .listing import RunQuery, RunSummary, report_unreadable, select, summarize
 
@@ -53,7 +53,7 @@ DEFAULT_MAX_RUNS = 1_000
 DEFAULT_MAX_EVENTS = 100_000
 """Events the default store of an ``Agent`` keeps (about 30 MiB at 300 bytes an event)."""
 
-_FINISHED = frozenset({RunCompleted, RunFailed})
+_FINISHED = frozenset({RunCompleted, RunFailed, BatchClaimed})
 
 
 @runtime_checkable

@@ -8,6 +8,7 @@ from .core.events import (
     ApprovalRequested,
     ApprovalResolved,
     ArgumentsRejected,
+    BatchClaimed,
     BatchResumed,
     CallsSkipped,
     ChildRunStarted,
@@ -104,6 +105,8 @@ def describe(event: Event) -> str:
             return f"approval requested for {list(event.call_ids)}"
         case BatchResumed():
             return f"paused batch resumed: {list(event.call_ids)}"
+        case BatchClaimed():
+            return f"paused batch claimed by run {event.by_run_id}"
         case ApprovalResolved():
             return f"call {event.call_id} {'approved' if event.approved else 'rejected'}"
         case IterationLimitReached():

@@ -308,3 +308,50 @@ def kept_agent() -> Agent:
     """A conversation the service keeps: each call sends only what it does not hold."""
     client = ScriptedChatClient([_kept], repeat=True, keeps_conversations=True)
     return Agent(client=client, name="Kept", tools=[lookup], default_options={"store": True})
+
+
+# -- approvals that must run once: a failed, a cancelled and a concurrent resume ---------------------
+
+MODEL_GATE: anyio.Event | None = None
+"""When set, the model call after a tool result waits for it (a test cancels the run there)."""
+MODEL_ARRIVED: anyio.Event | None = None
+
+
+@tool(approval_mode="always_require")
+def wire(amount: int, ctx: FunctionInvocationContext) -> str:
+    """Send money (a person approves first)."""
+    _executed(ctx)
+    return f"sent {amount}"
+
+
+def _wire(request: ScriptedRequest) -> Any:
+    if not tool_turns(request):
+        return Call("wire", {"amount": 7}, call_id="w1")
+    return "Sent: " + "; ".join(str(r) for turn in tool_turns(request) for r in turn)
+
+
+def _wire_then_down(request: ScriptedRequest) -> Any:
+    if not tool_turns(request):
+        return Call("wire", {"amount": 7}, call_id="w1")
+    raise RuntimeError("the model is down")
+
+
+@chat_middleware
+async def _held_after_tools(context: ChatContext, call_next: Callable[[], Awaitable[None]]) -> None:
+    if MODEL_GATE is not None and any(m.role == "tool" for m in context.messages):
+        if MODEL_ARRIVED is not None:
+            MODEL_ARRIVED.set()
+        await MODEL_GATE.wait()
+    await call_next()
+
+
+@REGISTRY.register("wire")
+def wire_agent() -> Agent:
+    """One gated call; the model call after its result waits at MODEL_GATE when a test sets it."""
+    return Agent(client=_scripted(_wire), name="Wire", tools=[wire], middleware=[_held_after_tools])
+
+
+@REGISTRY.register("wire_down")
+def wire_down_agent() -> Agent:
+    """One gated call; the model call after its result fails."""
+    return Agent(client=_scripted(_wire_then_down), name="WireDown", tools=[wire])

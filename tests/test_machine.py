@@ -21,10 +21,12 @@ from agentledger.core import (
     ApprovalRequested,
     ApprovalResolved,
     ArgumentsRejected,
+    BatchClaimed,
     BatchResumed,
     CallModel,
     CallsSkipped,
     ChildRunStarted,
+    ClaimedAnswer,
     Command,
     Content,
     Event,
@@ -168,8 +170,11 @@ def reach(phase: Phase) -> Run:
         run.start(begin=phase is not Phase.STARTED)
     if phase is Phase.RUNNING_TOOLS:
         run.respond(call("c1"), call("c2", "danger"))
-    elif phase in (Phase.FINISHING, Phase.DONE):
+    elif phase is Phase.FINISHING:
         run.respond("done")
+    elif phase is Phase.DONE:  # paused for approval of c2, so a later run may claim the batch
+        run.respond(call("c2", "danger"))
+        run.feed(ApprovalRequested, call_ids=("c2",))
     if phase is Phase.DONE:
         run.finish()
     assert run.machine.phase is phase
@@ -208,6 +213,7 @@ SAMPLES: dict[type[EventBase], dict[str, Any]] = {
     IterationLimitReached: {"iteration": 1, "reason": "max_iterations", "limit": 1},
     CallsSkipped: {"iteration": 1, "call_ids": ("c1",), "reason": "max_iterations"},
     BatchResumed: {"call_ids": ("c1",)},
+    BatchClaimed: {"by_run_id": "resume", "answers": (ClaimedAnswer(call_id="c2", approved=True),)},
     RunTerminated: {"iteration": 1, "reason": "user stop"},
     RunCompleted: {},
     RunFailed: {"error_type": "Crash", "message": "boom"},
@@ -239,6 +245,7 @@ ACCEPTED: dict[tuple[Phase, type[EventBase]], tuple[Phase, tuple[type, ...]]] = 
     (R, RunTerminated): (R, ()),
     (R, ApprovalRequested): (F, (FinishRun,)),
     (F, SessionUpdated): (F, ()),
+    (Phase.DONE, BatchClaimed): (Phase.DONE, ()),
 }
 """(phase, input) -> (phase after the sample input, commands it issues)."""
 
@@ -410,7 +417,7 @@ def test_begin_resumes_approved_calls_without_gating() -> None:
     run, (events, commands) = resumed(("a1", True), ("a2", True))
     assert names(events) == ["ApprovalResolved", "ApprovalResolved"]
     batch = (call("a1", "danger"), call("a2", "danger"))
-    assert commands == [InvokeTools(iteration=1, calls=batch, gated=())]
+    assert commands == [InvokeTools(iteration=1, calls=batch, gated=(), approved=("a1", "a2"))]
     assert run.machine.phase is R
     assert run.machine.transcript.messages == []  # the answers are not conversation
 
@@ -420,7 +427,7 @@ def test_a_rejected_call_gets_the_rejection_result() -> None:
     run, (events, commands) = resumed(("a1", True), ("a2", False))
     resolved = [(e.call_id, e.approved) for e in events if isinstance(e, ApprovalResolved)]
     assert resolved == [("a1", True), ("a2", False)]
-    assert commands == [InvokeTools(iteration=1, calls=(call("a1", "danger"),))]
+    assert commands == [InvokeTools(iteration=1, calls=(call("a1", "danger"),), approved=("a1",))]
     _, after = run.returned("a1", "danger", "done")
     assert isinstance(after[0], CallModel)
     assert [m.role for m in after[0].messages] == ["user", "assistant", "tool"]
@@ -441,7 +448,7 @@ def test_the_rest_of_a_resumed_batch_runs_with_it() -> None:
     assert names(events) == ["BatchResumed", "ApprovalResolved", "ApprovalResolved"]
     assert only(events, BatchResumed).call_ids == ("a1", "a2", "a3")
     batch = (call("a1", "danger"), call("a2", "danger"), call("a3"))
-    assert commands == [InvokeTools(iteration=1, calls=batch, gated=())]
+    assert commands == [InvokeTools(iteration=1, calls=batch, gated=(), approved=("a1", "a2"))]
     run.returned("a3")
     run.returned("a1", "danger")
     _, after = run.returned("a2", "danger")
@@ -454,7 +461,7 @@ def test_an_unanswered_gated_call_of_a_resumed_batch_stays_gated() -> None:
     _, (events, commands) = resumed(("a1", True))
     assert names(events) == ["BatchResumed", "ApprovalResolved"]
     batch = (call("a1", "danger"), call("a2", "danger"))
-    assert commands == [InvokeTools(iteration=1, calls=batch, gated=("a2",))]
+    assert commands == [InvokeTools(iteration=1, calls=batch, gated=("a2",), approved=("a1",))]
 
 
 def test_an_approved_call_of_a_tool_not_offered_is_tool_not_found() -> None:
@@ -463,7 +470,8 @@ def test_an_approved_call_of_a_tool_not_offered_is_tool_not_found() -> None:
     missing = only(events, ToolNotFound)
     assert (missing.call_id, missing.name) == ("a3", "gone")
     assert missing.reason == "not in the tools offered to this run"
-    assert commands == [InvokeTools(iteration=1, calls=(call("a1", "danger"), call("a2", "danger")))]
+    batch = (call("a1", "danger"), call("a2", "danger"))
+    assert commands == [InvokeTools(iteration=1, calls=batch, approved=("a1", "a2"))]
 
 
 # -- model responses -----------------------------------------------------------------------------
@@ -913,7 +921,7 @@ def test_refold_reproduces_a_paused_and_a_resumed_run() -> None:
     assert again.pending() == FinishRun(reason="awaiting_approval")
     run, _ = resumed(("a1", True), ("a2", False), extra=(call("a3"),))
     history = run.machine.history
-    expected = InvokeTools(iteration=1, calls=(call("a1", "danger"), call("a3")))
+    expected = InvokeTools(iteration=1, calls=(call("a1", "danger"), call("a3")), approved=("a1",))
     assert refold(run.log, history).pending() == expected
 
 

@@ -13,13 +13,14 @@ import warnings
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Any
 
+import anyio
 import pytest
 
-from agentledger import AgentResponse, AgentSession, Message
+from agentledger import AgentResponse, AgentSession, ApprovalError, Message, ModelCallError, RunError
 from agentledger.core.events import ModelCalled, ToolCalled
 from agentledger.replay import compare
 from agentledger.store import MemoryEventStore
-from agentledger.testing import event_types, events_of
+from agentledger.testing import capture_events, event_types, events_of
 
 from ._temporal_env import TemporalServer, require_module, temporal_server
 
@@ -158,3 +159,108 @@ async def test_progressive_tools_alike(temporal: TemporalServer) -> None:
     """A tool added at run time is offered and called the same on both drivers."""
     [response] = await _both(temporal, "demo", [_text(DEMO_PROMPT)])
     assert "ToolsAdded" in event_types(response.events)
+
+
+# -- one approval, one execution, on both drivers ---------------------------------------------------
+
+
+def _approve(response: AgentResponse) -> Message:
+    return Message("user", tuple(r.to_approval_response(True) for r in response.user_input_requests))
+
+
+def _wire_runs() -> int:
+    return sum(1 for _, _, name in agents.EXECUTED if name == "wire")
+
+
+async def test_a_failed_resume_runs_the_approved_call_once_alike(temporal: TemporalServer) -> None:
+    """Approve, the tool runs, the model call after it fails; the same approval sent again is
+    refused and the tool ran once, on Temporal as locally. Logs and histories are equal."""
+    remote_session, local_session = AgentSession("session_f"), AgentSession("session_f")
+    local_agent = agents.REGISTRY.build("wire_down")
+    async with _runner(temporal) as runner:
+        remote = await runner.run("wire_down", "Send 7.", session=remote_session)
+        local_agent.ids = _Ids(remote.run_id)
+        local = await local_agent.run("Send 7.", session=local_session)
+        compare(local.events, remote.events)
+        before = _wire_runs()
+        with pytest.raises(ModelCallError) as remote_failure:
+            await runner.run("wire_down", _approve(remote), session=remote_session)
+        local_agent.ids = _Ids(remote_failure.value.run_id)
+        with capture_events() as local_events, pytest.raises(ModelCallError):
+            await local_agent.run(_approve(local), session=local_session)
+        compare(local_events, await runner.store.read(remote_failure.value.run_id))
+        assert _wire_runs() == before + 2  # once on each driver
+        with pytest.raises(ApprovalError):
+            await runner.run("wire_down", _approve(remote), session=remote_session)
+        with pytest.raises(ApprovalError):
+            await local_agent.run(_approve(local), session=local_session)
+        assert _wire_runs() == before + 2
+    assert remote_session.history == local_session.history
+    assert remote_session.history[-1].role == "tool"  # the batch's result stays in the history
+
+
+async def test_a_cancelled_resume_runs_the_approved_call_once_alike(temporal: TemporalServer) -> None:
+    """Cancelled after the approved tool ran (in the model call after it), then resumed again
+    with the same answers: refused, and the tool ran once, on Temporal as locally."""
+    remote_session, local_session = AgentSession("session_c"), AgentSession("session_c")
+    local_agent = agents.REGISTRY.build("wire")
+    async with _runner(temporal) as runner:
+        remote = await runner.run("wire", "Send 7.", session=remote_session)
+        local_agent.ids = _Ids(remote.run_id)
+        local = await local_agent.run("Send 7.", session=local_session)
+        before = _wire_runs()
+        agents.MODEL_GATE = anyio.Event()
+        try:
+            agents.MODEL_ARRIVED = arrived = anyio.Event()
+            handle = await runner.start("wire", _approve(remote), session=remote_session)
+            await arrived.wait()  # the tool ran; the model call after it waits
+            await handle.cancel()
+            with pytest.raises(RunError):
+                await runner.result(handle, session=remote_session)
+            agents.MODEL_ARRIVED = arrived = anyio.Event()
+            local_agent.ids = _Ids(handle.id)
+            async with anyio.create_task_group() as group:
+
+                async def resume() -> None:
+                    await local_agent.run(_approve(local), session=local_session)
+
+                group.start_soon(resume)
+                await arrived.wait()
+                group.cancel_scope.cancel()
+        finally:
+            agents.MODEL_GATE = agents.MODEL_ARRIVED = None
+        assert _wire_runs() == before + 2  # once on each driver
+        with pytest.raises(ApprovalError):
+            await runner.run("wire", _approve(remote), session=remote_session)
+        with pytest.raises(ApprovalError):
+            await local_agent.run(_approve(local), session=local_session)
+        assert _wire_runs() == before + 2
+    assert remote_session.history == local_session.history
+
+
+async def test_two_concurrent_resumes_on_temporal_run_the_call_once(temporal: TemporalServer) -> None:
+    """Two workflows resume one paused batch at once, each from its own copy of the session: the
+    claim in the paused run's log lets one run the tool; the other fails with ApprovalError."""
+    async with _runner(temporal) as runner:
+        for round_ in range(10):
+            session = AgentSession(f"session_two_{round_}")
+            paused = await runner.run("wire", "Send 7.", session=session)
+            twin = AgentSession.from_events(await runner.store.read(paused.run_id), session.session_id)
+            before = _wire_runs()
+            handles = [
+                await runner.start("wire", _approve(paused), session=s) for s in (session, twin)
+            ]
+            outcomes: list[str] = []
+
+            async def wait(handle: Any, copy: AgentSession, outcomes: list[str] = outcomes) -> None:
+                try:
+                    await runner.result(handle, session=copy)
+                    outcomes.append("ran")
+                except ApprovalError:
+                    outcomes.append("refused")
+
+            async with anyio.create_task_group() as group:
+                for handle, copy in zip(handles, (session, twin), strict=True):
+                    group.start_soon(wait, handle, copy)
+            assert sorted(outcomes) == ["ran", "refused"], round_
+            assert _wire_runs() == before + 1

@@ -620,3 +620,31 @@ def test_page_data_has_every_field_of_every_event() -> None:
 async def _demo_events() -> list[Event]:
     response, _ = await run_demo(MemoryEventStore())
     return list(response.events)
+
+
+async def _claimed_paused_run() -> list[Event]:
+    """A paused run's log as its store holds it after another run resumed it (BatchClaimed last)."""
+    client = ScriptedChatClient([Call("wire_money", {"amount": 5}), "Sent 5."])
+    agent = client.as_agent(name="Teller", tools=[wire_money], clock=FixedClock(), ids=SequentialIds())
+    session = agent.create_session()
+    paused = await agent.run("send 5", session=session)
+    answer = paused.user_input_requests[0].to_approval_response(True)
+    await agent.run(Message("user", (answer,)), session=session)
+    assert agent.store is not None
+    return await agent.store.read(paused.run_id)
+
+
+async def test_a_resumed_paused_run_links_to_its_resumer_in_chromium(
+    browser: Browser, tmp_path: Path
+) -> None:
+    """The paused run's header says which run resumed it; its claim is an event like the others."""
+    events = await _claimed_paused_run()
+    assert type(events[-1]).__name__ == "BatchClaimed"
+    page = open_page(browser, write_html(events, tmp_path / "claimed.html"))
+    header = page.evaluate("document.querySelector('section.run .run-meta').innerText")
+    assert "resumed by run_2" in header
+    shown = page.evaluate("Array.from(document.querySelectorAll('button.ev'), n => n.dataset.type)")
+    assert sorted(shown) == sorted(type(e).__name__ for e in events)
+    js_states_equal(page, events)
+    assert page.errors() == []
+    page.close()

@@ -96,7 +96,7 @@ _TIMELINE = r"""
     ToolsRemoved: "tools", ToolChoiceReset: "tools", SessionUpdated: "session", ChildRunStarted: "child",
     ApprovalRequested: "approval", ApprovalResolved: "approval", IterationLimitReached: "limit",
     RunTerminated: "limit", RunCompleted: "done", RunFailed: "err", ModelRequestRewritten: "model",
-    CallsSkipped: "limit",
+    CallsSkipped: "limit", BatchClaimed: "approval",
   };
   const LABEL = {
     RunStarted: "run started", RunInputRewritten: "input rewritten", ModelCalled: "model call",
@@ -106,7 +106,7 @@ _TIMELINE = r"""
     ToolChoiceReset: "choice reset", SessionUpdated: "session", ChildRunStarted: "sub-agent",
     ApprovalRequested: "approval", ApprovalResolved: "approval", IterationLimitReached: "limit",
     RunTerminated: "terminated", RunCompleted: "completed", RunFailed: "run failed",
-    ModelRequestRewritten: "request rewritten", CallsSkipped: "calls skipped",
+    ModelRequestRewritten: "request rewritten", CallsSkipped: "calls skipped", BatchClaimed: "resumed",
   };
 
   const DESCRIBE = {
@@ -137,6 +137,8 @@ _TIMELINE = r"""
       isEmpty(e.options) ? null : field("options", code(e.options)),
     ]],
     CallsSkipped: (e) => [[(e.call_ids || []).join(", "), " not run"], [el("span", "muted", e.reason)]],
+    BatchClaimed: (e) => [["batch resumed by run ", chip(e.by_run_id)],
+      [e.after_run_id ? el("span", "muted", "after run " + e.after_run_id) : null]],
     ModelCalled: (e) => [
       ["sent " + plural((e.message_count || 0) - (e.held || 0), "message") + ", offered " +
         plural((e.tools || []).length, "tool")],
@@ -309,7 +311,10 @@ _TIMELINE = r"""
     const events = run.events;
     const first = events[0] || {};
     const last = events[events.length - 1] || {};
-    const outcome = last.type === "RunFailed" ? chip("failed", "err")
+    const claim = last.type === "BatchClaimed" ? last : null;  // paused, then resumed by another run
+    const ended = claim ? events.filter((e) => e.type === "RunCompleted").pop() || last : last;
+    const outcome = claim ? chip("resumed by " + claim.by_run_id, "ok")
+      : last.type === "RunFailed" ? chip("failed", "err")
       : last.type !== "RunCompleted" ? chip("running or torn", "warn")
       : chip(last.reason, last.reason === "completed" ? "ok" : "warn");
     const section = el("section", "run" + (depth ? " nested" : ""),
@@ -317,7 +322,7 @@ _TIMELINE = r"""
         heading(depth + 2, "run-title", (depth ? "Sub-agent " : "") + (run.agent || "run " + runId)),
         el("span", "run-meta", chip(runId), first.session_id ? chip("session " + first.session_id) : null,
           chip(plural(events.length, "event")), outcome,
-          last.type === "RunCompleted" ? chip(usageText(last.usage)) : null)));
+          ended.type === "RunCompleted" ? chip(usageText(ended.usage)) : null)));
     section.dataset.runId = runId;
     section.setAttribute("aria-label", (depth ? "sub-agent run " : "run ") + runId);
     for (const g of groupsOf(events)) {

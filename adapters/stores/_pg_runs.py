@@ -34,9 +34,10 @@ WHERE s.position < %(before)s AND (f.data IS NULL OR (
     AND (%(since)s::bigint IS NULL OR CASE WHEN json_typeof(f.data->'at') = 'number'
         THEN (f.data->>'at')::numeric >= %(since)s END)
     AND (%(outcome)s::text IS NULL OR CASE %(outcome)s::text
-        WHEN 'completed' THEN l.type = 'RunCompleted'
+        WHEN 'completed' THEN l.type IN ('RunCompleted', 'BatchClaimed')
+        WHEN 'awaiting_approval' THEN l.type = 'RunCompleted'
         WHEN 'failed' THEN l.type = 'RunFailed'
-        ELSE l.type NOT IN ('RunCompleted', 'RunFailed') END)))
+        ELSE l.type NOT IN ('RunCompleted', 'RunFailed', 'BatchClaimed') END)))
 ORDER BY s.position DESC
 LIMIT %(page)s
 """

@@ -19,10 +19,17 @@ except ImportError:  # pragma: no cover - exercised only without the extra
     ) from None
 
 from agentledger.clients import normalize_messages
-from agentledger.core.approvals import conversation
-from agentledger.core.events import Event, ModelFailed, RunCompleted, RunStarted
+from agentledger.core.events import Event, ModelFailed, RunCompleted
 from agentledger.core.messages import Content, Message
-from agentledger.errors import ModelCallError, ModelResponseError, RunError, UnknownToolError
+from agentledger.errors import (
+    ApprovalError,
+    ApprovalMismatchError,
+    CallOutcomeUnknownError,
+    ModelCallError,
+    ModelResponseError,
+    RunError,
+    UnknownToolError,
+)
 from agentledger.response import AgentResponse
 from agentledger.run import check_approvals
 from agentledger.session import AgentSession
@@ -186,6 +193,11 @@ class TemporalRunner:
             cause: BaseException = exc
             while cause.__cause__ is not None or getattr(cause, "cause", None) is not None:
                 cause = getattr(cause, "cause", None) or cause.__cause__  # type: ignore[assignment]
+            refused = _APPROVAL_ERRORS.get(getattr(cause, "type", None) or "")
+            if refused is not None:  # the run was refused before anything of it was recorded
+                raise refused(getattr(cause, "message", None) or str(cause)) from exc
+            if session is not None:  # a cancelled or failed run: what it recorded still counts
+                _apply_session(session, await self.store.read(handle.id))
             raise RunError(f"run {handle.id} failed on Temporal: {cause}", run_id=handle.id) from exc
         events = await self.store.read(result.run_id)
         if session is not None:
@@ -194,10 +206,6 @@ class TemporalRunner:
             raise _run_error(result, events)
         completed = events[-1]
         assert isinstance(completed, RunCompleted), completed
-        if session is not None and isinstance(events[0], RunStarted):
-            session.history.extend(conversation(events[0].messages))
-            session.history.extend(completed.messages)
-            session.continue_conversation(events)
         return AgentResponse(
             messages=completed.messages,
             run_id=result.run_id,
@@ -242,13 +250,22 @@ def _session_input(session: AgentSession) -> SessionInput:
         history=tuple(session.history),
         state=session.state.snapshot(),
         pending=tuple(session.pending_changes),
+        paused=dict(session.paused_runs),
+        rerun=tuple(sorted(session.rerun_allowed)),
     )
 
 
 def _apply_session(session: AgentSession, events: Sequence[Event]) -> None:
-    """Bring the caller's session up to the run's writes without recording them again."""
+    """Bring the caller's session up to the run's writes without recording them again, and
+    grow its history by the rule every driver applies (``AgentSession.after_run``)."""
     for event in events:
         session.apply(event)
+    session.after_run(events)
+
+
+_APPROVAL_ERRORS: dict[str, type[ApprovalError]] = {
+    cls.__name__: cls for cls in (ApprovalError, CallOutcomeUnknownError, ApprovalMismatchError)
+}
 
 
 def _run_error(result: RunResult, events: Sequence[Event]) -> RunError:

@@ -168,6 +168,7 @@ async def tool_step(
     *,
     gated: bool = False,
     interrupted: bool = False,
+    approved: bool = False,
 ) -> StepOutcome:
     """Run one call through the function middleware and the tool (or its interrupted stand-in).
 
@@ -182,7 +183,7 @@ async def tool_step(
     if gated:  # only asked whether it waits for approval: nothing runs
         return StepOutcome(held=binding.spec.awaits_approval(function, call))
     with binding.bound():
-        await invoke_call(binding, iteration, call, function)
+        await invoke_call(binding, iteration, call, function, approved=approved)
     return _outcome(binding, recorder)
 
 

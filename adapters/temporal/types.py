@@ -93,6 +93,10 @@ class SessionInput(msgspec.Struct, frozen=True, kw_only=True):
     history: tuple[Message, ...] = ()
     state: dict[str, Any] = msgspec.field(default_factory=dict)
     pending: tuple[tuple[str, tuple[StateChange, ...]], ...] = ()
+    paused: dict[str, str] = msgspec.field(default_factory=dict)
+    """Calls waiting for approval: call id -> the run that paused on them (``paused_runs``)."""
+    rerun: tuple[str, ...] = ()
+    """Calls the caller allowed to run again (``AgentSession.allow_rerun``)."""
 
 
 class Resume(msgspec.Struct, frozen=True, kw_only=True):
@@ -153,6 +157,10 @@ class StartRequest(msgspec.Struct, frozen=True, kw_only=True):
     messages: tuple[Message, ...]
     pending: tuple[tuple[str, tuple[StateChange, ...]], ...] = ()
     at: int
+    paused: dict[str, str] = msgspec.field(default_factory=dict)
+    """The session's calls waiting for approval, whose batch a resume claims first."""
+    rerun: tuple[str, ...] = ()
+    """Calls the caller allowed to run again although their outcome is unknown."""
 
 
 class StartOutcome(msgspec.Struct, frozen=True, kw_only=True):
@@ -181,6 +189,8 @@ class ToolRequest(msgspec.Struct, frozen=True, kw_only=True):
     tools: tuple[str, ...]
     gated: bool = False
     """The call's tool requires approval: hold it if its arguments are valid, else reject it."""
+    approved: bool = False
+    """A human approved the call: it runs only with the arguments the approval answered."""
 
 
 class StepOutcome(msgspec.Struct, frozen=True, kw_only=True):

@@ -29,6 +29,7 @@ from temporalio.exceptions import ApplicationError
 from agentledger.agent import Agent
 from agentledger.core.events import Event, RunCompleted, ToolFailed, ToolReturned
 from agentledger.errors import AgentLedgerError, ApprovalError, ConflictError
+from agentledger.run import claim_batches
 from agentledger.store import EventStore
 from agentledger.subagents import AgentTool
 from agentledger.tools import FunctionTool, normalize_tools
@@ -234,11 +235,22 @@ class Activities:
 
     async def _start_run(self, request: StartRequest) -> StartOutcome:
         built = self._agent(request.view.agent)
+        view = request.view
         try:
             events = started_events(built.agent, request)
+            # Before anything of this run is recorded: the store decides who resumes a batch.
+            await claim_batches(
+                self.store,
+                request.paused,
+                view.history,
+                request.messages,
+                run_id=view.run_id,
+                at=request.at,
+                rerun=request.rerun,
+            )
         except (UnsupportedAgent, ApprovalError) as exc:
             raise _final(exc) from exc
-        await self._append(request.view.run_id, events, 0)
+        await self._append(view.run_id, events, 0)
         sequential = built.agent.config.sequential_tools
         return StartOutcome(events=tuple(events), sequential=sequential, subagents=built.subagents)
 
@@ -264,7 +276,10 @@ class Activities:
         if recorded is not None:
             return _decode_outcome(recorded)
         interrupted = attempts > 1 and not self.rerun_interrupted
-        outcome = await tool_step(built.agent, view, request.iteration, call, tools, interrupted=interrupted)
+        approved = request.approved
+        outcome = await tool_step(
+            built.agent, view, request.iteration, call, tools, interrupted=interrupted, approved=approved
+        )
         outcome = _fit(outcome, view.limits.payload_bytes)
         return _decode_outcome(await self.ledger.complete_call(key, msgspec.json.encode(outcome)))
 
@@ -299,7 +314,8 @@ class Activities:
         return page
 
     async def _append(self, run_id: str, events: Sequence[Event], version: int) -> int:
-        """Append at ``version``; a retry that finds these very events stored succeeds."""
+        """Append at ``version``; a retry that finds these very events stored succeeds, and one
+        that finds the first of them stored appends the rest."""
         if not events:
             return version
         try:
@@ -308,6 +324,10 @@ class Activities:
             stored = await self.store.read(run_id, after=version - 1)
             if stored[: len(events)] == list(events):
                 return version + len(events)
+            if stored and list(events[: len(stored)]) == stored:
+                # A step the workflow did not see finish (a model call cancelled after it stored
+                # the events before it) holds the first of these: append the rest after them.
+                return await self._append(run_id, events[len(stored) :], version + len(stored))
             raise _final(exc) from exc
 
     # -- agents and tools -------------------------------------------------------------------------

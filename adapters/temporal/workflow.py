@@ -159,6 +159,8 @@ class _WorkflowRun:
             messages=self.job.messages,
             pending=session.pending if session is not None else (),
             at=workflow.time_ns(),
+            paused=dict(session.paused) if session is not None else {},
+            rerun=session.rerun if session is not None else (),
         )
         outcome = await self._store_step(START_RUN, request, StartOutcome)
         for event in outcome.events:
@@ -229,11 +231,14 @@ class _WorkflowRun:
         calls = list(command.calls)
         if command.gated and await self._hold_for_approval(command):
             return  # the whole batch waits for the answer
+        approved = set(command.approved)
         if self.sequential or len(calls) < 2:
             for call in calls:
-                self._feed_all(await self._tool(command.iteration, call))
+                self._feed_all(await self._tool(command.iteration, call, approved=call.call_id in approved))
             return
-        outcomes = await asyncio.gather(*(self._tool(command.iteration, call) for call in calls))
+        outcomes = await asyncio.gather(
+            *(self._tool(command.iteration, call, approved=call.call_id in approved) for call in calls)
+        )
         for outcome in outcomes:  # in the model's order, whatever order they finished in
             self._feed_all(outcome)
 
@@ -251,12 +256,19 @@ class _WorkflowRun:
         for event in outcome.events:
             self._feed(event)
 
-    async def _tool(self, iteration: int, call: Content, *, gated: bool = False) -> StepOutcome:
+    async def _tool(
+        self, iteration: int, call: Content, *, gated: bool = False, approved: bool = False
+    ) -> StepOutcome:
         subagent = call.name in self.subagents
         name = RUN_SUBAGENT if subagent else INVOKE_TOOL
         timeouts = self.job.timeouts
         request = ToolRequest(
-            view=self._view(), iteration=iteration, call=call, tools=self.machine.tools.names, gated=gated
+            view=self._view(),
+            iteration=iteration,
+            call=call,
+            tools=self.machine.tools.names,
+            gated=gated,
+            approved=approved,
         )
         seconds = timeouts.subagent if subagent else timeouts.tool
         return await self._activity(

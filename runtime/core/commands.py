@@ -51,6 +51,9 @@ class InvokeTools(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     iteration: int
     calls: tuple[Content, ...]
     gated: tuple[str, ...] = ()
+    approved: tuple[str, ...] = ()
+    """The calls a human approved (a resumed batch): each runs only with the arguments the
+    approval answered; arguments rewritten after the answer are refused."""
 
 
 class FinishRun(msgspec.Struct, frozen=True, kw_only=True, gc=False):

@@ -22,9 +22,11 @@ __all__ = (
     "ApprovalRequested",
     "ApprovalResolved",
     "ArgumentsRejected",
+    "BatchClaimed",
     "BatchResumed",
     "CallsSkipped",
     "ChildRunStarted",
+    "ClaimedAnswer",
     "Event",
     "EventBase",
     "IterationLimitReached",
@@ -159,6 +161,33 @@ class BatchResumed(EventBase, frozen=True, kw_only=True):
     result, in call order (recorded when the batch holds calls nobody was asked to approve)."""
 
     call_ids: tuple[str, ...]
+
+
+class ClaimedAnswer(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=False):
+    """One approval answer as a claim binds it: the call, the answer, and the digest of the
+    call's arguments as the paused run recorded them (``agentledger.core.claims.arguments_digest``)."""
+
+    call_id: str
+    approved: bool
+    digest: str = ""
+
+
+class BatchClaimed(EventBase, frozen=True, kw_only=True):
+    """A run (``by_run_id``) claimed this paused run's batch to resume it with ``answers``.
+
+    Appended to the *paused* run's stream after its ``RunCompleted`` (reason
+    ``awaiting_approval``) under the stream's expected version, so the store admits one claim
+    per version: of several resumers exactly one runs the batch. ``after_run_id`` names the
+    earlier claimant when this claim takes over from a resume that ended before any approved
+    call of the batch started, or (``rerun``) whose calls the caller allowed to run again.
+    """
+
+    by_run_id: str
+    answers: tuple[ClaimedAnswer, ...] = ()
+    after_run_id: str | None = None
+    rerun: tuple[str, ...] = ()
+    """Calls the caller explicitly allowed to run again although the earlier claimant may have
+    run them (it started them and recorded no outcome, or it never ended)."""
 
 
 class CallsSkipped(EventBase, frozen=True, kw_only=True):
@@ -350,6 +379,7 @@ Event = (
     | IterationLimitReached
     | CallsSkipped
     | BatchResumed
+    | BatchClaimed
     | RunTerminated
     | RunCompleted
     | RunFailed

@@ -25,6 +25,7 @@ from .events import (
     ApprovalRequested,
     ApprovalResolved,
     ArgumentsRejected,
+    BatchClaimed,
     BatchResumed,
     CallsSkipped,
     Event,
@@ -81,6 +82,7 @@ class RunMachine(Transitions):
         self.awaiting_approval: tuple[str, ...] = ()
         self.failure: tuple[str, str] | None = None  # (error type, message) RunFailed will carry
         self.approvals: tuple[Content, ...] = ()  # approval responses in the run's input
+        self.claimed_by: str | None = None  # the run that claimed this paused run's batch
         self.conversation_id: str | None = None  # a conversation the service keeps, once known
         self.held = 0  # how many messages (history included) that service already holds
         self._batch: InvokeTools | None = None
@@ -216,7 +218,8 @@ class RunMachine(Transitions):
             open_ids = set(self.transcript.pending)
             calls = tuple(c for c in self._batch.calls if c.call_id in open_ids)
             gated = tuple(g for g in self._batch.gated if g in open_ids)
-            return InvokeTools(iteration=self._batch.iteration, calls=calls, gated=gated)
+            approved = tuple(a for a in self._batch.approved if a in open_ids)
+            return InvokeTools(iteration=self._batch.iteration, calls=calls, gated=gated, approved=approved)
         if self._phase is Phase.FINISHING:
             return FinishRun(reason=self.finish_reason, text=self.last_text())
         return None
@@ -241,6 +244,17 @@ class RunMachine(Transitions):
         call_id = event.call_id
         if call_id is not None and self._phase is Phase.RUNNING_TOOLS and not self.transcript.awaits(call_id):
             raise self._refuse(f"call {call_id!r} is not awaiting a result in this batch", event)
+
+    def _check_claim(self, event: BatchClaimed) -> None:
+        """A claim is on a run paused for approval, answers calls it awaits, and is the first,
+        or takes over from the claim before it."""
+        if self.finish_reason != "awaiting_approval":
+            raise self._refuse(f"run {self.run_id!r} did not pause for approval: nothing to claim", event)
+        stray = [a.call_id for a in event.answers if a.call_id not in self.awaiting_approval]
+        if stray:
+            raise self._refuse(f"calls {stray} do not wait for approval in this run", event)
+        if self.claimed_by is not None and event.after_run_id != self.claimed_by:
+            raise self._refuse(f"the batch is claimed by run {self.claimed_by!r} already", event)
 
     def _check_gated(self, event: ApprovalRequested) -> None:
         gated = self._batch.gated if self._batch is not None else ()
@@ -300,6 +314,7 @@ _GUARDS: dict[type, Any] = {
         RunMachine._check_call,
     ),
     ApprovalRequested: RunMachine._check_gated,
+    BatchClaimed: RunMachine._check_claim,
 }
 """Checks an input must pass before it changes anything (besides its phase and seq)."""
 _TOOL_EVENTS = frozenset({RunStarted, ToolsAdded, ToolsRemoved})

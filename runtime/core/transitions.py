@@ -15,6 +15,7 @@ from .events import (
     ApprovalRequested,
     ApprovalResolved,
     ArgumentsRejected,
+    BatchClaimed,
     BatchResumed,
     CallsSkipped,
     ChildRunStarted,
@@ -85,6 +86,7 @@ class Transitions:
     awaiting_approval: tuple[str, ...]
     failure: tuple[str, str] | None
     approvals: tuple[Content, ...]
+    claimed_by: str | None
     conversation_id: str | None
     held: int
     _phase: Phase
@@ -167,7 +169,8 @@ class Transitions:
                 ]
             )
         self.calls_made += len(calls)
-        self._batch = InvokeTools(iteration=self.iteration, calls=calls, gated=gated)
+        answered = tuple(c.call_id or "" for c in calls if c.call_id in approved) if approved else ()
+        self._batch = InvokeTools(iteration=self.iteration, calls=calls, gated=gated, approved=answered)
         self._commands.append(self._batch)
 
     def _finish(self, reason: str) -> None:
@@ -344,6 +347,10 @@ class Transitions:
             self._invoke(tuple(runnable), approved=frozenset(c for c, ok in responses.items() if ok))
         self._after_result()
 
+    def _on_claimed(self, event: BatchClaimed) -> None:
+        """A later run claimed the paused batch to resume it: the run stays done, now resumed."""
+        self.claimed_by = event.by_run_id
+
     def _on_session_updated(self, event: SessionUpdated) -> None:
         """Session writes between the end of the loop and the end of the run: recorded."""
 
@@ -374,6 +381,7 @@ def _table() -> dict[tuple[Phase, type], Any]:
         (Phase.RUNNING_TOOLS, RunTerminated): m._on_terminated,
         (Phase.RUNNING_TOOLS, ApprovalRequested): m._on_approval_requested,
         (Phase.FINISHING, SessionUpdated): m._on_session_updated,
+        (Phase.DONE, BatchClaimed): m._on_claimed,
     }
     return table
 

@@ -21,6 +21,7 @@ from ..core.events import (
     ApprovalRequested,
     ApprovalResolved,
     ArgumentsRejected,
+    BatchClaimed,
     BatchResumed,
     ChildRunStarted,
     Event,
@@ -116,6 +117,8 @@ def canonical(events: Sequence[Event]) -> list[Event]:
     batch: list[Event] = []
     order: dict[str | None, int] = {}
     for event in events:
+        if type(event) is BatchClaimed:
+            continue  # a later run's claim on this paused run: nothing a rerun of it does
         opened = _opens_batch(event)
         if opened is not None:
             out.extend(_sorted(batch, order, children))

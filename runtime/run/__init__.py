@@ -12,6 +12,7 @@
 """
 
 from .binding import RunBinding
+from .claims import claim_batches, refusal
 from .driver import LocalDriver
 from .lifecycle import AgentRun
 from .model_step import call_model
@@ -44,12 +45,14 @@ __all__ = (
     "capture_sinks",
     "check_approvals",
     "check_tool_choice",
+    "claim_batches",
     "hold_for_approval",
     "invoke_call",
     "invoke_tools",
     "merge_options",
     "options_record",
     "record_outcome",
+    "refusal",
     "to_json",
     "watching",
 )

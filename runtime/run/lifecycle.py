@@ -3,7 +3,9 @@
 ``execute`` records ``RunStarted`` (built by the spec), binds the session and the run context,
 runs agent middleware around the local driver's loop, and has the machine record the end:
 ``RunCompleted`` with the run's response (or what agent middleware answered instead), or
-``RunFailed``. Then the session's history grows by the run's input and output.
+``RunFailed``. Then the session's history grows by the one rule every driver applies
+(``AgentSession.after_run``). A resume first claims the paused batch in the store
+(``claim_batches``), before anything of it is recorded.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from ..middleware import run_chain
 from ..response import AgentResponse, AgentResponseUpdate
 from ..session import AgentSession, writer
 from .binding import RunBinding
+from .claims import claim_batches
 from .driver import LocalDriver
 from .recorder import LiveRecorder, capture_sinks
 from .spec import RunSpec, check_approvals, check_tool_choice, options_record
@@ -66,6 +69,7 @@ class AgentRun:
         self.on_update: Callable[[AgentResponseUpdate], None] | None = None
         self._machine: RunMachine | None = None  # the run's machine, once it starts
         self._binding: RunBinding | None = None  # what its steps share, once it starts
+        self._recorder: LiveRecorder | None = None  # its recorder, once it starts
 
     async def execute(self, messages: Any, *, stream: bool = False) -> AgentResponse:
         session = self.session
@@ -79,11 +83,27 @@ class AgentRun:
             recorder = LiveRecorder(
                 machine, self.run_id, spec.clock, [self._stream_sink] if self.on_update else []
             )
+            self._recorder = recorder
             inputs = normalize_messages(messages)
             check_approvals(history, inputs, spec)
             answers = approval_responses(inputs)
             if answers and session is not None and spec.share_history:
                 release = session.claim((c.call_id for c in answers), self.run_id)
+                # The store decides across processes: a claim on the paused run's own log.
+                claims = await claim_batches(
+                    spec.store,
+                    session.paused_runs,
+                    history,
+                    inputs,
+                    run_id=self.run_id,
+                    at=spec.clock(),
+                    rerun=session.rerun_allowed,
+                )
+                for claim in claims:  # a permission to run again is used once
+                    session.rerun_allowed.difference_update(claim.rerun)
+                for sink in capture_sinks.get():  # watchers see the paused run's log as stored
+                    for claim in claims:
+                        sink(claim)
             session_id = session.session_id if session is not None else None
             fields = spec.started_fields(messages=inputs, session_id=session_id, history_length=len(history))
             recorder.record(RunStarted, **fields)
@@ -203,8 +223,8 @@ class AgentRun:
             self.session.state.checkpoint(every=True)
         failure = recorder.machine.failure
         if failure is not None:
-            self._keep_resumed_batch()
             recorder.finish()  # the machine records the failure as RunFailed
+            self._grow_history()
             with anyio.CancelScope(shield=True), contextlib.suppress(StoreError):
                 await driver.flush()
             seq = recorder.log[-1].seq
@@ -219,12 +239,7 @@ class AgentRun:
                 await self._failed(driver, exc)
                 raise
         await driver.flush()
-        if self.session is not None and self.spec.share_history:
-            machine = recorder.machine
-            self.session.history.extend(machine.transcript.messages[: machine.input_count])
-            self.session.history.extend(response.messages)
-            if machine.conversation_id is not None:
-                self.session.service_session_id = machine.conversation_id
+        self._grow_history()
         return response
 
     def _coerce(self, recorder: LiveRecorder, result: Any) -> AgentResponse:
@@ -239,24 +254,21 @@ class AgentRun:
             error_type = "Cancelled" if cancelled else type(exc).__name__
             message = str(exc) if not isinstance(exc, RunError) else str(exc.__cause__ or exc)
             try:
-                driver.recorder.fail(error_type, message)
-                self._keep_resumed_batch()
+                if driver.recorder.fail(error_type, message):
+                    self._grow_history()
             finally:  # a sink that raised on the way still leaves every recorded event stored
                 with contextlib.suppress(StoreError):  # the store is what failed: the error says so
                     await driver.flush()
 
-    def _keep_resumed_batch(self) -> None:
-        """A resumed run that fails after its batch ran still puts that batch's results in the
-        session's history: an approval then allows one execution, and a retry of the same answer
-        is refused instead of running the calls again."""
-        machine, session = self._machine, self.session
-        if machine is None or session is None or not self.spec.share_history or not machine.approvals:
+    def _grow_history(self) -> None:
+        """The run ended: the session's history grows by the one rule every driver applies
+        (``AgentSession.after_run``); a failed resume keeps the results of the batch it ran, so
+        a retry of the same answers is refused instead of running the calls again."""
+        machine, session, recorder = self._machine, self.session, self._recorder
+        if machine is None or session is None or recorder is None or not self.spec.share_history:
             return
-        messages = machine.transcript.messages
-        for index in range(machine.input_count, len(messages)):
-            if messages[index].role == "tool":
-                session.history.extend(messages[: index + 1])
-                return
+        log = recorder.log
+        session.after_run(log, transcript=machine.transcript.messages, input_count=machine.input_count)
 
     def _model_update(self, update: ChatResponseUpdate) -> None:
         assert self.on_update is not None

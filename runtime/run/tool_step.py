@@ -10,6 +10,7 @@ mapping from how the call ended to the events that record it (``record_outcome``
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Coroutine, Sequence
 from typing import Any
 
@@ -29,7 +30,7 @@ from ..core.events import (
 )
 from ..core.limits import safe_text
 from ..core.messages import Content
-from ..errors import MiddlewareTermination
+from ..errors import ApprovalMismatchError, MiddlewareTermination
 from ..middleware import ChainOutcome, run_chain
 from ..redaction import scrub_text
 from ..session import writer
@@ -73,15 +74,22 @@ async def invoke_tools(binding: RunBinding, command: InvokeTools) -> None:
     # Resolved now: a tool removed by an earlier call of this batch still runs in it.
     held = hold_for_approval(binding, command) if command.gated else command.calls
     calls = [(call, by_name[call.name or ""]) for call in held]
+    approved = command.approved
     if binding.spec.config.sequential_tools or len(calls) < 2:
         for call, function in calls:
-            await invoke_call(binding, iteration, call, function)
+            await invoke_call(binding, iteration, call, function, approved=call.call_id in approved)
     elif _on_asyncio():
-        await _all_on_asyncio([invoke_call(binding, iteration, call, function) for call, function in calls])
+        await _all_on_asyncio(
+            [
+                invoke_call(binding, iteration, call, function, approved=call.call_id in approved)
+                for call, function in calls
+            ]
+        )
     else:
         async with anyio.create_task_group() as group:
             for call, function in calls:
-                group.start_soon(invoke_call, binding, iteration, call, function)
+                run = functools.partial(invoke_call, approved=call.call_id in approved)
+                group.start_soon(run, binding, iteration, call, function)
 
 
 def hold_for_approval(binding: RunBinding, command: InvokeTools) -> Sequence[Content]:
@@ -102,10 +110,17 @@ def hold_for_approval(binding: RunBinding, command: InvokeTools) -> Sequence[Con
 
 
 async def invoke_call(
-    binding: RunBinding, iteration: int, call: Content, function: FunctionTool | None = None
+    binding: RunBinding,
+    iteration: int,
+    call: Content,
+    function: FunctionTool | None = None,
+    *,
+    approved: bool = False,
 ) -> None:
     """Run one call through function middleware and its tool (``function``, else the run's tool
-    of that name), and record how it ended."""
+    of that name), and record how it ended. An ``approved`` call runs only with the arguments
+    the approval answered: middleware that changed them has the call refused
+    (``ApprovalMismatchError``, recorded as ``ToolFailed``)."""
     call_id = call.call_id or ""
     function = function or binding.registry.by_name[call.name or ""]
     layers = binding.spec.layers["function"]
@@ -132,7 +147,7 @@ async def invoke_call(
     try:
         try:
             if layers:
-                await _run_chain(binding, function, call_id, outcome)
+                await _run_chain(binding, function, call_id, outcome, call if approved else None)
             else:  # without middleware, whatever is raised comes from the tool itself
                 binding.recorder.record(
                     ToolCalled, call_id=call_id, name=function.name, arguments=to_json(arguments)
@@ -159,13 +174,25 @@ def _as_sent(function: FunctionTool, call: Content) -> dict[str, Any]:
     return {key: valid[key] for key in sent if key in valid}
 
 
-async def _run_chain(binding: RunBinding, function: FunctionTool, call_id: str, outcome: CallOutcome) -> None:
-    """Function middleware around the call; the arguments it hands on are checked before the tool."""
+async def _run_chain(
+    binding: RunBinding,
+    function: FunctionTool,
+    call_id: str,
+    outcome: CallOutcome,
+    approved: Content | None = None,
+) -> None:
+    """Function middleware around the call; the arguments it hands on are checked before the tool
+    (for an ``approved`` call: against the arguments the approval answered, ``_as_approved``)."""
     context, layers = outcome.context, binding.spec.layers["function"]
     assert context is not None
 
     async def final() -> None:
         values = context.arguments = function.validate(context.arguments)  # defaults filled in
+        if approved is not None and not _as_approved(function, approved, values):
+            raise ApprovalMismatchError(
+                f"call {call_id!r} was approved with other arguments than middleware hands on: "
+                "an approval answers one call with its arguments"
+            )
         binding.recorder.record(ToolCalled, call_id=call_id, name=function.name, arguments=to_json(values))
         try:
             outcome.value = context.result = await function.execute(values, context)
@@ -175,6 +202,13 @@ async def _run_chain(binding: RunBinding, function: FunctionTool, call_id: str, 
         outcome.returned = True
 
     outcome.chain = await run_chain(layers, context, final, binding.checkpoint)
+
+
+def _as_approved(function: FunctionTool, call: Content, values: dict[str, Any]) -> bool:
+    """Whether ``values`` carry every argument ``call`` was approved with, unchanged (typed as
+    middleware first saw them); an argument the call did not carry may be added (a default)."""
+    approved = _as_sent(function, call)
+    return all(key in values and to_json(values[key]) == to_json(value) for key, value in approved.items())
 
 
 def record_outcome(

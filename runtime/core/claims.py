@@ -1,0 +1,350 @@
+"""Two rules every driver applies after (and before) a run: who may resume a paused batch, and
+how a session's history grows once a run ended.
+
+Theory of operation. A run that pauses for approval ends with ``RunCompleted`` (reason
+``awaiting_approval``). The run that resumes it first *claims* the batch: ``decide_claim`` folds
+the paused run's log (``paused_batch``) and, when the claim is allowed, gives the
+``BatchClaimed`` event to append to that log under its current version. The store admits one
+append per version, so of several resumers exactly one claim is stored; the others find it and
+are refused. A claim is bound to the answers, and each answer to the call's id and the digest of
+the call's arguments as the paused run recorded them (``arguments_digest``).
+
+A claim already stored is final unless the run holding it ended before any approved call of the
+batch started: then a later resume may take over (``BatchClaimed.after_run_id``). A call that the
+holder started without recording an outcome is *unknown*: it may have taken effect, so it is
+never run again by a resume (``ClaimDecision.kind == "unknown"``). A call the holder ran to an
+outcome is done: an approval allows one execution.
+
+``history_growth`` is the one rule for how a session's history grows after a run, used by the
+local driver, by ``AgentSession.from_events`` and by the Temporal runner.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any, Literal
+
+import msgspec
+
+from .approvals import approval_responses
+from .events import (
+    ApprovalRequested,
+    ArgumentsRejected,
+    BatchClaimed,
+    ClaimedAnswer,
+    Event,
+    MiddlewareShortCircuit,
+    ModelResponded,
+    RunCompleted,
+    RunFailed,
+    RunInputRewritten,
+    RunStarted,
+    ToolCalled,
+    ToolFailed,
+    ToolNotFound,
+    ToolReturned,
+)
+from .messages import Content, Message
+from .projections import TranscriptProjection, conversation_after
+
+__all__ = (
+    "AWAITING",
+    "CallProgress",
+    "ClaimDecision",
+    "HistoryGrowth",
+    "PausedBatch",
+    "arguments_digest",
+    "call_progress",
+    "decide_claim",
+    "history_growth",
+    "paused_batch",
+)
+
+AWAITING = "awaiting_approval"
+_encode = msgspec.json.Encoder(order="deterministic").encode
+_OUTCOMES = (ToolReturned, ToolFailed, ArgumentsRejected, MiddlewareShortCircuit, ToolNotFound)
+
+
+def arguments_digest(arguments: Any) -> str:
+    """A digest of a call's arguments: equal for equal JSON values, whatever the key order or
+    spacing (raw argument text that is a JSON document counts as that document)."""
+    value = arguments
+    if isinstance(arguments, str | bytes):
+        try:
+            value = msgspec.json.decode(arguments)
+        except msgspec.DecodeError:
+            value = arguments if isinstance(arguments, str) else arguments.decode("utf-8", "replace")
+    try:
+        encoded = _encode(value)
+    except (TypeError, msgspec.EncodeError):
+        encoded = repr(value).encode("utf-8", "backslashreplace")
+    return hashlib.sha256(encoded).hexdigest()
+
+
+class PausedBatch(msgspec.Struct, frozen=True, kw_only=True):
+    """What a paused run's log says about its batch: ``version`` is the stream's length."""
+
+    run_id: str
+    version: int
+    paused: bool
+    """The run ended with ``RunCompleted`` (reason ``awaiting_approval``)."""
+    awaiting: tuple[str, ...] = ()
+    digests: dict[str, str] = msgspec.field(default_factory=dict)
+    """Each awaiting call's arguments digest, as the run recorded the call."""
+    tools: dict[str, str] = msgspec.field(default_factory=dict)
+    """Each awaiting call's tool name."""
+    arguments: dict[str, Any] = msgspec.field(default_factory=dict)
+    """Each awaiting call's arguments, as the model sent them."""
+    since: int = 0
+    """When the run paused (``RunCompleted.at``)."""
+    claim: BatchClaimed | None = None
+    """The last claim stored, if any."""
+
+
+def paused_batch(events: Sequence[Event]) -> PausedBatch:
+    """Fold a run's log into what a claim needs to know (no code runs)."""
+    run_id = events[0].run_id if events else ""
+    awaiting: list[str] = []
+    calls: dict[str, Content] = {}
+    paused = False
+    since = 0
+    claim: BatchClaimed | None = None
+    for event in events:
+        kind = type(event)
+        if kind is ModelResponded:
+            assert isinstance(event, ModelResponded)
+            for call in event.message.function_calls:
+                calls[call.call_id or ""] = call
+        elif kind is ApprovalRequested:
+            assert isinstance(event, ApprovalRequested)
+            awaiting.extend(event.call_ids)
+        elif kind is RunCompleted:
+            assert isinstance(event, RunCompleted)
+            paused = event.reason == AWAITING
+            since = event.at
+        elif kind is BatchClaimed:
+            assert isinstance(event, BatchClaimed)
+            claim = event
+    if not paused:
+        awaiting = []
+    return PausedBatch(
+        run_id=run_id,
+        version=len(events),
+        paused=paused,
+        awaiting=tuple(awaiting),
+        digests={c: arguments_digest(calls[c].arguments) for c in awaiting if c in calls},
+        tools={c: calls[c].name or "" for c in awaiting if c in calls},
+        arguments={c: calls[c].arguments for c in awaiting if c in calls},
+        since=since,
+        claim=claim,
+    )
+
+
+class CallProgress(msgspec.Struct, frozen=True, kw_only=True):
+    """How far a resuming run got with some calls, as its log shows."""
+
+    ended: bool
+    """The log ends with ``RunCompleted`` or ``RunFailed``."""
+    done: tuple[str, ...] = ()
+    """Calls with a recorded outcome."""
+    unknown: tuple[str, ...] = ()
+    """Calls started (``ToolCalled``) without a recorded outcome."""
+
+
+def call_progress(events: Sequence[Event], call_ids: Sequence[str]) -> CallProgress:
+    """Which of ``call_ids`` the run whose log is ``events`` ran, and which it left unknown."""
+    wanted = set(call_ids)
+    started: set[str] = set()
+    done: set[str] = set()
+    for event in events:
+        if type(event) is ToolCalled:
+            assert isinstance(event, ToolCalled)
+            if event.call_id in wanted:
+                started.add(event.call_id)
+        elif isinstance(event, _OUTCOMES) and event.call_id in wanted:
+            done.add(event.call_id or "")
+    ended = bool(events) and type(events[-1]) in (RunCompleted, RunFailed)
+    return CallProgress(
+        ended=ended,
+        done=tuple(c for c in call_ids if c in done),
+        unknown=tuple(c for c in call_ids if c in started and c not in done),
+    )
+
+
+class ClaimDecision(msgspec.Struct, frozen=True, kw_only=True):
+    """What a resume may do with a paused batch.
+
+    ``kind``: ``claim`` (append ``claim``, then run), ``held`` (this very run holds the claim
+    already: go on), ``refused`` (another run holds or used it; ``reason`` says which),
+    ``unknown`` (the holder started ``call_ids`` and recorded no outcome), ``mismatch`` (an
+    answer's call has other arguments than the paused run recorded).
+    """
+
+    kind: Literal["claim", "held", "refused", "unknown", "mismatch"]
+    reason: str = ""
+    claim: BatchClaimed | None = None
+    holder: str | None = None
+    call_ids: tuple[str, ...] = ()
+
+
+def decide_claim(
+    paused: PausedBatch,
+    answers: Mapping[str, bool],
+    digests: Mapping[str, str],
+    *,
+    by_run_id: str,
+    at: int,
+    holder_log: Sequence[Event] | None = None,
+    rerun: Collection[str] = (),
+) -> ClaimDecision:
+    """Whether ``by_run_id`` may resume ``paused`` with ``answers`` (call id -> approved), whose
+    calls it holds with the arguments ``digests`` (call id -> ``arguments_digest``).
+
+    ``holder_log`` is the log of the run holding the last claim, when there is one (``[]`` if
+    nothing of it is stored yet). ``rerun`` names calls the caller explicitly allows to run
+    again although that run may have run them: it never ended, or it started them and recorded
+    no outcome. A call it ran to an outcome is never run again.
+    """
+    run = paused.run_id
+    if not paused.paused:
+        return ClaimDecision(kind="refused", reason=f"run {run!r} is not paused for approval")
+    stray = sorted(c for c in answers if c not in paused.awaiting)
+    if stray:
+        reason = f"calls {stray} do not wait for approval in run {run!r}"
+        return ClaimDecision(kind="refused", reason=reason, call_ids=tuple(stray))
+    changed = sorted(
+        c for c in answers if c in paused.digests and digests.get(c, paused.digests[c]) != paused.digests[c]
+    )
+    if changed:
+        return ClaimDecision(
+            kind="mismatch",
+            reason=f"calls {changed} would run with other arguments than run {run!r} recorded for approval",
+            call_ids=tuple(changed),
+        )
+    claim = paused.claim
+    after: str | None = None
+    again: tuple[str, ...] = ()
+    if claim is not None:
+        holder = claim.by_run_id
+        if holder == by_run_id:
+            return ClaimDecision(kind="held", holder=holder)
+        approved = [a.call_id for a in claim.answers if a.approved]
+        progress = call_progress(holder_log or (), approved)
+        doubtful = progress.unknown
+        if not progress.ended:
+            doubtful = tuple(c for c in approved if c not in progress.done)
+        if doubtful and not progress.done and set(doubtful) <= set(rerun):
+            again = doubtful  # the caller said so: take over, and say so in the claim
+        elif not progress.ended:
+            return ClaimDecision(
+                kind="refused",
+                reason=(
+                    f"the batch of run {run!r} is being resumed by run {holder!r}: a batch resumes once "
+                    "(if that run stopped for good, AgentSession.allow_rerun lets its calls run again)"
+                ),
+                holder=holder,
+                call_ids=doubtful,
+            )
+        elif progress.unknown:
+            return ClaimDecision(
+                kind="unknown",
+                reason=(
+                    f"run {holder!r} started calls {list(progress.unknown)} of run {run!r} and ended "
+                    "without recording their outcome: they may have taken effect, so they are not "
+                    "run again unless the caller says so (AgentSession.allow_rerun)"
+                ),
+                holder=holder,
+                call_ids=progress.unknown,
+            )
+        elif progress.done:
+            return ClaimDecision(
+                kind="refused",
+                reason=(
+                    f"the batch of run {run!r} was resumed by run {holder!r}, which ran calls "
+                    f"{list(progress.done)}: an approval allows one execution"
+                ),
+                holder=holder,
+                call_ids=progress.done,
+            )
+        after = holder  # the holder ended before any approved call started: take over
+    answered = tuple(
+        ClaimedAnswer(call_id=c, approved=answers[c], digest=paused.digests.get(c, ""))
+        for c in paused.awaiting
+        if c in answers
+    )
+    event = BatchClaimed(
+        run_id=run,
+        seq=paused.version,
+        at=at,
+        by_run_id=by_run_id,
+        answers=answered,
+        after_run_id=after,
+        rerun=again,
+    )
+    return ClaimDecision(kind="claim", claim=event, holder=after)
+
+
+class HistoryGrowth(msgspec.Struct, frozen=True, kw_only=True):
+    """What a session takes from a run that ended: messages to add to its history, the
+    service-side conversation it is now in (``None``: unchanged), and the calls left waiting for
+    approval (call id -> the run that paused on them)."""
+
+    messages: tuple[Message, ...] = ()
+    conversation_id: str | None = None
+    paused: dict[str, str] = msgspec.field(default_factory=dict)
+
+
+def history_growth(
+    events: Sequence[Event],
+    *,
+    transcript: Sequence[Message] | None = None,
+    input_count: int | None = None,
+) -> HistoryGrowth:
+    """How a session's history grows after the run whose log is ``events`` (the one rule).
+
+    A completed run adds its input as conversation and the messages it produced; a paused run's
+    calls are noted as waiting. A failed run adds nothing, except a run resuming an approved
+    batch: the batch ran, so its results stay (an approval allows one execution, and a retry of
+    the same answers is refused instead of running the calls again). A driver that holds the
+    live transcript passes it with ``input_count`` (how many of its messages are the input);
+    otherwise the log is folded for it.
+    """
+    end = next((e for e in reversed(events) if type(e) in (RunCompleted, RunFailed)), None)
+    if end is None or not events or type(events[0]) is not RunStarted:
+        return HistoryGrowth()
+    started = events[0]
+    assert isinstance(started, RunStarted)
+    if transcript is None or input_count is None:
+        projection = TranscriptProjection()
+        count = 0
+        for event in events:
+            projection.apply(event)
+            if type(event) in (RunStarted, RunInputRewritten):
+                count = len(projection.messages)
+        transcript, input_count = projection.messages, count
+    if isinstance(end, RunCompleted):
+        paused: dict[str, str] = {}
+        if end.reason == AWAITING:
+            for event in events:
+                if type(event) is ApprovalRequested:
+                    assert isinstance(event, ApprovalRequested)
+                    paused.update(dict.fromkeys(event.call_ids, started.run_id))
+        return HistoryGrowth(
+            messages=(*transcript[:input_count], *end.messages),
+            conversation_id=conversation_after(events),
+            paused=paused,
+        )
+    if not _answers(events):
+        return HistoryGrowth()
+    for index in range(input_count, len(transcript)):
+        if transcript[index].role == "tool":
+            return HistoryGrowth(messages=tuple(transcript[: index + 1]))
+    return HistoryGrowth()
+
+
+def _answers(events: Sequence[Event]) -> bool:
+    """Whether the run carried approval answers (in its input, or as agent middleware left it)."""
+    return any(
+        approval_responses(e.messages) for e in events if isinstance(e, RunStarted | RunInputRewritten)
+    )

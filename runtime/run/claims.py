@@ -1,0 +1,120 @@
+"""Claiming a paused batch in the store before a resume runs anything (every driver's one step).
+
+``claim_batches`` reads the log of each paused run the answers belong to, lets the core decide
+(``agentledger.core.claims.decide_claim``) and appends the ``BatchClaimed`` it gives under the
+log's version. The store's optimistic concurrency makes the choice: of two resumers that read
+the same version, one append succeeds and the other raises ``ConflictError``; the loser reads
+the log again, finds the winner's claim and is refused with ``ApprovalError``. Nothing of the
+losing run has been recorded or run by then.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+
+from ..core.approvals import approval_responses
+from ..core.claims import ClaimDecision, arguments_digest, decide_claim, paused_batch
+from ..core.events import BatchClaimed, Event
+from ..core.messages import Message
+from ..errors import (
+    ApprovalError,
+    ApprovalMismatchError,
+    CallOutcomeUnknownError,
+    ConflictError,
+    RunNotFoundError,
+)
+from ..store import EventStore
+
+__all__ = ("claim_batches", "refusal")
+
+_ATTEMPTS = 3
+
+
+def refusal(decision: ClaimDecision) -> ApprovalError:
+    """The typed error for a decision that does not let the resume run."""
+    if decision.kind == "unknown":
+        return CallOutcomeUnknownError(decision.reason, call_ids=decision.call_ids, run_id=decision.holder)
+    if decision.kind == "mismatch":
+        return ApprovalMismatchError(decision.reason)
+    return ApprovalError(decision.reason)
+
+
+async def claim_batches(
+    store: EventStore | None,
+    paused_runs: Mapping[str, str],
+    history: Sequence[Message],
+    inputs: Sequence[Message],
+    *,
+    run_id: str,
+    at: int,
+    rerun: Collection[str] = (),
+) -> list[BatchClaimed]:
+    """Claim, for ``run_id``, the paused batches the approval answers in ``inputs`` resume.
+
+    ``paused_runs`` maps a call waiting for approval to the run that paused on it (the session
+    keeps it); answers to calls it does not know, or whose run is not in ``store``, are claimed
+    in this process only (``AgentSession.claim``). Returns the claims appended; raises
+    ``ApprovalError`` (``CallOutcomeUnknownError``, ``ApprovalMismatchError``) when another run
+    holds or used the batch. ``rerun`` names calls the caller allows to run again although the
+    run holding the claim may have run them (``AgentSession.allow_rerun``).
+    """
+    if store is None:
+        return []
+    answers = {c.call_id: bool(c.approved) for c in approval_responses(inputs) if c.call_id}
+    by_run: dict[str, dict[str, bool]] = {}
+    for call_id, approved in answers.items():
+        paused = paused_runs.get(call_id)
+        if paused is not None:
+            by_run.setdefault(paused, {})[call_id] = approved
+    if not by_run:
+        return []
+    digests = {
+        c.call_id: arguments_digest(c.arguments)
+        for m in history
+        for c in m.function_calls
+        if c.call_id in answers and c.call_id
+    }
+    claims = []
+    for paused_run, answered in by_run.items():
+        claim = await _claim(store, paused_run, answered, digests, run_id=run_id, at=at, rerun=rerun)
+        if claim is not None:
+            claims.append(claim)
+    return claims
+
+
+async def _claim(
+    store: EventStore,
+    paused_run: str,
+    answers: Mapping[str, bool],
+    digests: Mapping[str, str],
+    *,
+    run_id: str,
+    at: int,
+    rerun: Collection[str],
+) -> BatchClaimed | None:
+    for _ in range(_ATTEMPTS):
+        try:
+            events = await store.read(paused_run)
+        except RunNotFoundError:  # a bounded store dropped it: the process-local claim is all there is
+            return None
+        if not events:
+            return None  # not in this store: the process-local claim is all there is
+        paused = paused_batch(events)
+        holder_log: list[Event] | None = None
+        if paused.claim is not None and paused.claim.by_run_id != run_id:
+            holder_log = await store.read(paused.claim.by_run_id)
+        decision = decide_claim(
+            paused, answers, digests, by_run_id=run_id, at=at, holder_log=holder_log, rerun=rerun
+        )
+        if decision.kind == "held":
+            return None  # this run's claim is stored already (a retried step)
+        if decision.kind != "claim" or decision.claim is None:
+            raise refusal(decision)
+        try:
+            await store.append(paused_run, [decision.claim], paused.version)
+        except ConflictError:
+            continue  # another resumer appended first: read its claim and decide again
+        return decision.claim
+    raise ApprovalError(
+        f"the batch of run {paused_run!r} is being claimed by other runs: a batch resumes once"
+    )
