@@ -14,7 +14,7 @@ import re
 from typing import Any
 from urllib.parse import urlsplit
 
-from .core.events import SCHEMA_VERSION, Event, RunCompleted, RunFailed, RunStarted
+from .core.events import SCHEMA_VERSION, BatchClaimed, Event, RunCompleted, RunFailed, RunStarted
 from .errors import AgentLedgerError
 
 __all__ = (
@@ -73,8 +73,11 @@ def check_schema(events: list[Event], run_id: str) -> list[Event]:
 
 
 def check_complete(events: list[Event], run_id: str) -> None:
-    """Refuse to replay a run whose log stops before ``RunCompleted`` or ``RunFailed``."""
+    """Refuse to replay a run whose log stops before ``RunCompleted`` or ``RunFailed`` (a paused
+    run's log may go on after it with the claim of the run that resumed it)."""
     last = events[-1] if events else None
+    while isinstance(last, BatchClaimed) and last.seq > 0:
+        last = events[last.seq - 1]
     if not isinstance(last, RunCompleted | RunFailed):
         where = f"seq {last.seq} ({type(last).__name__})" if last is not None else "its start"
         raise AgentLedgerError(

@@ -18,7 +18,6 @@ import anyio
 import msgspec
 
 from ._cli_replay import load_agent
-from .core.events import RunCompleted, RunFailed
 from .listing import RunQuery, RunSummary
 from .replay import Finding, RecordedRun, ReplayReport, load, replay
 from .store import EventStore, list_runs
@@ -89,7 +88,7 @@ async def _check_one(
     try:
         recorded = await load(store, summary.run_id, listing=listing)
         shown = _input_of(recorded)
-        if not isinstance(recorded.events[-1], RunCompleted | RunFailed):
+        if not recorded.ended:
             why = "the run is incomplete (interrupted, or still running): no outcome to compare with"
             return verdict("could_not_replay", why)
         agent = load_agent(agent_spec, recorded)

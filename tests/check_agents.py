@@ -44,3 +44,15 @@ def other_agent() -> Agent:
     agent = shop()
     agent.name = "bakery"
     return agent
+
+
+def till(recording: bool = False) -> Agent:
+    """A till whose refund waits for a human's approval."""
+
+    @tool(approval_mode="always_require")
+    def refund(amount: Annotated[int, "Euros to give back."]) -> str:
+        """Give money back."""
+        return f"refunded {amount} EUR"
+
+    client = ScriptedChatClient([Call("refund", {"amount": 5}), "Refunded."]) if recording else NoModel()
+    return Agent(client=client, name="till", tools=[refund])

@@ -238,3 +238,32 @@ def test_export_cassette_refuses_a_tree_with_a_missing_child(
     assert main(["export", run_id, "--store", str(lead_only), "--cassette", str(tmp_path / "c.jsonl")]) == 1
     assert "is not in the store" in capsys.readouterr().err
     assert not (tmp_path / "c.jsonl").exists()
+
+
+def test_check_replays_a_paused_run_and_the_run_that_resumed_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A paused run's log goes on with the claim of the run that resumed it: both replay."""
+    from agentledger import Message
+
+    from .check_agents import till
+
+    path = str(tmp_path / "till.db")
+
+    async def record() -> list[str]:
+        store = SqliteEventStore(path)
+        agent = till(recording=True)
+        agent.store = store
+        session = agent.create_session()
+        paused = await agent.run("Refund 5 euros.", session=session)
+        [request] = paused.user_input_requests
+        resumed = await agent.run(Message("user", [request.to_approval_response(True)]), session=session)
+        store.close()
+        return [paused.run_id, resumed.run_id]
+
+    runs = anyio.run(record)
+    assert main(["check", "--store", path, "--agent", f"{AGENTS}:till", "--tools", "live"]) == 0
+    out = capsys.readouterr().out
+    assert "2 runs checked: 2 passed" in out
+    for run_id in runs:
+        assert main(["replay", run_id, "--store", path, "--agent", f"{AGENTS}:till", "--tools", "live"]) == 0

@@ -16,6 +16,8 @@ from ..core.events import (
     MiddlewareShortCircuit,
     ModelFailed,
     ModelResponded,
+    RunCompleted,
+    RunFailed,
     RunStarted,
     SessionUpdated,
     ToolSpec,
@@ -73,6 +75,12 @@ class RecordedRun:
         self.children: dict[str, RecordedRun] = dict(children or {})
         """The sub-agent runs this run started, by the call id that started each (``load``
         reads them; a run built from its events alone has none)."""
+
+    @property
+    def ended(self) -> bool:
+        """Whether the log holds the run's end (``RunCompleted`` or ``RunFailed``; a paused
+        run's log goes on after it with the claim of the run that resumed it)."""
+        return any(isinstance(e, RunCompleted | RunFailed) for e in reversed(self.events))
 
     def child_links(self) -> list[ChildRunStarted]:
         """The sub-agent runs this run's calls started, in log order."""

@@ -24,7 +24,6 @@ from typing import Any
 import pytest
 
 from ..chat import normalize_messages
-from ..core.events import RunCompleted, RunFailed
 from ..errors import LogCorruptError
 from ..replay.cassette import read_cassette, tree_events, tree_of, write_cassette
 from ..replay.findings import ReplayReport
@@ -91,7 +90,7 @@ class AgentCassette:
             pytest.fail(
                 f"the cassette does not read back: {exc}; re-record it with {RECORD_FLAG}", pytrace=False
             )
-        if not isinstance(recorded.events[-1], RunCompleted | RunFailed):
+        if not recorded.ended:
             cut = f"the run in {path} is incomplete (it has no end event): re-record it with {RECORD_FLAG}"
             pytest.fail(cut, pytrace=False)
         if list(recorded.started.messages) != normalize_messages(messages):
