@@ -19,7 +19,7 @@ from typing import Any, Literal, NamedTuple, Protocol
 from ._sources import IdSource
 from .context import FunctionInvocationContext, SessionSink, current_run_context
 from .core.events import ChildRunStarted
-from .errors import AgentLedgerError
+from .errors import AgentLedgerError, RunIdTakenError
 from .response import AgentResponse, AgentResponseUpdate
 from .run.spec import RunSpec
 from .session import AgentSession
@@ -96,6 +96,7 @@ __all__ = (
 
 MAX_DEPTH = 8
 _depth: contextvars.ContextVar[int] = contextvars.ContextVar("agentledger_depth", default=0)
+_lineage: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar("agentledger_lineage", default=())
 
 
 class SubAgentDepthError(AgentLedgerError):
@@ -154,6 +155,8 @@ class AgentTool(FunctionTool):
         session = ctx.session if self.propagate_session else self.agent.create_session()
         caller = current_run_context()
         run_id = self.agent.ids("run")
+        lineage = (*_lineage.get(), *((ctx.run_id,) if ctx.run_id else ()))
+        await self._check_free(run_id, lineage)
         parent_sink = None
         if caller is not None and caller.recorder is not None and ctx.call_id:
             caller.record(
@@ -168,10 +171,12 @@ class AgentTool(FunctionTool):
         parent = (ctx.run_id, ctx.call_id) if ctx.run_id and ctx.call_id else None
         link = ChildLink(self.agent, parent, not self.propagate_session, run_id, parent_sink)
         depth_token, link_token = _depth.set(depth), _link.set(link)
+        lineage_token = _lineage.set(lineage)
         try:
             task = str(arguments.get(self.arg_name, ""))
             response = await self._execute(task, session, dict(ctx.kwargs))
         finally:
+            _lineage.reset(lineage_token)
             _link.reset(link_token)
             _depth.reset(depth_token)
         if response.user_input_requests:
@@ -182,6 +187,15 @@ class AgentTool(FunctionTool):
                 "to the calling agent, or approve it there with approval_mode on as_tool()"
             )
         return response.text
+
+    async def _check_free(self, run_id: str, lineage: tuple[str, ...]) -> None:
+        """Refuse a child run id that a calling run has, or that the child's store holds, before
+        the caller's log links to it: a link to a run that is not the child would make the run
+        tree lie, or loop back to the caller."""
+        store = self.agent.store
+        held = await store.read(run_id) if store is not None else []
+        if held or run_id in lineage:
+            raise RunIdTakenError(run_id, len(held))
 
     async def _execute(
         self, task: str, session: AgentSession | None, kwargs: dict[str, Any]

@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 
 from ..core.commands import CallModel, FinishRun, InvokeTools
 from ..core.events import Event
+from ..errors import ConflictError, RunIdTakenError
 from ..store import EventStore, SupportsAppendNowait
 from .binding import RunBinding
 from .model_step import call_model
@@ -68,7 +69,16 @@ class LocalDriver:
         if self.store is None or self.stored >= len(log):
             return
         pending: Sequence[Event] = log[self.stored :]
-        if self._append_nowait is not None:  # an in-memory store: no IO to wait for
-            self.stored = self._append_nowait(self.recorder.run_id, pending, self.stored)
-        else:
-            self.stored = await self.store.append(self.recorder.run_id, pending, self.stored)
+        try:
+            if self._append_nowait is not None:  # an in-memory store: no IO to wait for
+                self.stored = self._append_nowait(self.recorder.run_id, pending, self.stored)
+            else:
+                self.stored = await self.store.append(self.recorder.run_id, pending, self.stored)
+            return
+        except ConflictError as exc:
+            if self.stored != 0 or type(exc) is not ConflictError:
+                raise
+            taken = exc.actual
+        # The run's first append found its stream there: another run holds the id (one error,
+        # raised outside the handler so it does not carry the store's ConflictError along).
+        raise RunIdTakenError(self.recorder.run_id, taken)
