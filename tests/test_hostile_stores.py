@@ -215,3 +215,32 @@ def test_a_journal_read_of_many_runs_reports_only_the_runs_asked_for(tmp_path: P
     assert [len(events) for events in many.values()] == [4, 4]
     with pytest.raises(LogCorruptError, match=f"{log}:{len(lines)}"):
         fresh.read_many_sync(["run_1", "run_2", "run_3"])
+
+
+OWN_SEQ_CASES = [
+    ((0, 0), "expected seq 1 of 'run_1', found seq 0"),
+    ((7, 3), "expected seq 0 of 'run_1', found seq 7"),
+]
+
+
+@pytest.mark.parametrize(("claims", "expected"), OWN_SEQ_CASES)
+def test_sqlite_records_whose_own_seq_is_not_their_row_are_corruption(
+    tmp_path: Path, claims: tuple[int, int], expected: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each record's own ``seq`` must match its place in the row (found by fuzzing at 5,000 examples)."""
+    path = sqlite_log(tmp_path)
+    connection = sqlite3.connect(path, isolation_level=None)
+    try:
+        [(data,)] = connection.execute("SELECT data FROM events WHERE seq = 0 AND last = 1").fetchall()
+        first, second = bytes(data).split(b"\n")
+        first = first.replace(b'"seq":0,', b'"seq":%d,' % claims[0])
+        second = second.replace(b'"seq":1,', b'"seq":%d,' % claims[1])
+        connection.execute("DROP TRIGGER IF EXISTS events_follow")
+        connection.execute("UPDATE events SET data = ? WHERE seq = 0", (first + b"\n" + second,))
+    finally:
+        connection.close()
+    with pytest.raises(LogCorruptError, match=expected) as caught:
+        SqliteEventStore(path).read_sync("run_1")
+    assert "stream 'run_1' seq" in caught.value.where
+    for command in READ_COMMANDS[1:]:
+        fails_in_one_line(path, command, capsys)

@@ -183,6 +183,21 @@ async def test_missing_row_is_a_gap(dsn: str, schema: str) -> None:
 
 
 @pytest.mark.anyio
+async def test_a_record_whose_own_seq_is_not_its_row_is_corruption(dsn: str, schema: str) -> None:
+    """A record claiming another seq than its row's (copied over by hand) is LogCorruptError."""
+    async with _store(dsn, schema) as store:
+        await store.append("run_1", make_events("run_1", 0, 4, "x"), 0)
+        async with _connection(dsn) as connection:
+            await connection.execute(
+                f"UPDATE {schema}.events SET data = jsonb_set(data::jsonb, '{{seq}}', '0')::json"
+                " WHERE seq = 2"
+            )
+        with pytest.raises(LogCorruptError, match="expected seq 2 of 'run_1', found seq 0") as caught:
+            await store.read("run_1")
+        assert caught.value.where.endswith("stream 'run_1' seq 2")
+
+
+@pytest.mark.anyio
 async def test_unreachable_server_is_a_store_error() -> None:
     """A server that cannot be reached raises StoreError naming the problem."""
     with socket.socket() as sock:

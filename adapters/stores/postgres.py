@@ -48,7 +48,7 @@ from agentledger.core.events import Event, encode_event
 from agentledger.errors import ConflictError, LogCorruptError, StoreError
 from agentledger.listing import RunQuery, RunSummary
 
-from ._codec import decode_records
+from ._codec import check_sequence, decode_records
 from ._group import Append, LoopGroups, appending, remember
 from ._listing import report
 
@@ -163,7 +163,11 @@ class PostgresEventStore:
         for expected, (seq, _) in enumerate(rows, first):
             if seq != expected:
                 raise LogCorruptError(f"expected seq {expected}, found {seq}", where=self.where(stream, seq))
-        return decode_records([row[1].encode() for row in rows], lambda i: self.where(stream, rows[i][0]))
+
+        def where(index: int) -> str:
+            return self.where(stream, rows[index][0])
+
+        return check_sequence(decode_records([row[1].encode() for row in rows], where), stream, first, where)
 
     async def streams(self) -> list[str]:
         """Every stream's name, oldest first."""

@@ -41,7 +41,7 @@ from agentledger.errors import LogCorruptError, StoreError
 from agentledger.listing import RunQuery, RunSummary
 
 from . import _sqlite_runs
-from ._codec import decode_block, decode_records
+from ._codec import check_sequence, decode_block, decode_records
 from ._group import Append, appending
 from ._listing import report
 from ._sqlite_append import StreamVersions, insert_each
@@ -178,6 +178,9 @@ class SqliteEventStore(ThreadedStore):
             events = decode_block(b"\n".join(row[2] for row in rows) + b"\n", count, _no_position)
         except (LogCorruptError, TypeError):
             events = self._decode_rows(stream, rows)  # names the bad record's seq
+        # Each record's own seq and run id must be those of its place in the rows: a record
+        # edited, copied or moved by hand is corruption, not an event at another position.
+        check_sequence(events, stream, start, self._positions(stream, start))
         return events[first - start :] if first > start else events
 
     def _decode_rows(self, stream: str, rows: list[tuple[int, int, bytes]]) -> list[Event]:
