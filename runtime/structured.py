@@ -74,7 +74,8 @@ def parse_value(response_format: Any, text: str) -> Any:
         if isinstance(response_format, type):
             return msgspec.json.decode(text, type=response_format)
         return msgspec.json.decode(text)
-    except (ValueError, msgspec.DecodeError) as exc:  # pydantic's ValidationError is a ValueError
+    # pydantic's ValidationError is a ValueError; text nested past the recursion limit is no value
+    except (ValueError, msgspec.DecodeError, RecursionError) as exc:
         name = getattr(response_format, "__name__", "the response format")
         raise StructuredOutputError(f"the answer does not parse as {name}: {exc}") from exc
 
