@@ -306,6 +306,44 @@ async def test_two_stores_on_one_schema_see_each_others_appends(dsn: str, schema
 
 
 @pytest.mark.anyio
+async def test_a_conflict_after_a_rolled_back_group_names_a_version_the_stream_had(
+    dsn: str, schema: str
+) -> None:
+    """Two appends to one stream share a group; the first is speculatively accepted, the second
+    refused at the version the first would lead to; then the group is rolled back (another
+    process wrote the stream meanwhile). The refusal names the stream's real version."""
+    release, entered = anyio.Event(), anyio.Event()
+    held: list[int] = []
+    errors: list[ConflictError] = []
+
+    async def before_commit() -> None:
+        held.append(1)
+        if len(held) == 2:  # the commit of run_other, after run_s's first append
+            entered.set()
+            await release.wait()
+
+    async def append(events: int, expected: int) -> None:
+        try:
+            await one.append("run_s", make_events("run_s", expected, events, f"x{expected}"), expected)
+        except ConflictError as exc:
+            errors.append(exc)
+
+    async with _store(dsn, schema) as one, _store(dsn, schema) as two:
+        one._before_commit = before_commit
+        await one.append("run_s", make_events("run_s", 0, 2, "a"), 0)  # one knows run_s at 2
+        await two.append("run_s", make_events("run_s", 2, 1, "b"), 2)  # the stream is at 3 now
+        async with anyio.create_task_group() as group:
+            group.start_soon(one.append, "run_other", make_events("run_other", 0, 1, "o"), 0)
+            await entered.wait()  # that commit holds the lead: the next two queue into one group
+            group.start_soon(append, 2, 2)
+            group.start_soon(append, 1, 2)
+            await anyio.wait_all_tasks_blocked()
+            release.set()
+        assert len(await two.read("run_s")) == 3
+        assert [(e.expected, e.actual) for e in errors] == [(2, 3), (2, 3)]
+
+
+@pytest.mark.anyio
 async def test_a_cancelled_append_still_waits_for_its_commit(dsn: str, schema: str) -> None:
     """Cancelled while queued behind a commit, an append is settled first, then cancelled."""
     release, entered = anyio.Event(), anyio.Event()

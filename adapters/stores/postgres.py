@@ -247,7 +247,7 @@ class PostgresEventStore:
         """The group in one transaction (one WAL flush at commit); each append checked alone."""
         async with self.connection() as connection:
             try:
-                accepted, versions = await self._insert_group(connection, group)
+                accepted, refused, versions = await self._insert_group(connection, group)
             except pg_errors.UniqueViolation:  # a row the versions did not show: one by one, as before
                 self._known.clear()
                 for append in group:
@@ -263,17 +263,24 @@ class PostgresEventStore:
         remember(self._known, versions, _KNOWN_STREAMS)
         for append in accepted:
             append.succeed()
+        for append, conflict in refused:  # the versions they name are committed now
+            append.fail(conflict)
 
     async def _insert_group(
         self, connection: psycopg.AsyncConnection[Any], group: list[Append[_Row]]
-    ) -> tuple[list[Append[_Row]], dict[str, int]]:
+    ) -> tuple[list[Append[_Row]], list[tuple[Append[_Row], ConflictError]], dict[str, int]]:
         """Check each append in queue order and insert the batches: one pipeline, one or two round
         trips. Streams whose version is not known here, and appends without events, are read first.
+
+        Nothing is settled here: an append refused after an earlier one of the group to the same
+        stream names the version that one leads to, which is true only once the group commits
+        (if it is rolled back, the appends are checked again one by one).
         """
         known = self._known
         lookup = [a.stream for a in group if not a.records or known.get(a.stream, 0) != a.expected]
         writing = any(append.records for append in group)
         accepted: list[Append[_Row]] = []
+        refused: list[tuple[Append[_Row], ConflictError]] = []
         versions: dict[str, int] = {}
         async with connection.pipeline(), connection.transaction():
             if writing:  # positions are handed out in commit order: see the module docstring
@@ -292,7 +299,7 @@ class PostgresEventStore:
                 stream = append.stream
                 version = versions[stream] if stream in versions else known.get(stream, 0)
                 if version != append.expected:
-                    append.fail(ConflictError(stream, append.expected, version))
+                    refused.append((append, ConflictError(stream, append.expected, version)))
                     continue
                 accepted.append(append)
                 records = append.records
@@ -311,7 +318,7 @@ class PostgresEventStore:
                 await connection.execute(self._statement(GROUP_INSERT), (streams, seqs, kinds, texts))
                 await connection.execute(GROUP_NOTIFY, (self.channel, list(dict.fromkeys(streams))))
                 await self._before_commit()
-        return accepted, versions
+        return accepted, refused, versions
 
     async def _append_alone(self, connection: psycopg.AsyncConnection[Any], append: Append[_Row]) -> None:
         params = {
