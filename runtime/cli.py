@@ -54,7 +54,7 @@ def open_store(spec: str | None, *, create: bool = False) -> EventStore:
     if spec.startswith(("postgresql://", "postgres://")):
         from agentledger.adapters.stores.postgres import PostgresEventStore
 
-        return PostgresEventStore(spec)
+        return PostgresEventStore(spec, read_only=not create)
     path = Path(spec)
     if not create and not path.exists():
         raise UsageError(f"no event store at {path} (run `agentledger demo` first, or pass --store)")

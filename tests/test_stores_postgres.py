@@ -197,6 +197,49 @@ async def test_a_record_whose_own_seq_is_not_its_row_is_corruption(dsn: str, sch
         assert caught.value.where.endswith("stream 'run_1' seq 2")
 
 
+async def _schema_exists(dsn: str, schema: str) -> bool:
+    async with _connection(dsn) as connection:
+        cursor = await connection.execute("SELECT count(*) FROM pg_namespace WHERE nspname = %s", (schema,))
+        row = await cursor.fetchone()
+    return bool(row and row[0])
+
+
+@pytest.mark.anyio
+async def test_a_read_only_store_on_an_empty_database_creates_nothing(dsn: str, schema: str) -> None:
+    """Reading a database without the schema lists no runs and leaves the database as it was."""
+    from agentledger.store import list_runs
+
+    async with _store(dsn, schema, read_only=True) as store:
+        assert await store.streams() == []
+        assert await store.read("run_1") == []
+        assert await store.version("run_1") == 0
+        assert await list_runs(store) == []
+        with pytest.raises(StoreError, match="read-only"):
+            await store.append("run_1", make_events("run_1", 0, 1, "x"), 0)
+        with pytest.raises(StoreError, match="read-only"):
+            await store.migrate()
+    assert not await _schema_exists(dsn, schema)
+
+
+@pytest.mark.anyio
+async def test_a_read_only_store_reads_in_read_only_transactions(dsn: str, schema: str) -> None:
+    async with _store(dsn, schema) as writer:
+        await writer.append("run_1", make_events("run_1", 0, 3, "x"), 0)
+    async with _store(dsn, schema, read_only=True) as store:
+        assert len(await store.read("run_1")) == 3
+        assert await store.streams() == ["run_1"]
+        async with store.connection() as connection:
+            cursor = await connection.execute("SHOW transaction_read_only")
+            assert await cursor.fetchone() == ("on",)
+
+
+def test_the_command_line_opens_postgresql_read_only_for_reading(dsn: str) -> None:
+    from agentledger.cli import open_store
+
+    assert open_store(dsn).read_only is True  # type: ignore[attr-defined]
+    assert open_store(dsn, create=True).read_only is False  # type: ignore[attr-defined]
+
+
 @pytest.mark.anyio
 async def test_unreachable_server_is_a_store_error() -> None:
     """A server that cannot be reached raises StoreError naming the problem."""

@@ -109,6 +109,10 @@ class PostgresEventStore:
     ``conninfo`` is a libpq connection string or URL (``postgresql://user@host/db``). ``schema``
     names the PostgreSQL schema holding the tables (created on first use). ``max_connections``
     bounds the pool; ``tail()`` uses one more connection per follower while ``listen`` is on.
+
+    ``read_only=True`` never writes: every transaction is read-only (the server refuses writes),
+    no schema is created or migrated (a database without one reads as a store with no streams; a
+    schema of another version is refused), and appends and call records raise ``StoreError``.
     """
 
     def __init__(
@@ -119,6 +123,7 @@ class PostgresEventStore:
         max_connections: int = 10,
         listen: bool = True,
         poll_interval: float = 1.0,
+        read_only: bool = False,
     ) -> None:
         if not _SCHEMA_NAME.match(schema):
             raise ValueError(
@@ -129,10 +134,12 @@ class PostgresEventStore:
         self.listen = listen
         self.poll_interval = poll_interval
         self.channel = f"{schema}_appended"
-        self._pool = Pool(conninfo, max_connections)
+        self.read_only = read_only
+        self._pool = Pool(conninfo, max_connections, read_only=read_only)
         self._append_key = lock_key("append", schema)
         self._migrate_key = lock_key("migrate", schema)
         self._migrated = False
+        self._present = False  # whether the schema is there (a read-only store never creates it)
         self._migrating: anyio.Lock | None = None
         self._closed = False
         self._groups: LoopGroups[_Row] = LoopGroups(self._commit_group)
@@ -149,6 +156,7 @@ class PostgresEventStore:
             raise ValueError("a stream name must be non-empty")
         if self._closed:
             raise StoreError(f"{self!r} is closed")
+        self._refuse_read_only("append to it")
         rows = [(type(event).__name__, encode_event(event).decode()) for event in events]
         return await self._groups.run(Append(stream, rows, expected_version))
 
@@ -157,6 +165,8 @@ class PostgresEventStore:
         query = self.query(
             "SELECT seq, data::text FROM {schema}.events WHERE stream = %s AND seq > %s ORDER BY seq"
         )
+        if not await self._has_schema():
+            return []
         async with self.connection() as connection:
             rows: list[tuple[int, str]] = await self.fetch(connection, query, (stream, after))
         first = max(after + 1, 0)
@@ -172,18 +182,24 @@ class PostgresEventStore:
     async def streams(self) -> list[str]:
         """Every stream's name, oldest first."""
         query = self.query("SELECT name FROM {schema}.streams ORDER BY position")
+        if not await self._has_schema():
+            return []
         async with self.connection() as connection:
             rows: list[tuple[str]] = await self.fetch(connection, query, ())
         return [row[0] for row in rows]
 
     async def list_runs(self, query: RunQuery) -> list[RunSummary]:
         """Run summaries, newest first, from each stream's first and last events (``SupportsRunListing``)."""
+        if not await self._has_schema():
+            return []
         return report(await _pg_runs.list_runs(self, query))
 
     # -- beyond the protocol ----------------------------------------------------------------------
 
     async def version(self, stream: str) -> int:
         """How many events ``stream`` holds (0 for an unknown stream)."""
+        if not await self._has_schema():
+            return 0
         async with self.connection() as connection:
             return await self._version(connection, stream)
 
@@ -197,6 +213,7 @@ class PostgresEventStore:
 
     async def claim_call(self, key: str) -> CallRecord:
         """Count one more attempt at the call ``key``; its outcome if one is recorded."""
+        self._refuse_read_only("record calls in it")
         query = self.query(
             "INSERT INTO {schema}.call_outcomes AS c (key, attempts) VALUES (%s, 1) "
             "ON CONFLICT (key) DO UPDATE SET attempts = c.attempts + 1 RETURNING attempts, outcome"
@@ -208,6 +225,7 @@ class PostgresEventStore:
 
     async def complete_call(self, key: str, outcome: bytes) -> bytes:
         """Record the outcome of ``key`` unless one already is; returns the recorded outcome."""
+        self._refuse_read_only("record calls in it")
         update = self.query(
             "UPDATE {schema}.call_outcomes SET outcome = %s, completed_at = now() "
             "WHERE key = %s AND outcome IS NULL"
@@ -222,6 +240,7 @@ class PostgresEventStore:
 
     async def migrate(self) -> int:
         """Create or upgrade the schema now (first use does it anyway); returns its version."""
+        self._refuse_read_only("create or migrate its schema")
         async with self.connection():
             return _pg_schema.SCHEMA_VERSION
 
@@ -239,7 +258,7 @@ class PostgresEventStore:
         await self.aclose()
 
     def __repr__(self) -> str:
-        return f"PostgresEventStore(schema={self.schema!r})"
+        return f"PostgresEventStore(schema={self.schema!r}{', read_only=True' if self.read_only else ''})"
 
     # -- appending --------------------------------------------------------------------------------
 
@@ -379,7 +398,10 @@ class PostgresEventStore:
 
     async def open_connection(self) -> psycopg.AsyncConnection[Any]:
         """A new connection outside the pool, to a ready schema; the caller closes it."""
-        await self.migrate()
+        if self.read_only:
+            await self._has_schema()
+        else:
+            await self.migrate()
         return await self._pool.open()
 
     async def _ensure_schema(self, connection: psycopg.AsyncConnection[Any]) -> None:
@@ -389,10 +411,25 @@ class PostgresEventStore:
             if self._migrated:
                 return
             try:
-                await _pg_schema.upgrade(connection, self.schema, self._migrate_key, str(self))
+                if self.read_only:
+                    self._present = await _pg_schema.inspect(connection, self.schema, str(self))
+                else:
+                    await _pg_schema.upgrade(connection, self.schema, self._migrate_key, str(self))
+                    self._present = True
             except psycopg.Error as exc:
                 raise StoreError(f"{self}: cannot create or upgrade the schema: {exc}") from exc
             self._migrated = True
+
+    async def _has_schema(self) -> bool:
+        """Whether the schema is there to read (a writable store creates it on first use)."""
+        if not self._migrated:
+            async with self.connection():
+                pass
+        return self._present
+
+    def _refuse_read_only(self, doing: str) -> None:
+        if self.read_only:
+            raise StoreError(f"{self} is read-only: it cannot {doing}")
 
     async def fetch(
         self, connection: psycopg.AsyncConnection[Any], query: sql.Composed, params: Any, *, rows: bool = True

@@ -123,6 +123,7 @@ class SqliteEventStore(ThreadedStore):
         self.busy_timeout = busy_timeout
         self.read_only = read_only
         self._connection: sqlite3.Connection | None = None
+        self._immutable = False  # read as a file no one writes: reopened once a writer appears
         self._lock = threading.Lock()
         self._versions = StreamVersions()  # what this connection committed last, per stream
 
@@ -249,6 +250,9 @@ class SqliteEventStore(ThreadedStore):
 
     def _connect(self) -> sqlite3.Connection:
         self._check_open()
+        if self._immutable and self._connection is not None and self._wal().exists():
+            self._connection.close()  # a writer opened the database since: read through its files
+            self._connection = None
         if self._connection is None:
             with self._errors("opening the event database"):
                 self._connection = self._open()
@@ -289,14 +293,18 @@ class SqliteEventStore(ThreadedStore):
     def _open_read_only(self) -> sqlite3.Connection:
         """Open without writing the file: no schema created, no migration, no journal mode change.
 
-        A file that is not an event database yet (empty) reads as a store with no streams. Where
+        A file that is not an event database yet (empty) reads as a store with no streams. A WAL
+        database with no ``-wal`` file beside it (no writer has it open, none left a log to
+        recover) is read as immutable, so the reader creates no ``-wal`` or ``-shm`` file of its
+        own; with a ``-wal`` file there, it is read through the files its writers use. Where
         SQLite cannot even create a reader's shared-memory file (a read-only directory), the
-        database is read as immutable.
+        database is read as immutable too.
         """
         if not self.path.is_file():
             raise StoreError(f"{self.path}: no event database there")
         uri = f"file:{quote(str(self.path.absolute()))}?mode=ro"
-        connection = _connect_read_only(uri, self.busy_timeout)
+        self._immutable = not self._wal().exists()
+        connection = _connect_read_only(uri + ("&immutable=1" if self._immutable else ""), self.busy_timeout)
         try:
             version = connection.execute("PRAGMA user_version").fetchone()[0]
             if version > SCHEMA_VERSION:
@@ -314,6 +322,9 @@ class SqliteEventStore(ThreadedStore):
             connection.close()
             raise
         return connection
+
+    def _wal(self) -> Path:
+        return self.path.with_name(self.path.name + "-wal")
 
     def _begin(self, connection: sqlite3.Connection) -> None:
         try:
