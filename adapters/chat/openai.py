@@ -63,7 +63,15 @@ from ._openai_errors import (
     ServerError,
     TruncatedStreamError,
 )
-from ._openai_http import body_chunks, read_all, send_request, status_error_of
+from ._openai_http import (
+    body_chunks,
+    body_secrets,
+    masked_contents,
+    read_all,
+    request_secrets,
+    send_request,
+    status_error_of,
+)
 from ._openai_responses import ResponsesStream, responses_continuation, responses_request, responses_response
 from ._sse import ServerSentEvent, SSEDecoder
 
@@ -197,9 +205,15 @@ class _OpenAIClient(BaseChatClient):
         options = options or {}
         with self._masked():
             body = self._body(messages, options, stream=False)
-            response = await self._send(body, client_kwargs or {}, stream=False)
+            extras = client_kwargs or {}
+            response = await self._send(body, extras, stream=False)
             answer = self._parse(response.content, options.get("model") or self.model)
             answer.conversation_id = self._continuation(options, answer.response_id, answer.conversation_id)
+            secrets = _secrets(response.request, extras)
+            answer.messages = [
+                msgspec.structs.replace(message, contents=masked_contents(message.contents, secrets))
+                for message in answer.messages
+            ]
             return answer
 
     async def get_streaming_response(
@@ -214,9 +228,15 @@ class _OpenAIClient(BaseChatClient):
         options = options or {}
         with self._masked():
             body = self._body(messages, options, stream=True)
-            response = await self._send(body, client_kwargs or {}, stream=True)
+            extras = client_kwargs or {}
+            response = await self._send(body, extras, stream=True)
+            secrets = _secrets(response.request, extras)
             try:
                 async for update in self._read_stream(response, options.get("model") or self.model):
+                    if update.contents:
+                        contents = masked_contents(update.contents, secrets)
+                        if contents is not update.contents:
+                            update = msgspec.structs.replace(update, contents=contents)
                     if update.finish_reason is not None or update.usage is not None:
                         kept = self._continuation(options, update.response_id, update.conversation_id)
                         if kept != update.conversation_id:
@@ -355,6 +375,12 @@ class OpenAIResponsesClient(_OpenAIClient):
 
 
 # -- helpers ----------------------------------------------------------------------------------
+
+
+def _secrets(request: httpx.Request, extras: Mapping[str, Any]) -> set[str]:
+    """What the client was given for this call that an answer quoting the request must not carry
+    into the log: the request's headers, query and credentials, and ``extra_body``'s values."""
+    return request_secrets(request) | body_secrets(extras.get("extra_body"))
 
 
 def _as_updates(response: ChatResponse) -> list[ChatResponseUpdate]:
