@@ -19,6 +19,7 @@
     ├── StoreError
     │   ├── RunNotFoundError (also LookupError) a store has no run by that id
     │   │   └── RunEvictedError                 a bounded store dropped it (or runs its session needs)
+    │   ├── CommitUnknownError                  an append's commit was cut off: written or not, unknown
     │   ├── ConflictError                       a stale expected_version (stream, expected, actual)
     │   │   └── RunIdTakenError                 a new run's id names a run the store already holds
     │   └── LogCorruptError                     a stored log does not decode (where, what)
@@ -52,6 +53,7 @@ __all__ = (
     "AgentLedgerError",
     "ApprovalError",
     "ArgumentsError",
+    "CommitUnknownError",
     "ConflictError",
     "ExperimentalWarning",
     "LogCorruptError",
@@ -164,6 +166,16 @@ class RunEvictedError(RunNotFoundError):
             )
         self.args = (message,)
         self.session_id = session_id
+
+
+class CommitUnknownError(StoreError):
+    """The connection was lost while an append was being committed: the store cannot say whether
+    it was written. Read the stream back (``read(stream, after=expected - 1)``) before appending
+    anything else; a run does so by itself."""
+
+    def __init__(self, message: str, *, stream: str | None = None) -> None:
+        super().__init__(message)
+        self.stream = stream
 
 
 class ConflictError(StoreError):

@@ -21,6 +21,7 @@ from agentledger.adapters.stores.jsonl import JsonlEventStore
 from agentledger.adapters.stores.sqlite import SqliteEventStore
 from agentledger.core import RunFailed
 from agentledger.core.events import Event
+from agentledger.errors import StoreError
 from agentledger.store import EventStore
 from agentledger.testing import FixedClock, SequentialIds
 
@@ -92,3 +93,36 @@ async def test_a_run_cancelled_during_a_committed_append_ends_with_run_failed(
     assert [e.seq for e in log] == list(range(len(log)))
     assert isinstance(log[-1], RunFailed)
     assert log[-1].error_type == "Cancelled"
+
+
+class InDoubt(StoreError):
+    """What a store raises when it cannot say whether an append was written."""
+
+
+class CommitsThenFails(CommitsThenWaits):
+    """A store whose ``nth`` append is committed, then reported as failed with an unknown outcome
+    (a connection lost at COMMIT)."""
+
+    async def append(self, stream: str, events: Sequence[Event], expected_version: int) -> int:
+        self.appends += 1
+        version = await self.inner.append(stream, events, expected_version)
+        if self.appends == self.nth:
+            raise InDoubt("the connection was lost at commit")
+        return version
+
+
+@pytest.mark.parametrize("nth", [1, 2, 3])
+async def test_a_run_whose_append_is_in_doubt_reads_back_before_recording_its_end(
+    durable: EventStore, nth: int
+) -> None:
+    """An append that raised after it was written: the run fails with that error, and its
+    RunFailed follows the events the store holds, none of them twice."""
+    store = CommitsThenFails(durable, nth)
+    client = ScriptedChatClient([Call("echo", {"text": "a"}), Call("echo", {"text": "b"}), "done"])
+    agent = Agent(client=client, tools=[echo], store=store, clock=FixedClock(), ids=SequentialIds())
+    with pytest.raises(InDoubt):
+        await agent.run("go")
+    log = await durable.read("run_1")
+    assert [e.seq for e in log] == list(range(len(log)))
+    assert isinstance(log[-1], RunFailed)
+    assert log[-1].error_type == "InDoubt"

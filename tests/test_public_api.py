@@ -23,7 +23,7 @@ EXPECTED = {
     "Agent", "AgentContext", "AgentLedgerError", "AgentMiddleware", "AgentResponse",
     "AgentResponseUpdate", "AgentSession", "ApprovalError", "ArgumentsError", "BaseChatClient",
     "ChatContext", "ChatMiddleware", "ChatOptions", "ChatResponse", "ChatResponseUpdate",
-    "ConflictError", "Content", "Event", "EventStore", "ExperimentalWarning",
+    "CommitUnknownError", "ConflictError", "Content", "Event", "EventStore", "ExperimentalWarning",
     "FunctionInvocationContext", "FunctionMiddleware", "FunctionTool", "LiveTools", "LogCorruptError",
     "MemoryEventStore", "Message", "MiddlewareError", "MiddlewareTermination", "ModelCallError",
     "ModelResponseError", "OptionsError", "ReplayDivergence", "RunContext", "RunCycleError", "RunError",

@@ -467,3 +467,29 @@ async def test_list_runs_filters_in_sql_and_skips_a_stream_that_does_not_decode(
         with pytest.warns(UnreadableStreamWarning, match="skipped stream 'run_d': postgresql") as warned:
             assert await ids(limit=2) == ["run_c", "run_b"]
         assert len(warned) == 1
+
+
+@pytest.mark.anyio
+async def test_a_connection_lost_at_commit_is_an_unknown_outcome(dsn: str, schema: str) -> None:
+    """Killed as it commits, an append raises CommitUnknownError (its outcome is not known),
+    not the StoreError that says nothing was written; the stream reads back either way."""
+    from agentledger.errors import CommitUnknownError
+
+    name = f"kill_{schema[-8:]}"
+    separator = "&" if "?" in dsn else "?"
+    kill = {"on": False}
+
+    async def before_commit() -> None:
+        if kill["on"]:
+            async with _connection(dsn) as killer:
+                terminate = "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = "
+                await killer.execute(terminate + "%s", (name,))
+
+    async with _store(f"{dsn}{separator}application_name={name}", schema) as store:
+        store._before_commit = before_commit
+        await store.append("run_1", make_events("run_1", 0, 2, "a"), 0)
+        kill["on"] = True
+        with pytest.raises(CommitUnknownError, match="may have been written"):
+            await store.append("run_1", make_events("run_1", 2, 1, "b"), 2)
+        kill["on"] = False
+        assert len(await store.read("run_1")) in (2, 3)

@@ -45,7 +45,7 @@ from typing import Any, NamedTuple, Self
 import anyio
 
 from agentledger.core.events import Event, encode_event
-from agentledger.errors import ConflictError, LogCorruptError, StoreError
+from agentledger.errors import CommitUnknownError, ConflictError, LogCorruptError, StoreError
 from agentledger.listing import RunQuery, RunSummary
 
 from ._codec import check_sequence, decode_records
@@ -97,6 +97,14 @@ class CallRecord(NamedTuple):
 
     attempts: int
     outcome: bytes | None
+
+
+def _lost(connection: psycopg.AsyncConnection[Any], exc: psycopg.Error) -> bool:
+    """Whether ``exc`` is the connection going away, not the server refusing a statement (a
+    refusal has an SQLSTATE and leaves the connection usable: the transaction was rolled back)."""
+    if connection.broken or connection.closed:
+        return True
+    return isinstance(exc, psycopg.OperationalError) and not exc.sqlstate
 
 
 class _Behind(Exception):
@@ -265,8 +273,9 @@ class PostgresEventStore:
     async def _commit_group(self, group: list[Append[_Row]]) -> None:
         """The group in one transaction (one WAL flush at commit); each append checked alone."""
         async with self.connection() as connection:
+            committing: list[bool] = []
             try:
-                accepted, refused, versions = await self._insert_group(connection, group)
+                accepted, refused, versions = await self._insert_group(connection, group, committing)
             except pg_errors.UniqueViolation:  # a row the versions did not show: one by one, as before
                 self._known.clear()
                 for append in group:
@@ -275,6 +284,11 @@ class PostgresEventStore:
                 return
             except psycopg.Error as exc:
                 self._known.clear()
+                if committing and _lost(connection, exc):
+                    raise CommitUnknownError(
+                        f"{self}: the connection was lost while {appending(group)} was being committed: "
+                        f"it may have been written; read the streams back before appending again ({exc})"
+                    ) from exc
                 raise StoreError(f"{self}: {appending(group)} failed: {exc}") from exc
             except BaseException:
                 self._known.clear()
@@ -286,7 +300,7 @@ class PostgresEventStore:
             append.fail(conflict)
 
     async def _insert_group(
-        self, connection: psycopg.AsyncConnection[Any], group: list[Append[_Row]]
+        self, connection: psycopg.AsyncConnection[Any], group: list[Append[_Row]], committing: list[bool]
     ) -> tuple[list[Append[_Row]], list[tuple[Append[_Row], ConflictError]], dict[str, int]]:
         """Check each append in queue order and insert the batches: one pipeline, one or two round
         trips. Streams whose version is not known here, and appends without events, are read first.
@@ -337,6 +351,7 @@ class PostgresEventStore:
                 await connection.execute(self._statement(GROUP_INSERT), (streams, seqs, kinds, texts))
                 await connection.execute(GROUP_NOTIFY, (self.channel, list(dict.fromkeys(streams))))
                 await self._before_commit()
+                committing.append(True)  # leaving the block commits: a connection lost now leaves it unknown
         return accepted, refused, versions
 
     async def _append_alone(self, connection: psycopg.AsyncConnection[Any], append: Append[_Row]) -> None:
@@ -355,6 +370,7 @@ class PostgresEventStore:
 
     async def _append(self, connection: psycopg.AsyncConnection[Any], params: dict[str, Any]) -> None:
         stream, start = params["stream"], params["start"]
+        committing = False
         try:
             async with connection.transaction():
                 if not params["data"]:
@@ -371,9 +387,16 @@ class PostgresEventStore:
                     raise _Behind
                 await connection.execute("SELECT pg_notify(%s, %s)", (self.channel, stream))
                 await self._before_commit()
+                committing = True
         except (pg_errors.UniqueViolation, _Behind) as exc:
             raise ConflictError(stream, start, await self._version(connection, stream)) from exc
         except psycopg.Error as exc:
+            if committing and _lost(connection, exc):
+                raise CommitUnknownError(
+                    f"{self}: the connection was lost while appending to {stream!r} was being committed: "
+                    f"it may have been written; read the stream back before appending again ({exc})",
+                    stream=stream,
+                ) from exc
             raise StoreError(f"{self}: appending to {stream!r} failed: {exc}") from exc
 
     async def _before_commit(self) -> None:
