@@ -94,6 +94,7 @@ _EMPTY = """
 CREATE TEMP TABLE streams (id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE);
 CREATE TEMP TABLE events (stream INTEGER, seq INTEGER, last INTEGER, data BLOB, PRIMARY KEY (stream, seq));
 """
+_LISTED = "SELECT 1 FROM streams WHERE name = ?"
 _READ = (
     "SELECT seq, last, data FROM events WHERE stream = (SELECT id FROM streams WHERE name = ?)"
     " AND last > ? ORDER BY seq"
@@ -124,6 +125,7 @@ class SqliteEventStore(ThreadedStore):
         self.read_only = read_only
         self._connection: sqlite3.Connection | None = None
         self._immutable = False  # read as a file no one writes: reopened once a writer appears
+        self._identity: tuple[int, int] | None = None  # the file the connection opened (device, inode)
         self._lock = threading.Lock()
         self._versions = StreamVersions()  # what this connection committed last, per stream
 
@@ -168,7 +170,11 @@ class SqliteEventStore(ThreadedStore):
     def read_sync(self, stream: str, after: int = -1) -> list[Event]:
         first = max(after + 1, 0)
         with self._lock, self._errors(f"reading {stream!r}"):
-            rows: list[tuple[int, int, bytes]] = self._connect().execute(_READ, (stream, after)).fetchall()
+            connection = self._connect()
+            rows: list[tuple[int, int, bytes]] = connection.execute(_READ, (stream, after)).fetchall()
+            listed = not rows and after < 0 and connection.execute(_LISTED, (stream,)).fetchone() is not None
+        if listed:  # the store names the stream but holds none of its events: they were lost
+            raise LogCorruptError("the stream is listed but holds no events", where=self._where(stream, 0))
         if not rows:
             return []
         self._check_types(stream, rows)
@@ -250,13 +256,38 @@ class SqliteEventStore(ThreadedStore):
 
     def _connect(self) -> sqlite3.Connection:
         self._check_open()
+        if self._connection is not None and self._identity != self._path_identity():
+            self._replaced()
         if self._immutable and self._connection is not None and self._wal().exists():
             self._connection.close()  # a writer opened the database since: read through its files
             self._connection = None
         if self._connection is None:
             with self._errors("opening the event database"):
                 self._connection = self._open()
+                self._identity = self._path_identity()  # after: opening may create the file
         return self._connection
+
+    def _path_identity(self) -> tuple[int, int] | None:
+        """The device and inode the path names now (None: no file there)."""
+        try:
+            stat = os.stat(self.path)
+        except OSError:
+            return None
+        return stat.st_dev, stat.st_ino
+
+    def _replaced(self) -> None:
+        """The path names another file than the one this store opened (a restore from a backup, a
+        file renamed over it, a deletion). A writer refuses to go on: its appends would land in
+        the old file, which nobody reads any more. A reader reopens the path."""
+        assert self._connection is not None
+        self._connection.close()
+        self._connection = None
+        if not self.read_only:
+            self._closed = True
+            raise StoreError(
+                f"{self.path}: the file was replaced or removed since this store opened it; appends "
+                "through the old file would be lost, so the store refuses them: open the store again"
+            )
 
     @contextmanager
     def _errors(self, doing: str) -> Iterator[None]:
