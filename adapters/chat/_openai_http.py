@@ -29,12 +29,15 @@ from ._openai_errors import (
     APIConnectionError,
     APIStatusError,
     APITimeoutError,
+    ResponseTooLargeError,
     TruncatedStreamError,
     status_error,
 )
 
 __all__ = (
     "ANSWER_SHORTEST",
+    "DEFAULT_MAX_RESPONSE_BYTES",
+    "MAX_ERROR_BYTES",
     "body_chunks",
     "body_secrets",
     "masked_contents",
@@ -143,10 +146,25 @@ async def send_request(http: httpx.AsyncClient, request: httpx.Request, stream: 
         raise APIConnectionError(f"POST {shown_url(request)} failed: {detail}") from exc
 
 
-async def body_chunks(response: httpx.Response) -> AsyncIterator[bytes]:
-    """The streamed body; a connection lost midway is a truncated stream."""
+DEFAULT_MAX_RESPONSE_BYTES = 32 * 1024 * 1024
+"""How many bytes of an answer (decompressed) a client reads at most, by default: 32 MiB."""
+MAX_ERROR_BYTES = 64 * 1024
+"""How much of an error status's body is read for its message."""
+
+
+async def body_chunks(response: httpx.Response, limit: int | None = None) -> AsyncIterator[bytes]:
+    """The streamed body, decompressed, up to ``limit`` bytes in all (``ResponseTooLargeError``
+    past it); a connection lost midway is a truncated stream."""
+    total = 0
     try:
         async for chunk in response.aiter_bytes():
+            total += len(chunk)
+            if limit is not None and total > limit:
+                raise ResponseTooLargeError(
+                    f"the answer passed {limit:,} bytes (decompressed) and was not read further; "
+                    "raise max_response_bytes if answers this large are expected",
+                    limit=limit,
+                )
             yield chunk
     except httpx.TimeoutException as exc:
         raise APITimeoutError("the stream stalled past the timeout") from exc
@@ -154,8 +172,10 @@ async def body_chunks(response: httpx.Response) -> AsyncIterator[bytes]:
         raise TruncatedStreamError(f"the connection broke during the stream: {exc}") from exc
 
 
-async def read_all(response: httpx.Response) -> bytes:
-    """The whole body of a streamed response."""
+async def read_all(response: httpx.Response, limit: int | None = None) -> bytes:
+    """The whole body of a streamed response, up to ``limit`` bytes (decompressed)."""
+    if limit is not None:
+        return b"".join([chunk async for chunk in body_chunks(response, limit)])
     try:
         return await response.aread()
     except httpx.TimeoutException as exc:
@@ -166,9 +186,9 @@ async def read_all(response: httpx.Response) -> bytes:
 
 async def status_error_of(request: httpx.Request, response: httpx.Response) -> APIStatusError:
     try:
-        await response.aread()
-        detail, code = _error_detail(response.content)
-    except httpx.HTTPError:
+        content = await read_all(response, MAX_ERROR_BYTES)
+        detail, code = _error_detail(content)
+    except (httpx.HTTPError, ResponseTooLargeError, TruncatedStreamError, APITimeoutError):
         detail, code = "(the error body could not be read)", None
     finally:
         await response.aclose()

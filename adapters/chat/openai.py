@@ -60,10 +60,12 @@ from ._openai_errors import (
     OpenAIError,
     RateLimitError,
     ResponseFailedError,
+    ResponseTooLargeError,
     ServerError,
     TruncatedStreamError,
 )
 from ._openai_http import (
+    DEFAULT_MAX_RESPONSE_BYTES,
     body_chunks,
     body_secrets,
     masked_contents,
@@ -77,6 +79,7 @@ from ._sse import ServerSentEvent, SSEDecoder
 
 __all__ = (
     "DEFAULT_BASE_URL",
+    "DEFAULT_MAX_RESPONSE_BYTES",
     "APIConnectionError",
     "APIStatusError",
     "APITimeoutError",
@@ -89,6 +92,7 @@ __all__ = (
     "OpenAIResponsesClient",
     "RateLimitError",
     "ResponseFailedError",
+    "ResponseTooLargeError",
     "ServerError",
     "TruncatedStreamError",
 )
@@ -128,6 +132,7 @@ class _OpenAIClient(BaseChatClient):
         max_retry_delay: float = 60.0,
         http_client: httpx.AsyncClient | None = None,
         sleep: Sleep | None = None,
+        max_response_bytes: int | None = DEFAULT_MAX_RESPONSE_BYTES,
     ) -> None:
         env = os.environ
         self.model: str = model or env.get(self.model_variable) or env.get("OPENAI_MODEL") or ""
@@ -143,6 +148,11 @@ class _OpenAIClient(BaseChatClient):
         self.timeout = timeout
         self.max_retries = max_retries
         self.max_retry_delay = max_retry_delay
+        if max_response_bytes is not None and (type(max_response_bytes) is not int or max_response_bytes < 1):
+            raise OpenAIConfigurationError(
+                f"max_response_bytes must be a positive int or None, not {max_response_bytes!r}"
+            )
+        self.max_response_bytes = max_response_bytes
         self._sleep: Sleep = anyio.sleep if sleep is None else sleep
         self._http = http_client
         self._owns_http = http_client is None
@@ -207,7 +217,11 @@ class _OpenAIClient(BaseChatClient):
             body = self._body(messages, options, stream=False)
             extras = client_kwargs or {}
             response = await self._send(body, extras, stream=False)
-            answer = self._parse(response.content, options.get("model") or self.model)
+            try:  # read as a stream, so a body that inflates past the limit stops there
+                content = await read_all(response, self.max_response_bytes)
+            finally:
+                await response.aclose()
+            answer = self._parse(content, options.get("model") or self.model)
             answer.conversation_id = self._continuation(options, answer.response_id, answer.conversation_id)
             secrets = _secrets(response.request, extras)
             answer.messages = [
@@ -247,11 +261,11 @@ class _OpenAIClient(BaseChatClient):
 
     async def _read_stream(self, response: httpx.Response, model: str) -> AsyncIterator[ChatResponseUpdate]:
         if response.headers.get("content-type", "").startswith("application/json"):
-            for update in _as_updates(self._parse(await read_all(response), model)):
+            for update in _as_updates(self._parse(await read_all(response, self.max_response_bytes), model)):
                 yield update
             return
         decoder, stream = SSEDecoder(), self._stream(model)
-        async for chunk in body_chunks(response):
+        async for chunk in body_chunks(response, self.max_response_bytes):
             for event in decoder.feed(chunk):
                 for update in stream.feed(event):
                     yield update
@@ -269,7 +283,7 @@ class _OpenAIClient(BaseChatClient):
         request = self._request(http, body, extras, stream=stream)
         attempt = 0
         while True:
-            response = await send_request(http, request, stream)
+            response = await send_request(http, request, True)  # read by us, within the size limit
             if response.is_success:
                 return response
             error = await status_error_of(request, response)
