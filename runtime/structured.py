@@ -16,6 +16,7 @@ from typing import Any
 
 import msgspec
 
+from .core.depth import MAX_DEPTH, too_deep
 from .errors import OptionsError, StructuredOutputError
 
 __all__ = ("ResponseSchema", "parse_value", "response_schema", "schema_option")
@@ -68,6 +69,8 @@ def parse_value(response_format: Any, text: str) -> Any:
     ``StructuredOutputError`` when it does not match."""
     if response_format is None:
         return None
+    if too_deep(text.encode("utf-8", "surrogatepass")):  # what no log holds, whatever the recursion limit
+        raise StructuredOutputError(f"the answer nests deeper than {MAX_DEPTH} levels")
     try:
         if isinstance(response_format, type) and _is_pydantic(response_format):
             return response_format.model_validate_json(text)  # type: ignore[attr-defined]
