@@ -31,7 +31,11 @@ _COLUMNS = ("run", "started (UTC)", "agent", "session", "events", "outcome", "an
 
 
 async def resolve_run(store: EventStore, given: str) -> str:
-    """The run ``given`` names: itself if the store has it, else the one run it is a prefix of."""
+    """The run ``given`` names: itself if the store has it, else the one run it is a prefix of.
+
+    An empty id names no run (as a prefix it would name any run of a store holding one)."""
+    if not given:
+        raise UsageError("the run id is empty: give a run id (or a prefix of one), as `runs` lists them")
     names = await store.streams()
     if given in names:
         return given

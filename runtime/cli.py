@@ -36,6 +36,7 @@ from ._version import __version__
 from .core.events import ChildRunStarted, Event, encode_event
 from .errors import AgentLedgerError, RunNotFoundError
 from .listing import OUTCOMES, RunQuery
+from .runtree import check_run_tree
 from .store import EventStore, list_runs
 
 __all__ = ("DEFAULT_AGENT", "DEFAULT_STORE", "main", "open_store")
@@ -53,7 +54,7 @@ def open_store(spec: str | None, *, create: bool = False) -> EventStore:
     if spec.startswith(("postgresql://", "postgres://")):
         from agentledger.adapters.stores.postgres import PostgresEventStore
 
-        return PostgresEventStore(spec)
+        return PostgresEventStore(spec, read_only=not create)
     path = Path(spec)
     if not create and not path.exists():
         raise UsageError(f"no event store at {path} (run `agentledger demo` first, or pass --store)")
@@ -133,9 +134,15 @@ def _resolve(store: EventStore, args: argparse.Namespace) -> str:
 async def _with_children(store: EventStore, run_id: str) -> list[Event]:
     """A run's events followed by those of its sub-agent runs, at any depth."""
     events = await _read(store, run_id)
+    read = {run_id: events[:]}
     for event in events:  # grows as children are read, so grandchildren are read too
         if isinstance(event, ChildRunStarted):
-            events.extend(await store.read(event.child_run_id))
+            child = event.child_run_id
+            if child in read:  # each run is read once; a link back to one is a cycle, refused below
+                continue
+            read[child] = await store.read(child)
+            events.extend(read[child])
+    check_run_tree(read)
     return events
 
 

@@ -22,8 +22,11 @@
     ├── StoreError
     │   ├── RunNotFoundError (also LookupError) a store has no run by that id
     │   │   └── RunEvictedError                 a bounded store dropped it (or runs its session needs)
+    │   ├── CommitUnknownError                  an append's commit was cut off: written or not, unknown
     │   ├── ConflictError                       a stale expected_version (stream, expected, actual)
+    │   │   └── RunIdTakenError                 a new run's id names a run the store already holds
     │   └── LogCorruptError                     a stored log does not decode (where, what)
+    │       └── RunCycleError                   runs linked to each other as their own sub-agents
     ├── ReplayDivergence                        a rerun differs from the log (seq, expected, actual,
     │   │                                       findings)
     │   └── ReplayDrift                         the agent's configuration changed since the run
@@ -58,6 +61,7 @@ __all__ = (
     "ApprovalMismatchError",
     "ArgumentsError",
     "CallOutcomeUnknownError",
+    "CommitUnknownError",
     "ConflictError",
     "ExperimentalWarning",
     "LogCorruptError",
@@ -68,8 +72,10 @@ __all__ = (
     "OptionsError",
     "ReplayDivergence",
     "ReplayDrift",
+    "RunCycleError",
     "RunError",
     "RunEvictedError",
+    "RunIdTakenError",
     "RunNotFoundError",
     "SessionStateError",
     "StoreError",
@@ -190,6 +196,16 @@ class RunEvictedError(RunNotFoundError):
         self.session_id = session_id
 
 
+class CommitUnknownError(StoreError):
+    """The connection was lost while an append was being committed: the store cannot say whether
+    it was written. Read the stream back (``read(stream, after=expected - 1)``) before appending
+    anything else; a run does so by itself."""
+
+    def __init__(self, message: str, *, stream: str | None = None) -> None:
+        super().__init__(message)
+        self.stream = stream
+
+
 class ConflictError(StoreError):
     """Another writer appended to the stream first: ``expected`` is stale."""
 
@@ -200,12 +216,36 @@ class ConflictError(StoreError):
         self.actual = actual
 
 
+class RunIdTakenError(ConflictError):
+    """A new run's id is already taken (two id sources that both count from 1, say): its first
+    append found the store holding ``actual`` events under that id, or (``actual`` 0) a run
+    that called the sub-agent has that id. Nothing of the new run is written."""
+
+    def __init__(self, stream: str, actual: int) -> None:
+        super().__init__(stream, 0, actual)
+        holder = f"the store already holds a run under it ({actual} events)" if actual else (
+            "a run that called this sub-agent has it"
+        )
+        self.args = (f"run id {stream!r} is taken: {holder}; give agents that share a store or call "
+                     "each other ids that cannot collide",)
+
+
 class LogCorruptError(StoreError):
     """A stored log does not decode; ``where`` names the file and line or offset."""
 
     def __init__(self, message: str, *, where: str) -> None:
         super().__init__(f"{where}: {message}")
         self.where = where
+
+
+class RunCycleError(LogCorruptError):
+    """Runs are linked into a cycle (a run named as its own sub-agent, or as one of its
+    ancestors'): a run tree cannot be walked. ``cycle`` lists the run ids around it."""
+
+    def __init__(self, cycle: tuple[str, ...]) -> None:
+        path = " -> ".join(repr(run_id) for run_id in cycle)
+        super().__init__("runs link into a cycle, so no run tree can be read from them", where=f"runs {path}")
+        self.cycle = cycle
 
 
 class ReplayDivergence(AgentLedgerError):

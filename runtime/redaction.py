@@ -13,12 +13,25 @@ token and a URL's query string) in the error messages a run records.
 
 from __future__ import annotations
 
+import base64
 import itertools
+import json
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
+from urllib.parse import quote, quote_plus
 
-__all__ = ("REDACTED", "Redactor", "default_redactor", "redact_all", "redact_keys", "scrub_text")
+__all__ = (
+    "REDACTED",
+    "Redactor",
+    "default_redactor",
+    "hidden_values",
+    "mask_values",
+    "redact_all",
+    "redact_keys",
+    "scrub_text",
+    "wire_forms",
+)
 
 REDACTED = "[redacted]"
 Redactor = Callable[[Mapping[str, Any]], dict[str, Any]]
@@ -33,16 +46,87 @@ _MAX_DEPTH = 64  # deeper values are recorded as a marker, not walked
 _URL_CREDENTIALS = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://[^\s:/@?#]*:)[^\s@/?#]+@")
 _BEARER = re.compile(r"(?i)\b(bearer|basic|token)(\s+)[A-Za-z0-9._~+/=\-]{4,}")
 _QUERY = re.compile(r"(?i)\b((?:https?|wss?)://[^\s?#\"'<>]+)\?[^\s#\"'<>]*")
+# A secret-named key and its value, as code prints them: password=x, "api_key": "x", 'token': 'x'.
+_KEYED = re.compile(
+    r"(?i)(?<![A-Za-z0-9])([\"']?[A-Za-z0-9_\-]*(?:password|passwd|passphrase|pwd|secret|token|api[_\-]?key"
+    r"|access[_\-]?key|private[_\-]?key|credentials?|bearer|jwt|dsn)[\"']?\s*[=:]\s*)"
+    r"(\"[^\"]*\"|'[^']*'|[^\s\"',;&})\]]+)"
+)
 
 
 def scrub_text(text: str) -> str:
     """``text`` with credentials hidden: the password of ``scheme://user:password@``, a bearer or
-    basic token, and the query string of a URL (where API keys travel) become ``[redacted]``."""
-    if "://" not in text and not _BEARER.search(text):
+    basic token, the query string of a URL (where API keys travel) and the value of a
+    secret-named key (``password=...``, ``"api_key": "..."``) become ``[redacted]``."""
+    keyed = _KEYED.search(text) is not None
+    if not keyed and "://" not in text and not _BEARER.search(text):
         return text
     text = _URL_CREDENTIALS.sub(rf"\1{REDACTED}@", text)
     text = _QUERY.sub(rf"\1?{REDACTED}", text)
-    return _BEARER.sub(rf"\1\2{REDACTED}", text)
+    text = _BEARER.sub(rf"\1\2{REDACTED}", text)
+    return _KEYED.sub(_keyed_value, text) if keyed else text
+
+
+def _keyed_value(match: re.Match[str]) -> str:
+    value = match.group(2)
+    if value == REDACTED or value[1:-1] == REDACTED:
+        return match.group(0)
+    quote = value[0] if value[:1] in ("'", '"') and len(value) > 1 and value[-1] == value[0] else ""
+    return f"{match.group(1)}{quote}{REDACTED}{quote}"
+
+
+def wire_forms(secret: str) -> set[str]:
+    """The forms ``secret`` takes on the wire: as it is, percent-encoded (in a URL's path or
+    query, ``+`` for spaces or not), escaped in JSON text, and, for ``user:password``, its base64
+    (what HTTP basic authentication sends) with the password alone in each of those forms."""
+    forms = {secret, quote(secret, safe=""), quote(secret, safe="/:@"), quote_plus(secret)}
+    forms.add(json.dumps(secret)[1:-1])
+    _, colon, password = secret.partition(":")
+    if colon and password:
+        forms.add(base64.b64encode(secret.encode()).decode())
+        forms.update({password, quote(password, safe=""), quote_plus(password)})
+    return forms
+
+
+def mask_values(text: str, secrets: Iterable[str], *, mask: str = REDACTED, shortest: int = 3) -> str:
+    """``text`` with every wire form of every secret (at least ``shortest`` characters) replaced
+    by ``mask``, longest first (so a secret inside a longer one goes with it)."""
+    forms: set[str] = set()
+    for secret in secrets:
+        forms.update(wire_forms(secret))
+    for form in sorted((f for f in forms if len(f) >= shortest), key=len, reverse=True):
+        if form in text:
+            text = text.replace(form, mask)
+    return text
+
+
+def hidden_values(kwargs: Mapping[str, Any], recorded: Mapping[str, Any]) -> list[str]:
+    """The values of ``kwargs`` that its recorded form (a redaction policy's output) hides:
+    those to cut out of texts the run records, such as a tool's error message."""
+    found: list[str] = []
+
+    def walk(value: Any, kept: Any, depth: int) -> None:
+        if depth > _MAX_DEPTH:
+            return
+        if kept == REDACTED and value != REDACTED:
+            if isinstance(value, str | int | float) and not isinstance(value, bool):
+                found.append(str(value))
+            elif isinstance(value, Mapping):
+                for v in value.values():
+                    walk(v, REDACTED, depth + 1)
+            elif isinstance(value, list | tuple):
+                for v in value:
+                    walk(v, REDACTED, depth + 1)
+            return
+        if isinstance(value, Mapping) and isinstance(kept, Mapping):
+            for k, v in value.items():
+                walk(v, kept.get(str(k)), depth + 1)
+        elif isinstance(value, list | tuple) and isinstance(kept, list | tuple) and len(value) == len(kept):
+            for v, w in zip(value, kept, strict=True):
+                walk(v, w, depth + 1)
+
+    walk(dict(kwargs), dict(recorded), 0)
+    return [value for value in found if len(value) >= 4]
 
 
 def _looks_secret(key: str) -> bool:

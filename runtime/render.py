@@ -25,6 +25,7 @@ from .core.events import (
     ToolsAdded,
     ToolsRemoved,
 )
+from .runtree import check_run_tree, group_runs
 from .timeline import describe
 
 __all__ = ("plain_run", "render_run", "run_document")
@@ -83,9 +84,8 @@ def run_document(events: Sequence[Event]) -> list[dict[str, Any]]:
 
 
 def _by_run(events: Sequence[Event]) -> dict[str, list[Event]]:
-    runs: dict[str, list[Event]] = {}
-    for event in events:
-        runs.setdefault(event.run_id, []).append(event)
+    runs = group_runs(events)
+    check_run_tree(runs)
     return runs
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import msgspec
 
+from .core.depth import MAX_DEPTH, too_deep
 from .errors import OptionsError, StructuredOutputError
 
 __all__ = ("ResponseSchema", "parse_value", "response_schema", "schema_option")
@@ -68,13 +69,16 @@ def parse_value(response_format: Any, text: str) -> Any:
     ``StructuredOutputError`` when it does not match."""
     if response_format is None:
         return None
+    if too_deep(text.encode("utf-8", "surrogatepass")):  # what no log holds, whatever the recursion limit
+        raise StructuredOutputError(f"the answer nests deeper than {MAX_DEPTH} levels")
     try:
         if isinstance(response_format, type) and _is_pydantic(response_format):
             return response_format.model_validate_json(text)  # type: ignore[attr-defined]
         if isinstance(response_format, type):
             return msgspec.json.decode(text, type=response_format)
         return msgspec.json.decode(text)
-    except (ValueError, msgspec.DecodeError) as exc:  # pydantic's ValidationError is a ValueError
+    # pydantic's ValidationError is a ValueError; text nested past the recursion limit is no value
+    except (ValueError, msgspec.DecodeError, RecursionError) as exc:
         name = getattr(response_format, "__name__", "the response format")
         raise StructuredOutputError(f"the answer does not parse as {name}: {exc}") from exc
 

@@ -20,7 +20,7 @@ from typing import Any, Literal, NamedTuple, Protocol
 from ._sources import IdSource
 from .context import FunctionInvocationContext, SessionSink, current_run_context
 from .core.events import ChildRunStarted
-from .errors import AgentLedgerError
+from .errors import AgentLedgerError, RunIdTakenError
 from .response import AgentResponse, AgentResponseUpdate
 from .run.spec import RunSpec
 from .session import AgentSession
@@ -136,6 +136,7 @@ __all__ = (
 
 MAX_DEPTH = 8
 _depth: contextvars.ContextVar[int] = contextvars.ContextVar("agentledger_depth", default=0)
+_lineage: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar("agentledger_lineage", default=())
 
 
 class SubAgentDepthError(AgentLedgerError):
@@ -200,6 +201,9 @@ class AgentTool(FunctionTool):
         own = None if self.propagate_session else self.agent.create_session(session_id=session_id)
         session = ctx.session if own is None else own
         caller = current_run_context()
+        lineage = (*_lineage.get(), *((ctx.run_id,) if ctx.run_id else ()))
+        if runner is None:  # a replay reuses the recorded ids, and writes nothing
+            await self._check_free(run_id, lineage)
         parent_sink = None
         if caller is not None and caller.recorder is not None and ctx.call_id:
             caller.record(
@@ -213,6 +217,7 @@ class AgentTool(FunctionTool):
                 parent_sink = caller.session_sink
         link = ChildLink(self.agent, parent, not self.propagate_session, run_id, parent_sink)
         depth_token, link_token = _depth.set(depth), _link.set(link)
+        lineage_token = _lineage.set(lineage)
         try:
             task = str(arguments.get(self.arg_name, ""))
             if runner is not None:
@@ -223,6 +228,7 @@ class AgentTool(FunctionTool):
             else:
                 response = await self._execute(task, session, dict(ctx.kwargs))
         finally:
+            _lineage.reset(lineage_token)
             _link.reset(link_token)
             _depth.reset(depth_token)
         if response.user_input_requests:
@@ -233,6 +239,15 @@ class AgentTool(FunctionTool):
                 "to the calling agent, or approve it there with approval_mode on as_tool()"
             )
         return response.text
+
+    async def _check_free(self, run_id: str, lineage: tuple[str, ...]) -> None:
+        """Refuse a child run id that a calling run has, or that the child's store holds, before
+        the caller's log links to it: a link to a run that is not the child would make the run
+        tree lie, or loop back to the caller."""
+        store = self.agent.store
+        held = await store.read(run_id) if store is not None else []
+        if held or run_id in lineage:
+            raise RunIdTakenError(run_id, len(held))
 
     async def _execute(
         self, task: str, session: AgentSession | None, kwargs: dict[str, Any]

@@ -34,6 +34,7 @@ from .core.events import (
     ToolsRemoved,
 )
 from .core.messages import result_text
+from .runtree import check_run_tree, group_runs
 
 __all__ = ("describe", "timeline")
 
@@ -121,10 +122,10 @@ def describe(event: Event) -> str:
 
 
 def timeline(events: Iterable[Event]) -> str:
-    """The events as numbered lines; sub-agent runs are nested under the call that started them."""
-    runs: dict[str, list[Event]] = {}
-    for event in events:
-        runs.setdefault(event.run_id, []).append(event)
+    """The events as numbered lines; sub-agent runs are nested under the call that started them
+    (runs linked into a cycle raise ``RunCycleError``)."""
+    runs = group_runs(events)
+    check_run_tree(runs)
     roots = [run_id for run_id, log in runs.items() if _parent(log) not in runs]
     lines: list[str] = []
     for run_id in roots:

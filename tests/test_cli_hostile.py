@@ -138,6 +138,53 @@ def test_reading_commands_leave_a_sqlite_database_unchanged(capsys: pytest.Captu
     capsys.readouterr()
 
 
+def test_reading_a_wal_database_creates_no_file_beside_it(capsys: pytest.CaptureFixture[str]) -> None:
+    """A database as the store leaves it (WAL, closed) reads without a -wal or -shm file appearing."""
+    store = SqliteEventStore("events.db")
+    record(store)
+    store.close()
+    assert sorted(p.name for p in Path().iterdir()) == ["events.db"]
+    before = Path("events.db").read_bytes()
+    for command in (["runs"], ["show", "run_1"], ["state", "run_1"], ["export", "run_1"]):
+        assert main([*command, "--store", "events.db"]) == 0
+    reader = SqliteEventStore("events.db", read_only=True)
+    assert [type(e).__name__ for e in reader.read_sync("run_1")][-1] == "RunCompleted"
+    reader.close()
+    assert Path("events.db").read_bytes() == before
+    assert sorted(p.name for p in Path().iterdir()) == ["events.db"]
+    capsys.readouterr()
+
+
+def test_a_reader_sees_what_a_running_writer_committed() -> None:
+    """With a writer holding the database open (its -wal file there), a reader reads through it."""
+    writer = SqliteEventStore("events.db")
+    record(writer)
+    assert Path("events.db-wal").exists()
+    reader = SqliteEventStore("events.db", read_only=True)
+    assert [type(e).__name__ for e in reader.read_sync("run_1")][-1] == "RunCompleted"
+    record(writer, "run_2")
+    assert reader.streams_sync() == ["run_1", "run_2"]
+    reader.close()
+    writer.close()
+
+
+def test_a_reader_opened_before_any_writer_sees_a_writer_that_comes_later() -> None:
+    """A reader that found no writer (and read the file as immutable) reads through the writer's
+    files once one has opened the database."""
+    first = SqliteEventStore("events.db")
+    record(first)
+    first.close()
+    reader = SqliteEventStore("events.db", read_only=True)
+    assert reader.streams_sync() == ["run_1"]
+    assert not Path("events.db-wal").exists()
+    writer = SqliteEventStore("events.db")
+    record(writer, "run_2")
+    assert reader.streams_sync() == ["run_1", "run_2"]
+    assert [type(e).__name__ for e in reader.read_sync("run_2")][-1] == "RunCompleted"
+    reader.close()
+    writer.close()
+
+
 def test_a_read_only_store_refuses_to_append() -> None:
     store = SqliteEventStore("events.db")
     record(store)

@@ -175,6 +175,22 @@ def test_an_ambiguous_prefix_is_one_line_listing_candidates(
     assert "'run_0' matches 4 runs: run_00, run_01, run_02, run_03" in err
 
 
+@pytest.mark.parametrize("command", ["show", "state", "view", "export"])
+def test_an_empty_run_id_is_refused_even_when_the_store_holds_one_run(
+    tmp_path: Path, command: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``show ""`` names no run: as a prefix it would name the only run of the store."""
+    monkeypatch.chdir(tmp_path)
+    store = SqliteEventStore(tmp_path / "events.sqlite")
+    anyio.run(record, store, run_events("run_only"))
+    assert main([command, "", "--store", str(tmp_path / "events.sqlite")]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.count("\n") == 1
+    assert "the run id is empty" in captured.err
+    assert not list(tmp_path.glob("*.html"))
+
+
 def test_demo_records_the_real_time(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """The demo's run starts now, not at a fixed date."""
     before = time.time_ns()

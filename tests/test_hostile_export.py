@@ -117,3 +117,68 @@ async def test_a_sink_failing_at_the_cancellation_still_leaves_the_whole_log_sto
 
     events = await cancelled_mid_tool([fails_on_the_end])
     assert event_types(events)[-3:] == ["ToolCalled", "ToolCalled", "RunFailed"]
+
+
+DEEP = 5_000
+
+
+async def deep_arguments_run(store: Any, sinks: list[Any]) -> list[Event]:
+    """A run whose model sends tool-call argument text nested 5,000 deep, and then an answer
+    nested as deep: recorded as they came (``ArgumentsRejected``, a text answer)."""
+
+    @tool
+    def lookup(x: int) -> int:
+        """Look it up."""
+        return x
+
+    from agentledger import ChatResponse, Content
+
+    nested = "[" * DEEP + "]" * DEEP
+    call = Content.from_function_call("c1", "lookup", arguments='{"x":' + nested + "}")
+    client = ScriptedChatClient([ChatResponse(messages=[Message("assistant", (call,))]), nested])
+    agent = Agent(client=client, tools=[lookup], store=store, clock=FixedClock(), ids=SequentialIds(),
+                  event_sinks=sinks)  # fmt: skip
+    response = await agent.run("go")
+    assert response.text == nested
+    events: list[Event] = await store.read("run_1")
+    return events
+
+
+@pytest.mark.anyio
+async def test_arguments_nested_past_the_depth_limit_export_and_bridge_with_content() -> None:
+    """Every reader of the content honours the depth limit the gate enforces (no RecursionError)."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    events = await deep_arguments_run(MemoryEventStore(), [OtelBridge(provider, include_content=True)])
+    assert "ArgumentsRejected" in event_types(events)
+    assert len(exporter.get_finished_spans()) == 4  # the bridge ended every span it opened
+    for content in (False, True):
+        spans = spans_from_events(events, include_content=content)
+        assert encode_protobuf(spans)
+        document = json.loads(encode_json(spans))
+        assert document["resourceSpans"]
+    text = json.dumps(document)
+    assert '[[[[' in text  # the argument text is exported as the text it was
+
+
+def test_export_include_content_of_deep_arguments_is_written(tmp_path: Any, capsys: Any) -> None:
+    from agentledger.adapters.stores.sqlite import SqliteEventStore
+    from agentledger.cli import main
+
+    store = SqliteEventStore(tmp_path / "events.db")
+    anyio.run(deep_arguments_run, store, [])
+    store.close()
+    target = tmp_path / "spans.json"
+    db = str(tmp_path / "events.db")
+    args = ["export", "run_1", "--include-content", "--otlp-file", str(target), "--store", db]
+    assert main(args) == 0, capsys.readouterr().err
+    assert json.loads(target.read_text())["resourceSpans"]
+
+
+def test_a_deep_answer_is_a_structured_output_error() -> None:
+    from agentledger import StructuredOutputError
+    from agentledger.structured import parse_value
+
+    with pytest.raises(StructuredOutputError):
+        parse_value({"type": "array"}, "[" * DEEP + "]" * DEEP)  # a JSON schema: decoded untyped

@@ -215,3 +215,95 @@ def test_a_journal_read_of_many_runs_reports_only_the_runs_asked_for(tmp_path: P
     assert [len(events) for events in many.values()] == [4, 4]
     with pytest.raises(LogCorruptError, match=f"{log}:{len(lines)}"):
         fresh.read_many_sync(["run_1", "run_2", "run_3"])
+
+
+OWN_SEQ_CASES = [
+    ((0, 0), "expected seq 1 of 'run_1', found seq 0"),
+    ((7, 3), "expected seq 0 of 'run_1', found seq 7"),
+]
+
+
+@pytest.mark.parametrize(("claims", "expected"), OWN_SEQ_CASES)
+def test_sqlite_records_whose_own_seq_is_not_their_row_are_corruption(
+    tmp_path: Path, claims: tuple[int, int], expected: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each record's own ``seq`` must match its place in the row (found by fuzzing at 5,000 examples)."""
+    path = sqlite_log(tmp_path)
+    connection = sqlite3.connect(path, isolation_level=None)
+    try:
+        [(data,)] = connection.execute("SELECT data FROM events WHERE seq = 0 AND last = 1").fetchall()
+        first, second = bytes(data).split(b"\n")
+        first = first.replace(b'"seq":0,', b'"seq":%d,' % claims[0])
+        second = second.replace(b'"seq":1,', b'"seq":%d,' % claims[1])
+        connection.execute("DROP TRIGGER IF EXISTS events_follow")
+        connection.execute("UPDATE events SET data = ? WHERE seq = 0", (first + b"\n" + second,))
+    finally:
+        connection.close()
+    with pytest.raises(LogCorruptError, match=expected) as caught:
+        SqliteEventStore(path).read_sync("run_1")
+    assert "stream 'run_1' seq" in caught.value.where
+    for command in READ_COMMANDS[1:]:
+        fails_in_one_line(path, command, capsys)
+
+
+@pytest.mark.parametrize("replacement", ["empty file", "older copy", "removed"])
+def test_a_sqlite_file_replaced_under_a_running_writer_refuses_appends(
+    tmp_path: Path, replacement: str
+) -> None:
+    """A restore from a backup, an empty file renamed over the database, or a deletion: the writer
+    notices the path names another file and refuses to append, instead of acknowledging appends
+    that land in the old file."""
+    import os
+
+    from agentledger.core.events import RunStarted
+
+    path = tmp_path / "events.db"
+    writer = SqliteEventStore(path)
+    record_run(writer)
+    copy = tmp_path / "backup.db"
+    with sqlite3.connect(path) as source, sqlite3.connect(copy) as target:
+        source.backup(target)
+    if replacement == "empty file":
+        (tmp_path / "empty.db").write_bytes(b"")
+        os.replace(tmp_path / "empty.db", path)
+    elif replacement == "older copy":
+        os.replace(copy, path)
+    else:
+        os.unlink(path)
+    event = RunStarted(run_id="run_2", seq=0, at=0, agent_id="a")
+    with pytest.raises(StoreError, match="replaced or removed"):
+        writer.append_sync("run_2", [event], 0)
+    with pytest.raises(StoreError):  # and it stays refused
+        writer.append_sync("run_2", [event], 0)
+    writer.close()
+
+
+def test_a_sqlite_stream_listed_without_events_is_corruption(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = sqlite_log(tmp_path)
+    edit(path, "DELETE FROM events")
+    store = SqliteEventStore(path)
+    assert store.streams_sync() == ["run_1"]
+    with pytest.raises(LogCorruptError, match="listed but holds no events"):
+        store.read_sync("run_1")
+    assert store.read_sync("run_2") == []  # a stream it does not name is simply empty
+    store.close()
+    for command in READ_COMMANDS[1:]:
+        fails_in_one_line(path, command, capsys)
+
+
+def test_a_sqlite_reader_follows_the_path_to_the_file_that_replaced_it(tmp_path: Path) -> None:
+    import os
+
+    path = sqlite_log(tmp_path)
+    other = tmp_path / "other.db"
+    store = SqliteEventStore(other)
+    agent = Agent(client=ScriptedChatClient(["other"]), store=store, clock=FixedClock(), ids=SequentialIds())
+    anyio.run(agent.run, "another question")
+    store.close()
+    reader = SqliteEventStore(path, read_only=True)
+    before = reader.read_sync("run_1")
+    os.replace(other, path)
+    assert reader.read_sync("run_1") != before  # the events of the file the path names now
+    reader.close()

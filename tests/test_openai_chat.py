@@ -266,6 +266,7 @@ def test_public_names_are_pinned() -> None:
     """The module exports exactly the clients, the error tree and the default URL."""
     assert set(openai.__all__) == {
         "DEFAULT_BASE_URL",
+        "DEFAULT_MAX_RESPONSE_BYTES",
         "APIConnectionError",
         "APIStatusError",
         "APITimeoutError",
@@ -278,6 +279,7 @@ def test_public_names_are_pinned() -> None:
         "OpenAIResponsesClient",
         "RateLimitError",
         "ResponseFailedError",
+        "ResponseTooLargeError",
         "ServerError",
         "TruncatedStreamError",
     }

@@ -241,7 +241,7 @@ async def test_differences_align_past_an_extra_event(tree: tuple[str, str, str])
 async def test_a_run_tree_that_links_back_is_refused() -> None:
     """Logs whose sub-agent links lead back to a run above (run ids that collided, say) are
     refused with a typed error when the tree is loaded, instead of being walked forever."""
-    from agentledger import LogCorruptError, MemoryEventStore
+    from agentledger import LogCorruptError, MemoryEventStore, RunCycleError
 
     store = MemoryEventStore()
     lead: list[Event] = [
@@ -256,6 +256,8 @@ async def test_a_run_tree_that_links_back_is_refused() -> None:
     ]
     await store.append("run_1", lead, 0)
     await store.append("run_2", child, 0)
-    with pytest.raises(LogCorruptError, match="run_1 -> run_2 -> run_1"):
+    with pytest.raises(RunCycleError) as raised:
         await load(store, "run_1")
+    assert raised.value.cycle == ("run_1", "run_2", "run_1")
+    assert isinstance(raised.value, LogCorruptError)
     assert (await load(store, "run_1", with_children=False)).children == {}

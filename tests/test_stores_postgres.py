@@ -183,6 +183,64 @@ async def test_missing_row_is_a_gap(dsn: str, schema: str) -> None:
 
 
 @pytest.mark.anyio
+async def test_a_record_whose_own_seq_is_not_its_row_is_corruption(dsn: str, schema: str) -> None:
+    """A record claiming another seq than its row's (copied over by hand) is LogCorruptError."""
+    async with _store(dsn, schema) as store:
+        await store.append("run_1", make_events("run_1", 0, 4, "x"), 0)
+        async with _connection(dsn) as connection:
+            await connection.execute(
+                f"UPDATE {schema}.events SET data = jsonb_set(data::jsonb, '{{seq}}', '0')::json"
+                " WHERE seq = 2"
+            )
+        with pytest.raises(LogCorruptError, match="expected seq 2 of 'run_1', found seq 0") as caught:
+            await store.read("run_1")
+        assert caught.value.where.endswith("stream 'run_1' seq 2")
+
+
+async def _schema_exists(dsn: str, schema: str) -> bool:
+    async with _connection(dsn) as connection:
+        cursor = await connection.execute("SELECT count(*) FROM pg_namespace WHERE nspname = %s", (schema,))
+        row = await cursor.fetchone()
+    return bool(row and row[0])
+
+
+@pytest.mark.anyio
+async def test_a_read_only_store_on_an_empty_database_creates_nothing(dsn: str, schema: str) -> None:
+    """Reading a database without the schema lists no runs and leaves the database as it was."""
+    from agentledger.store import list_runs
+
+    async with _store(dsn, schema, read_only=True) as store:
+        assert await store.streams() == []
+        assert await store.read("run_1") == []
+        assert await store.version("run_1") == 0
+        assert await list_runs(store) == []
+        with pytest.raises(StoreError, match="read-only"):
+            await store.append("run_1", make_events("run_1", 0, 1, "x"), 0)
+        with pytest.raises(StoreError, match="read-only"):
+            await store.migrate()
+    assert not await _schema_exists(dsn, schema)
+
+
+@pytest.mark.anyio
+async def test_a_read_only_store_reads_in_read_only_transactions(dsn: str, schema: str) -> None:
+    async with _store(dsn, schema) as writer:
+        await writer.append("run_1", make_events("run_1", 0, 3, "x"), 0)
+    async with _store(dsn, schema, read_only=True) as store:
+        assert len(await store.read("run_1")) == 3
+        assert await store.streams() == ["run_1"]
+        async with store.connection() as connection:
+            cursor = await connection.execute("SHOW transaction_read_only")
+            assert await cursor.fetchone() == ("on",)
+
+
+def test_the_command_line_opens_postgresql_read_only_for_reading(dsn: str) -> None:
+    from agentledger.cli import open_store
+
+    assert open_store(dsn).read_only is True  # type: ignore[attr-defined]
+    assert open_store(dsn, create=True).read_only is False  # type: ignore[attr-defined]
+
+
+@pytest.mark.anyio
 async def test_unreachable_server_is_a_store_error() -> None:
     """A server that cannot be reached raises StoreError naming the problem."""
     with socket.socket() as sock:
@@ -291,6 +349,44 @@ async def test_two_stores_on_one_schema_see_each_others_appends(dsn: str, schema
 
 
 @pytest.mark.anyio
+async def test_a_conflict_after_a_rolled_back_group_names_a_version_the_stream_had(
+    dsn: str, schema: str
+) -> None:
+    """Two appends to one stream share a group; the first is speculatively accepted, the second
+    refused at the version the first would lead to; then the group is rolled back (another
+    process wrote the stream meanwhile). The refusal names the stream's real version."""
+    release, entered = anyio.Event(), anyio.Event()
+    held: list[int] = []
+    errors: list[ConflictError] = []
+
+    async def before_commit() -> None:
+        held.append(1)
+        if len(held) == 2:  # the commit of run_other, after run_s's first append
+            entered.set()
+            await release.wait()
+
+    async def append(events: int, expected: int) -> None:
+        try:
+            await one.append("run_s", make_events("run_s", expected, events, f"x{expected}"), expected)
+        except ConflictError as exc:
+            errors.append(exc)
+
+    async with _store(dsn, schema) as one, _store(dsn, schema) as two:
+        one._before_commit = before_commit
+        await one.append("run_s", make_events("run_s", 0, 2, "a"), 0)  # one knows run_s at 2
+        await two.append("run_s", make_events("run_s", 2, 1, "b"), 2)  # the stream is at 3 now
+        async with anyio.create_task_group() as group:
+            group.start_soon(one.append, "run_other", make_events("run_other", 0, 1, "o"), 0)
+            await entered.wait()  # that commit holds the lead: the next two queue into one group
+            group.start_soon(append, 2, 2)
+            group.start_soon(append, 1, 2)
+            await anyio.wait_all_tasks_blocked()
+            release.set()
+        assert len(await two.read("run_s")) == 3
+        assert [(e.expected, e.actual) for e in errors] == [(2, 3), (2, 3)]
+
+
+@pytest.mark.anyio
 async def test_a_cancelled_append_still_waits_for_its_commit(dsn: str, schema: str) -> None:
     """Cancelled while queued behind a commit, an append is settled first, then cancelled."""
     release, entered = anyio.Event(), anyio.Event()
@@ -371,3 +467,29 @@ async def test_list_runs_filters_in_sql_and_skips_a_stream_that_does_not_decode(
         with pytest.warns(UnreadableStreamWarning, match="skipped stream 'run_d': postgresql") as warned:
             assert await ids(limit=2) == ["run_c", "run_b"]
         assert len(warned) == 1
+
+
+@pytest.mark.anyio
+async def test_a_connection_lost_at_commit_is_an_unknown_outcome(dsn: str, schema: str) -> None:
+    """Killed as it commits, an append raises CommitUnknownError (its outcome is not known),
+    not the StoreError that says nothing was written; the stream reads back either way."""
+    from agentledger.errors import CommitUnknownError
+
+    name = f"kill_{schema[-8:]}"
+    separator = "&" if "?" in dsn else "?"
+    kill = {"on": False}
+
+    async def before_commit() -> None:
+        if kill["on"]:
+            async with _connection(dsn) as killer:
+                terminate = "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = "
+                await killer.execute(terminate + "%s", (name,))
+
+    async with _store(f"{dsn}{separator}application_name={name}", schema) as store:
+        store._before_commit = before_commit
+        await store.append("run_1", make_events("run_1", 0, 2, "a"), 0)
+        kill["on"] = True
+        with pytest.raises(CommitUnknownError, match="may have been written"):
+            await store.append("run_1", make_events("run_1", 2, 1, "b"), 2)
+        kill["on"] = False
+        assert len(await store.read("run_1")) in (2, 3)

@@ -503,6 +503,20 @@ async def test_demo_in_chromium(browser: Browser, tmp_path: Path) -> None:
     page.close()
 
 
+@pytest.mark.parametrize("fragment", ["#%E0%A4%A", "#%", "#run_1:%ZZ", "#%C0%80:1"])
+async def test_a_malformed_fragment_still_builds_the_timeline_in_chromium(
+    browser: Browser, tmp_path: Path, fragment: str
+) -> None:
+    """A fragment that is not valid percent-encoding selects the last event, as no fragment does."""
+    events = await demo_events()
+    path = write_html(events, tmp_path / "demo.html")
+    page = browser.new_page()
+    page.goto(path.as_uri() + fragment)
+    page.wait_for("window.agentledgerViewer && window.agentledgerViewer.ready")
+    assert selected(page) == {"run": "run_1", "seq": events[-1].seq}
+    assert page.evaluate("document.querySelectorAll('button.ev').length") == len(events)
+
+
 async def test_keyboard_moves_between_events_in_chromium(browser: Browser, tmp_path: Path) -> None:
     """Events are buttons: Tab reaches them, arrow keys move the selection, the panel follows."""
     page = open_page(browser, write_html(await demo_events(), tmp_path / "demo.html"))

@@ -12,6 +12,7 @@
     │   ├── RateLimitError                      429, once the retries are used up (retry_after)
     │   └── ServerError                         5xx, once the retries are used up
     ├── ResponseFailedError                     the server reported a failure inside its answer
+    ├── ResponseTooLargeError                   the answer, decompressed, passed the client's limit
     └── MalformedResponseError                  the answer is not the JSON the wire format says
         └── TruncatedStreamError                a stream ended before its final event
 
@@ -36,6 +37,7 @@ __all__ = (
     "OpenAIError",
     "RateLimitError",
     "ResponseFailedError",
+    "ResponseTooLargeError",
     "ServerError",
     "TruncatedStreamError",
     "status_error",
@@ -95,6 +97,16 @@ class ServerError(APIStatusError):
 
 class ResponseFailedError(OpenAIError):
     """The server answered 200 but reported a failure inside: an error event, a failed response."""
+
+
+class ResponseTooLargeError(OpenAIError):
+    """The answer (its body as decompressed, or a stream's bytes in all) grew past the client's
+    ``max_response_bytes``: reading stopped there, so a small compressed body cannot inflate into
+    gigabytes in memory."""
+
+    def __init__(self, message: str, *, limit: int) -> None:
+        super().__init__(message)
+        self.limit = limit
 
 
 class MalformedResponseError(OpenAIError):

@@ -12,6 +12,7 @@ of whatever the server or the transport said, since a server may echo them back.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import email.utils
 import time
@@ -21,19 +22,27 @@ from typing import Any
 import httpx
 import msgspec
 
-from agentledger.redaction import scrub_text
+from agentledger.core.messages import Content
+from agentledger.redaction import mask_values, scrub_text
 
 from ._openai_errors import (
     APIConnectionError,
     APIStatusError,
     APITimeoutError,
+    ResponseTooLargeError,
     TruncatedStreamError,
     status_error,
 )
 
 __all__ = (
+    "ANSWER_SHORTEST",
+    "DEFAULT_MAX_RESPONSE_BYTES",
+    "MAX_ERROR_BYTES",
     "body_chunks",
+    "body_secrets",
+    "masked_contents",
     "read_all",
+    "request_secrets",
     "retry_after",
     "send_request",
     "shown_url",
@@ -55,19 +64,75 @@ def shown_url(request: httpx.Request) -> str:
     return str(url.copy_with(query=None, fragment=None, username=None, password=None))
 
 
-def without_secrets(text: str, request: httpx.Request) -> str:
-    """``text`` with every header and query value of ``request`` (and credentials) cut out."""
+def request_secrets(request: httpx.Request) -> set[str]:
+    """What of ``request`` no message or answer may show: every header value but the plain ones
+    (with the token of a ``Bearer``/``Basic`` value, and the ``user:password`` a basic one
+    encodes), every query value (decoded and as sent), and the URL's password."""
     secrets: set[str] = set()
     for name, value in request.headers.items():
         if name.lower() in _PLAIN_HEADERS:
             continue
         secrets.add(value)
         if value.lower().startswith(_SCHEMES):
-            secrets.add(value.split(" ", 1)[1].strip())
+            token = value.split(" ", 1)[1].strip()
+            secrets.add(token)
+            if value.lower().startswith("basic "):
+                with contextlib.suppress(ValueError):
+                    secrets.add(base64.b64decode(token, validate=True).decode("utf-8"))
     secrets.update(value for _, value in request.url.params.multi_items())
-    for secret in sorted((s for s in secrets if len(s) >= 3), key=len, reverse=True):
-        text = text.replace(secret, _MASK)
-    return scrub_text(text)
+    for pair in request.url.query.split(b"&"):
+        secrets.add(pair.partition(b"=")[2].decode("ascii", "replace"))
+    if request.url.password:
+        secrets.update({request.url.password, f"{request.url.username}:{request.url.password}"})
+    secrets.discard("")
+    return secrets
+
+
+def body_secrets(extra_body: Any, depth: int = 0) -> set[str]:
+    """The text values of ``extra_body`` (a run's ``client_kwargs``, never recorded)."""
+    if isinstance(extra_body, str):
+        return {extra_body}
+    if depth > 32:
+        return set()
+    if isinstance(extra_body, dict):
+        return {s for v in extra_body.values() for s in body_secrets(v, depth + 1)}
+    if isinstance(extra_body, list | tuple):
+        return {s for v in extra_body for s in body_secrets(v, depth + 1)}
+    return set()
+
+
+def without_secrets(text: str, request: httpx.Request) -> str:
+    """``text`` with every header and query value of ``request`` (and credentials) cut out, in
+    each form it takes on the wire (as sent, percent-encoded, JSON-escaped, base64)."""
+    return scrub_text(mask_values(text, request_secrets(request), mask=_MASK))
+
+
+ANSWER_SHORTEST = 6
+"""Secrets shorter than this are not cut out of answers (they would cut ordinary words)."""
+
+
+def masked_contents(contents: tuple[Content, ...], secrets: set[str]) -> tuple[Content, ...]:
+    """``contents`` with every wire form of ``secrets`` cut out of their texts (an answer that
+    quotes the request back: its headers, query and body)."""
+    changed = False
+    out: list[Content] = []
+    for content in contents:
+        fields: dict[str, Any] = {}
+        for name in ("text", "arguments", "exception"):
+            value = getattr(content, name)
+            if isinstance(value, str):
+                masked = mask_values(value, secrets, mask=_MASK, shortest=ANSWER_SHORTEST)
+                if masked != value:
+                    fields[name] = masked
+        if isinstance(content.result, str):
+            masked = mask_values(content.result, secrets, mask=_MASK, shortest=ANSWER_SHORTEST)
+            if masked != content.result:
+                fields["result"] = masked
+        if fields:
+            changed = True
+            content = msgspec.structs.replace(content, **fields)
+        out.append(content)
+    return tuple(out) if changed else contents
 
 
 async def send_request(http: httpx.AsyncClient, request: httpx.Request, stream: bool) -> httpx.Response:
@@ -81,10 +146,25 @@ async def send_request(http: httpx.AsyncClient, request: httpx.Request, stream: 
         raise APIConnectionError(f"POST {shown_url(request)} failed: {detail}") from exc
 
 
-async def body_chunks(response: httpx.Response) -> AsyncIterator[bytes]:
-    """The streamed body; a connection lost midway is a truncated stream."""
+DEFAULT_MAX_RESPONSE_BYTES = 32 * 1024 * 1024
+"""How many bytes of an answer (decompressed) a client reads at most, by default: 32 MiB."""
+MAX_ERROR_BYTES = 64 * 1024
+"""How much of an error status's body is read for its message."""
+
+
+async def body_chunks(response: httpx.Response, limit: int | None = None) -> AsyncIterator[bytes]:
+    """The streamed body, decompressed, up to ``limit`` bytes in all (``ResponseTooLargeError``
+    past it); a connection lost midway is a truncated stream."""
+    total = 0
     try:
         async for chunk in response.aiter_bytes():
+            total += len(chunk)
+            if limit is not None and total > limit:
+                raise ResponseTooLargeError(
+                    f"the answer passed {limit:,} bytes (decompressed) and was not read further; "
+                    "raise max_response_bytes if answers this large are expected",
+                    limit=limit,
+                )
             yield chunk
     except httpx.TimeoutException as exc:
         raise APITimeoutError("the stream stalled past the timeout") from exc
@@ -92,8 +172,10 @@ async def body_chunks(response: httpx.Response) -> AsyncIterator[bytes]:
         raise TruncatedStreamError(f"the connection broke during the stream: {exc}") from exc
 
 
-async def read_all(response: httpx.Response) -> bytes:
-    """The whole body of a streamed response."""
+async def read_all(response: httpx.Response, limit: int | None = None) -> bytes:
+    """The whole body of a streamed response, up to ``limit`` bytes (decompressed)."""
+    if limit is not None:
+        return b"".join([chunk async for chunk in body_chunks(response, limit)])
     try:
         return await response.aread()
     except httpx.TimeoutException as exc:
@@ -104,9 +186,9 @@ async def read_all(response: httpx.Response) -> bytes:
 
 async def status_error_of(request: httpx.Request, response: httpx.Response) -> APIStatusError:
     try:
-        await response.aread()
-        detail, code = _error_detail(response.content)
-    except httpx.HTTPError:
+        content = await read_all(response, MAX_ERROR_BYTES)
+        detail, code = _error_detail(content)
+    except (httpx.HTTPError, ResponseTooLargeError, TruncatedStreamError, APITimeoutError):
         detail, code = "(the error body could not be read)", None
     finally:
         await response.aclose()

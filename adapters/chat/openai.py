@@ -60,15 +60,26 @@ from ._openai_errors import (
     OpenAIError,
     RateLimitError,
     ResponseFailedError,
+    ResponseTooLargeError,
     ServerError,
     TruncatedStreamError,
 )
-from ._openai_http import body_chunks, read_all, send_request, status_error_of
+from ._openai_http import (
+    DEFAULT_MAX_RESPONSE_BYTES,
+    body_chunks,
+    body_secrets,
+    masked_contents,
+    read_all,
+    request_secrets,
+    send_request,
+    status_error_of,
+)
 from ._openai_responses import ResponsesStream, responses_continuation, responses_request, responses_response
 from ._sse import ServerSentEvent, SSEDecoder
 
 __all__ = (
     "DEFAULT_BASE_URL",
+    "DEFAULT_MAX_RESPONSE_BYTES",
     "APIConnectionError",
     "APIStatusError",
     "APITimeoutError",
@@ -81,6 +92,7 @@ __all__ = (
     "OpenAIResponsesClient",
     "RateLimitError",
     "ResponseFailedError",
+    "ResponseTooLargeError",
     "ServerError",
     "TruncatedStreamError",
 )
@@ -120,6 +132,7 @@ class _OpenAIClient(BaseChatClient):
         max_retry_delay: float = 60.0,
         http_client: httpx.AsyncClient | None = None,
         sleep: Sleep | None = None,
+        max_response_bytes: int | None = DEFAULT_MAX_RESPONSE_BYTES,
     ) -> None:
         env = os.environ
         self.model: str = model or env.get(self.model_variable) or env.get("OPENAI_MODEL") or ""
@@ -135,6 +148,11 @@ class _OpenAIClient(BaseChatClient):
         self.timeout = timeout
         self.max_retries = max_retries
         self.max_retry_delay = max_retry_delay
+        if max_response_bytes is not None and (type(max_response_bytes) is not int or max_response_bytes < 1):
+            raise OpenAIConfigurationError(
+                f"max_response_bytes must be a positive int or None, not {max_response_bytes!r}"
+            )
+        self.max_response_bytes = max_response_bytes
         self._sleep: Sleep = anyio.sleep if sleep is None else sleep
         self._http = http_client
         self._owns_http = http_client is None
@@ -197,9 +215,19 @@ class _OpenAIClient(BaseChatClient):
         options = options or {}
         with self._masked():
             body = self._body(messages, options, stream=False)
-            response = await self._send(body, client_kwargs or {}, stream=False)
-            answer = self._parse(response.content, options.get("model") or self.model)
+            extras = client_kwargs or {}
+            response = await self._send(body, extras, stream=False)
+            try:  # read as a stream, so a body that inflates past the limit stops there
+                content = await read_all(response, self.max_response_bytes)
+            finally:
+                await response.aclose()
+            answer = self._parse(content, options.get("model") or self.model)
             answer.conversation_id = self._continuation(options, answer.response_id, answer.conversation_id)
+            secrets = _secrets(response.request, extras)
+            answer.messages = [
+                msgspec.structs.replace(message, contents=masked_contents(message.contents, secrets))
+                for message in answer.messages
+            ]
             return answer
 
     async def get_streaming_response(
@@ -214,9 +242,15 @@ class _OpenAIClient(BaseChatClient):
         options = options or {}
         with self._masked():
             body = self._body(messages, options, stream=True)
-            response = await self._send(body, client_kwargs or {}, stream=True)
+            extras = client_kwargs or {}
+            response = await self._send(body, extras, stream=True)
+            secrets = _secrets(response.request, extras)
             try:
                 async for update in self._read_stream(response, options.get("model") or self.model):
+                    if update.contents:
+                        contents = masked_contents(update.contents, secrets)
+                        if contents is not update.contents:
+                            update = msgspec.structs.replace(update, contents=contents)
                     if update.finish_reason is not None or update.usage is not None:
                         kept = self._continuation(options, update.response_id, update.conversation_id)
                         if kept != update.conversation_id:
@@ -227,11 +261,11 @@ class _OpenAIClient(BaseChatClient):
 
     async def _read_stream(self, response: httpx.Response, model: str) -> AsyncIterator[ChatResponseUpdate]:
         if response.headers.get("content-type", "").startswith("application/json"):
-            for update in _as_updates(self._parse(await read_all(response), model)):
+            for update in _as_updates(self._parse(await read_all(response, self.max_response_bytes), model)):
                 yield update
             return
         decoder, stream = SSEDecoder(), self._stream(model)
-        async for chunk in body_chunks(response):
+        async for chunk in body_chunks(response, self.max_response_bytes):
             for event in decoder.feed(chunk):
                 for update in stream.feed(event):
                     yield update
@@ -249,7 +283,7 @@ class _OpenAIClient(BaseChatClient):
         request = self._request(http, body, extras, stream=stream)
         attempt = 0
         while True:
-            response = await send_request(http, request, stream)
+            response = await send_request(http, request, True)  # read by us, within the size limit
             if response.is_success:
                 return response
             error = await status_error_of(request, response)
@@ -355,6 +389,12 @@ class OpenAIResponsesClient(_OpenAIClient):
 
 
 # -- helpers ----------------------------------------------------------------------------------
+
+
+def _secrets(request: httpx.Request, extras: Mapping[str, Any]) -> set[str]:
+    """What the client was given for this call that an answer quoting the request must not carry
+    into the log: the request's headers, query and credentials, and ``extra_body``'s values."""
+    return request_secrets(request) | body_secrets(extras.get("extra_body"))
 
 
 def _as_updates(response: ChatResponse) -> list[ChatResponseUpdate]:

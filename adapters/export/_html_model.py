@@ -20,6 +20,7 @@ from typing import Any
 from agentledger import __version__
 from agentledger.core.events import ChildRunStarted, Event, RunStarted, to_plain
 from agentledger.replay import RecordedRun
+from agentledger.runtree import check_run_tree, group_runs
 
 from ._html_states import Scrub, compact_states
 
@@ -96,11 +97,10 @@ def _keep_pooled(kind: str, value: Any) -> Any:
 
 
 def _group(events: Sequence[Event]) -> dict[str, list[Event]]:
-    runs: dict[str, list[Event]] = {}
-    for event in events:
-        runs.setdefault(event.run_id, []).append(event)
+    runs = group_runs(events)
     for log in runs.values():
         log.sort(key=lambda e: e.seq)
+    check_run_tree(runs)  # the page walks parent links and children: a cycle is refused here
     return runs
 
 

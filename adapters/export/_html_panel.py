@@ -173,7 +173,16 @@ PANEL = r"""
     select(target.dataset.run, Number(target.dataset.seq), true);
   });
 
-  const wanted = decodeURIComponent(location.hash.slice(1)).match(/^(.*):(\d+)$/);
+  // The fragment is whatever the address says: one that is not valid percent-encoding
+  // (#%E0%A4%A) selects nothing, instead of stopping the script before the timeline is built.
+  const fragment = (() => {
+    try {
+      return decodeURIComponent(location.hash.slice(1));
+    } catch (error) {
+      return "";
+    }
+  })();
+  const wanted = fragment.match(/^(.*):(\d+)$/);
   if (!(wanted && select(wanted[1], Number(wanted[2]), false)) && root && root.events.length) {
     select(DATA.roots[0], root.events[root.events.length - 1].seq, false);
   }

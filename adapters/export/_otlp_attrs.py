@@ -13,6 +13,7 @@ from typing import Any
 
 import msgspec
 
+from agentledger.core.depth import MAX_DEPTH, too_deep
 from agentledger.core.events import Event, ModelResponded, RunStarted, SessionUpdated, ToolSpec
 from agentledger.core.messages import Content, Message, Usage, result_text
 
@@ -51,11 +52,15 @@ def dumps(value: Any) -> str:
 
 
 def _arguments(raw: str | None) -> Any:
+    """A call's argument text as JSON, or as the text itself when it is not JSON or nests deeper
+    than a log may hold (the model's text is recorded as it came; decoding it would recurse)."""
     if raw is None:
         return {}
+    if too_deep(raw.encode("utf-8", "surrogatepass"), MAX_DEPTH - 8):  # room for the message around it
+        return raw
     try:
         return msgspec.json.decode(raw)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):
         return raw
 
 

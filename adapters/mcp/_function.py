@@ -23,6 +23,8 @@ import msgspec
 from agentledger.errors import ArgumentsError, ToolDefinitionError
 from agentledger.tools import ApprovalMode, FunctionTool
 
+from ._patterns import PatternTimeout, search
+
 if TYPE_CHECKING:
     from jsonschema.protocols import Validator
 
@@ -99,7 +101,8 @@ class MCPFunctionTool(FunctionTool):
         self.server = server
         self.remote_name = remote_name
         self.input_schema = schema
-        self._checker = checker(schema, format_checker=checker.FORMAT_CHECKER)
+        bounded = jsonschema.validators.extend(checker, {"pattern": _bounded_pattern})  # type: ignore[no-untyped-call]
+        self._checker = bounded(schema, format_checker=checker.FORMAT_CHECKER)
 
     def validate(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
         """The arguments as they are, if the server's input schema accepts them; else
@@ -120,6 +123,20 @@ class MCPFunctionTool(FunctionTool):
 
     def __repr__(self) -> str:
         return f"MCPFunctionTool(name={self.name!r}, server={self.server.name!r})"
+
+
+def _bounded_pattern(validator: Any, pattern: Any, instance: Any, schema: Any) -> Any:
+    """The ``pattern`` keyword, matched within a time budget (``_patterns``): a server's pattern
+    and a model's string cannot hold the event loop for longer than ``PATTERN_TIMEOUT``."""
+    if not validator.is_type(instance, "string") or not isinstance(pattern, str):
+        return
+    try:
+        matched = search(pattern, instance)
+    except PatternTimeout as exc:
+        yield jsonschema.exceptions.ValidationError(f"{exc}: the value was not accepted")
+        return
+    if not matched:
+        yield jsonschema.exceptions.ValidationError(f"{instance!r} does not match {pattern!r}")
 
 
 def _describe(problem: jsonschema.exceptions.ValidationError) -> str:

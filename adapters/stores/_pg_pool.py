@@ -24,17 +24,25 @@ def lock_key(purpose: str, schema: str) -> int:
 class Pool:
     """A few autocommit connections, opened on demand and reused while they are healthy."""
 
-    def __init__(self, conninfo: str, size: int) -> None:
+    def __init__(self, conninfo: str, size: int, *, read_only: bool = False) -> None:
         self.conninfo = conninfo
         self.size = size
+        self.read_only = read_only
         self.idle: list[psycopg.AsyncConnection[Any]] = []
         self.slots: anyio.Semaphore | None = None
 
     async def open(self) -> psycopg.AsyncConnection[Any]:
         try:
-            return await psycopg.AsyncConnection.connect(self.conninfo, autocommit=True)
+            connection = await psycopg.AsyncConnection.connect(self.conninfo, autocommit=True)
         except psycopg.Error as exc:
             raise StoreError(f"cannot connect to PostgreSQL: {exc}") from exc
+        if self.read_only:  # every transaction of the connection is read-only: the server refuses writes
+            try:
+                await connection.execute("SET default_transaction_read_only = on")
+            except psycopg.Error as exc:
+                await connection.close()
+                raise StoreError(f"cannot connect to PostgreSQL: {exc}") from exc
+        return connection
 
     @contextlib.asynccontextmanager
     async def connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:

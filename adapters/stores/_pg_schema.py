@@ -23,6 +23,7 @@ __all__ = (
     "MIGRATIONS",
     "SCHEMA_VERSION",
     "Migration",
+    "inspect",
     "upgrade",
 )
 
@@ -133,3 +134,25 @@ async def upgrade(connection: psycopg.AsyncConnection[Any], schema: str, lock_ke
                 for statement in migration.statements:
                     await connection.execute(_sql(statement, schema))
                 await connection.execute(record, (migration.version, migration.description))
+
+
+async def inspect(connection: psycopg.AsyncConnection[Any], schema: str, label: str) -> bool:
+    """Whether the schema holds an event store this code reads, without creating or changing
+    anything (a read-only store): False when there is none yet; ``StoreError`` for a schema of
+    another version."""
+    cursor = await connection.execute("SELECT to_regclass(%s)", (f'"{schema}".schema_version',))
+    row = await cursor.fetchone()
+    if row is None or row[0] is None:
+        return False
+    current = await _current(connection, schema)
+    if current > SCHEMA_VERSION:
+        raise StoreError(
+            f"{label}: the schema is at version {current}, newer than this code knows "
+            f"({SCHEMA_VERSION}); upgrade agentledger"
+        )
+    if current < SCHEMA_VERSION:
+        raise StoreError(
+            f"{label}: the schema is at version {current}; open it once writable to migrate it "
+            f"to version {SCHEMA_VERSION}"
+        )
+    return True

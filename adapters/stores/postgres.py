@@ -45,10 +45,10 @@ from typing import Any, NamedTuple, Self
 import anyio
 
 from agentledger.core.events import Event, encode_event
-from agentledger.errors import ConflictError, LogCorruptError, StoreError
+from agentledger.errors import CommitUnknownError, ConflictError, LogCorruptError, StoreError
 from agentledger.listing import RunQuery, RunSummary
 
-from ._codec import decode_records
+from ._codec import check_sequence, decode_records
 from ._group import Append, LoopGroups, appending, remember
 from ._listing import report
 
@@ -99,6 +99,14 @@ class CallRecord(NamedTuple):
     outcome: bytes | None
 
 
+def _lost(connection: psycopg.AsyncConnection[Any], exc: psycopg.Error) -> bool:
+    """Whether ``exc`` is the connection going away, not the server refusing a statement (a
+    refusal has an SQLSTATE and leaves the connection usable: the transaction was rolled back)."""
+    if connection.broken or connection.closed:
+        return True
+    return isinstance(exc, psycopg.OperationalError) and not exc.sqlstate
+
+
 class _Behind(Exception):
     """The stream is shorter than the expected version: nothing was inserted."""
 
@@ -109,6 +117,10 @@ class PostgresEventStore:
     ``conninfo`` is a libpq connection string or URL (``postgresql://user@host/db``). ``schema``
     names the PostgreSQL schema holding the tables (created on first use). ``max_connections``
     bounds the pool; ``tail()`` uses one more connection per follower while ``listen`` is on.
+
+    ``read_only=True`` never writes: every transaction is read-only (the server refuses writes),
+    no schema is created or migrated (a database without one reads as a store with no streams; a
+    schema of another version is refused), and appends and call records raise ``StoreError``.
     """
 
     def __init__(
@@ -119,6 +131,7 @@ class PostgresEventStore:
         max_connections: int = 10,
         listen: bool = True,
         poll_interval: float = 1.0,
+        read_only: bool = False,
     ) -> None:
         if not _SCHEMA_NAME.match(schema):
             raise ValueError(
@@ -129,10 +142,12 @@ class PostgresEventStore:
         self.listen = listen
         self.poll_interval = poll_interval
         self.channel = f"{schema}_appended"
-        self._pool = Pool(conninfo, max_connections)
+        self.read_only = read_only
+        self._pool = Pool(conninfo, max_connections, read_only=read_only)
         self._append_key = lock_key("append", schema)
         self._migrate_key = lock_key("migrate", schema)
         self._migrated = False
+        self._present = False  # whether the schema is there (a read-only store never creates it)
         self._migrating: anyio.Lock | None = None
         self._closed = False
         self._groups: LoopGroups[_Row] = LoopGroups(self._commit_group)
@@ -149,6 +164,7 @@ class PostgresEventStore:
             raise ValueError("a stream name must be non-empty")
         if self._closed:
             raise StoreError(f"{self!r} is closed")
+        self._refuse_read_only("append to it")
         rows = [(type(event).__name__, encode_event(event).decode()) for event in events]
         return await self._groups.run(Append(stream, rows, expected_version))
 
@@ -157,29 +173,41 @@ class PostgresEventStore:
         query = self.query(
             "SELECT seq, data::text FROM {schema}.events WHERE stream = %s AND seq > %s ORDER BY seq"
         )
+        if not await self._has_schema():
+            return []
         async with self.connection() as connection:
             rows: list[tuple[int, str]] = await self.fetch(connection, query, (stream, after))
         first = max(after + 1, 0)
         for expected, (seq, _) in enumerate(rows, first):
             if seq != expected:
                 raise LogCorruptError(f"expected seq {expected}, found {seq}", where=self.where(stream, seq))
-        return decode_records([row[1].encode() for row in rows], lambda i: self.where(stream, rows[i][0]))
+
+        def where(index: int) -> str:
+            return self.where(stream, rows[index][0])
+
+        return check_sequence(decode_records([row[1].encode() for row in rows], where), stream, first, where)
 
     async def streams(self) -> list[str]:
         """Every stream's name, oldest first."""
         query = self.query("SELECT name FROM {schema}.streams ORDER BY position")
+        if not await self._has_schema():
+            return []
         async with self.connection() as connection:
             rows: list[tuple[str]] = await self.fetch(connection, query, ())
         return [row[0] for row in rows]
 
     async def list_runs(self, query: RunQuery) -> list[RunSummary]:
         """Run summaries, newest first, from each stream's first and last events (``SupportsRunListing``)."""
+        if not await self._has_schema():
+            return []
         return report(await _pg_runs.list_runs(self, query))
 
     # -- beyond the protocol ----------------------------------------------------------------------
 
     async def version(self, stream: str) -> int:
         """How many events ``stream`` holds (0 for an unknown stream)."""
+        if not await self._has_schema():
+            return 0
         async with self.connection() as connection:
             return await self._version(connection, stream)
 
@@ -193,6 +221,7 @@ class PostgresEventStore:
 
     async def claim_call(self, key: str) -> CallRecord:
         """Count one more attempt at the call ``key``; its outcome if one is recorded."""
+        self._refuse_read_only("record calls in it")
         query = self.query(
             "INSERT INTO {schema}.call_outcomes AS c (key, attempts) VALUES (%s, 1) "
             "ON CONFLICT (key) DO UPDATE SET attempts = c.attempts + 1 RETURNING attempts, outcome"
@@ -204,6 +233,7 @@ class PostgresEventStore:
 
     async def complete_call(self, key: str, outcome: bytes) -> bytes:
         """Record the outcome of ``key`` unless one already is; returns the recorded outcome."""
+        self._refuse_read_only("record calls in it")
         update = self.query(
             "UPDATE {schema}.call_outcomes SET outcome = %s, completed_at = now() "
             "WHERE key = %s AND outcome IS NULL"
@@ -218,6 +248,7 @@ class PostgresEventStore:
 
     async def migrate(self) -> int:
         """Create or upgrade the schema now (first use does it anyway); returns its version."""
+        self._refuse_read_only("create or migrate its schema")
         async with self.connection():
             return _pg_schema.SCHEMA_VERSION
 
@@ -235,15 +266,16 @@ class PostgresEventStore:
         await self.aclose()
 
     def __repr__(self) -> str:
-        return f"PostgresEventStore(schema={self.schema!r})"
+        return f"PostgresEventStore(schema={self.schema!r}{', read_only=True' if self.read_only else ''})"
 
     # -- appending --------------------------------------------------------------------------------
 
     async def _commit_group(self, group: list[Append[_Row]]) -> None:
         """The group in one transaction (one WAL flush at commit); each append checked alone."""
         async with self.connection() as connection:
+            committing: list[bool] = []
             try:
-                accepted, versions = await self._insert_group(connection, group)
+                accepted, refused, versions = await self._insert_group(connection, group, committing)
             except pg_errors.UniqueViolation:  # a row the versions did not show: one by one, as before
                 self._known.clear()
                 for append in group:
@@ -252,6 +284,11 @@ class PostgresEventStore:
                 return
             except psycopg.Error as exc:
                 self._known.clear()
+                if committing and _lost(connection, exc):
+                    raise CommitUnknownError(
+                        f"{self}: the connection was lost while {appending(group)} was being committed: "
+                        f"it may have been written; read the streams back before appending again ({exc})"
+                    ) from exc
                 raise StoreError(f"{self}: {appending(group)} failed: {exc}") from exc
             except BaseException:
                 self._known.clear()
@@ -259,17 +296,24 @@ class PostgresEventStore:
         remember(self._known, versions, _KNOWN_STREAMS)
         for append in accepted:
             append.succeed()
+        for append, conflict in refused:  # the versions they name are committed now
+            append.fail(conflict)
 
     async def _insert_group(
-        self, connection: psycopg.AsyncConnection[Any], group: list[Append[_Row]]
-    ) -> tuple[list[Append[_Row]], dict[str, int]]:
+        self, connection: psycopg.AsyncConnection[Any], group: list[Append[_Row]], committing: list[bool]
+    ) -> tuple[list[Append[_Row]], list[tuple[Append[_Row], ConflictError]], dict[str, int]]:
         """Check each append in queue order and insert the batches: one pipeline, one or two round
         trips. Streams whose version is not known here, and appends without events, are read first.
+
+        Nothing is settled here: an append refused after an earlier one of the group to the same
+        stream names the version that one leads to, which is true only once the group commits
+        (if it is rolled back, the appends are checked again one by one).
         """
         known = self._known
         lookup = [a.stream for a in group if not a.records or known.get(a.stream, 0) != a.expected]
         writing = any(append.records for append in group)
         accepted: list[Append[_Row]] = []
+        refused: list[tuple[Append[_Row], ConflictError]] = []
         versions: dict[str, int] = {}
         async with connection.pipeline(), connection.transaction():
             if writing:  # positions are handed out in commit order: see the module docstring
@@ -288,7 +332,7 @@ class PostgresEventStore:
                 stream = append.stream
                 version = versions[stream] if stream in versions else known.get(stream, 0)
                 if version != append.expected:
-                    append.fail(ConflictError(stream, append.expected, version))
+                    refused.append((append, ConflictError(stream, append.expected, version)))
                     continue
                 accepted.append(append)
                 records = append.records
@@ -307,7 +351,8 @@ class PostgresEventStore:
                 await connection.execute(self._statement(GROUP_INSERT), (streams, seqs, kinds, texts))
                 await connection.execute(GROUP_NOTIFY, (self.channel, list(dict.fromkeys(streams))))
                 await self._before_commit()
-        return accepted, versions
+                committing.append(True)  # leaving the block commits: a connection lost now leaves it unknown
+        return accepted, refused, versions
 
     async def _append_alone(self, connection: psycopg.AsyncConnection[Any], append: Append[_Row]) -> None:
         params = {
@@ -325,6 +370,7 @@ class PostgresEventStore:
 
     async def _append(self, connection: psycopg.AsyncConnection[Any], params: dict[str, Any]) -> None:
         stream, start = params["stream"], params["start"]
+        committing = False
         try:
             async with connection.transaction():
                 if not params["data"]:
@@ -341,9 +387,16 @@ class PostgresEventStore:
                     raise _Behind
                 await connection.execute("SELECT pg_notify(%s, %s)", (self.channel, stream))
                 await self._before_commit()
+                committing = True
         except (pg_errors.UniqueViolation, _Behind) as exc:
             raise ConflictError(stream, start, await self._version(connection, stream)) from exc
         except psycopg.Error as exc:
+            if committing and _lost(connection, exc):
+                raise CommitUnknownError(
+                    f"{self}: the connection was lost while appending to {stream!r} was being committed: "
+                    f"it may have been written; read the stream back before appending again ({exc})",
+                    stream=stream,
+                ) from exc
             raise StoreError(f"{self}: appending to {stream!r} failed: {exc}") from exc
 
     async def _before_commit(self) -> None:
@@ -368,7 +421,10 @@ class PostgresEventStore:
 
     async def open_connection(self) -> psycopg.AsyncConnection[Any]:
         """A new connection outside the pool, to a ready schema; the caller closes it."""
-        await self.migrate()
+        if self.read_only:
+            await self._has_schema()
+        else:
+            await self.migrate()
         return await self._pool.open()
 
     async def _ensure_schema(self, connection: psycopg.AsyncConnection[Any]) -> None:
@@ -378,10 +434,25 @@ class PostgresEventStore:
             if self._migrated:
                 return
             try:
-                await _pg_schema.upgrade(connection, self.schema, self._migrate_key, str(self))
+                if self.read_only:
+                    self._present = await _pg_schema.inspect(connection, self.schema, str(self))
+                else:
+                    await _pg_schema.upgrade(connection, self.schema, self._migrate_key, str(self))
+                    self._present = True
             except psycopg.Error as exc:
                 raise StoreError(f"{self}: cannot create or upgrade the schema: {exc}") from exc
             self._migrated = True
+
+    async def _has_schema(self) -> bool:
+        """Whether the schema is there to read (a writable store creates it on first use)."""
+        if not self._migrated:
+            async with self.connection():
+                pass
+        return self._present
+
+    def _refuse_read_only(self, doing: str) -> None:
+        if self.read_only:
+            raise StoreError(f"{self} is read-only: it cannot {doing}")
 
     async def fetch(
         self, connection: psycopg.AsyncConnection[Any], query: sql.Composed, params: Any, *, rows: bool = True

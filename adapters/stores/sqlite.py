@@ -41,7 +41,7 @@ from agentledger.errors import LogCorruptError, StoreError
 from agentledger.listing import RunQuery, RunSummary
 
 from . import _sqlite_runs
-from ._codec import decode_block, decode_records
+from ._codec import check_sequence, decode_block, decode_records
 from ._group import Append, appending
 from ._listing import report
 from ._sqlite_append import StreamVersions, insert_each
@@ -94,6 +94,7 @@ _EMPTY = """
 CREATE TEMP TABLE streams (id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE);
 CREATE TEMP TABLE events (stream INTEGER, seq INTEGER, last INTEGER, data BLOB, PRIMARY KEY (stream, seq));
 """
+_LISTED = "SELECT 1 FROM streams WHERE name = ?"
 _READ = (
     "SELECT seq, last, data FROM events WHERE stream = (SELECT id FROM streams WHERE name = ?)"
     " AND last > ? ORDER BY seq"
@@ -123,6 +124,8 @@ class SqliteEventStore(ThreadedStore):
         self.busy_timeout = busy_timeout
         self.read_only = read_only
         self._connection: sqlite3.Connection | None = None
+        self._immutable = False  # read as a file no one writes: reopened once a writer appears
+        self._identity: tuple[int, int] | None = None  # the file the connection opened (device, inode)
         self._lock = threading.Lock()
         self._versions = StreamVersions()  # what this connection committed last, per stream
 
@@ -167,7 +170,11 @@ class SqliteEventStore(ThreadedStore):
     def read_sync(self, stream: str, after: int = -1) -> list[Event]:
         first = max(after + 1, 0)
         with self._lock, self._errors(f"reading {stream!r}"):
-            rows: list[tuple[int, int, bytes]] = self._connect().execute(_READ, (stream, after)).fetchall()
+            connection = self._connect()
+            rows: list[tuple[int, int, bytes]] = connection.execute(_READ, (stream, after)).fetchall()
+            listed = not rows and after < 0 and connection.execute(_LISTED, (stream,)).fetchone() is not None
+        if listed:  # the store names the stream but holds none of its events: they were lost
+            raise LogCorruptError("the stream is listed but holds no events", where=self._where(stream, 0))
         if not rows:
             return []
         self._check_types(stream, rows)
@@ -178,6 +185,9 @@ class SqliteEventStore(ThreadedStore):
             events = decode_block(b"\n".join(row[2] for row in rows) + b"\n", count, _no_position)
         except (LogCorruptError, TypeError):
             events = self._decode_rows(stream, rows)  # names the bad record's seq
+        # Each record's own seq and run id must be those of its place in the rows: a record
+        # edited, copied or moved by hand is corruption, not an event at another position.
+        check_sequence(events, stream, start, self._positions(stream, start))
         return events[first - start :] if first > start else events
 
     def _decode_rows(self, stream: str, rows: list[tuple[int, int, bytes]]) -> list[Event]:
@@ -246,10 +256,38 @@ class SqliteEventStore(ThreadedStore):
 
     def _connect(self) -> sqlite3.Connection:
         self._check_open()
+        if self._connection is not None and self._identity != self._path_identity():
+            self._replaced()
+        if self._immutable and self._connection is not None and self._wal().exists():
+            self._connection.close()  # a writer opened the database since: read through its files
+            self._connection = None
         if self._connection is None:
             with self._errors("opening the event database"):
                 self._connection = self._open()
+                self._identity = self._path_identity()  # after: opening may create the file
         return self._connection
+
+    def _path_identity(self) -> tuple[int, int] | None:
+        """The device and inode the path names now (None: no file there)."""
+        try:
+            stat = os.stat(self.path)
+        except OSError:
+            return None
+        return stat.st_dev, stat.st_ino
+
+    def _replaced(self) -> None:
+        """The path names another file than the one this store opened (a restore from a backup, a
+        file renamed over it, a deletion). A writer refuses to go on: its appends would land in
+        the old file, which nobody reads any more. A reader reopens the path."""
+        assert self._connection is not None
+        self._connection.close()
+        self._connection = None
+        if not self.read_only:
+            self._closed = True
+            raise StoreError(
+                f"{self.path}: the file was replaced or removed since this store opened it; appends "
+                "through the old file would be lost, so the store refuses them: open the store again"
+            )
 
     @contextmanager
     def _errors(self, doing: str) -> Iterator[None]:
@@ -286,14 +324,18 @@ class SqliteEventStore(ThreadedStore):
     def _open_read_only(self) -> sqlite3.Connection:
         """Open without writing the file: no schema created, no migration, no journal mode change.
 
-        A file that is not an event database yet (empty) reads as a store with no streams. Where
+        A file that is not an event database yet (empty) reads as a store with no streams. A WAL
+        database with no ``-wal`` file beside it (no writer has it open, none left a log to
+        recover) is read as immutable, so the reader creates no ``-wal`` or ``-shm`` file of its
+        own; with a ``-wal`` file there, it is read through the files its writers use. Where
         SQLite cannot even create a reader's shared-memory file (a read-only directory), the
-        database is read as immutable.
+        database is read as immutable too.
         """
         if not self.path.is_file():
             raise StoreError(f"{self.path}: no event database there")
         uri = f"file:{quote(str(self.path.absolute()))}?mode=ro"
-        connection = _connect_read_only(uri, self.busy_timeout)
+        self._immutable = not self._wal().exists()
+        connection = _connect_read_only(uri + ("&immutable=1" if self._immutable else ""), self.busy_timeout)
         try:
             version = connection.execute("PRAGMA user_version").fetchone()[0]
             if version > SCHEMA_VERSION:
@@ -311,6 +353,9 @@ class SqliteEventStore(ThreadedStore):
             connection.close()
             raise
         return connection
+
+    def _wal(self) -> Path:
+        return self.path.with_name(self.path.name + "-wal")
 
     def _begin(self, connection: sqlite3.Connection) -> None:
         try:

@@ -16,7 +16,7 @@ from pathlib import Path
 import msgspec
 
 from ..core.events import ChildRunStarted, Event, RunStarted, decode_event, encode_event
-from ..errors import LogCorruptError
+from ..errors import LogCorruptError, RunCycleError
 from .state import RecordedRun
 
 __all__ = ("read_cassette", "tree_events", "tree_of", "write_cassette")
@@ -89,7 +89,8 @@ def _tree(logs: dict[str, list[Event]], run_id: str, above: Sequence[str], where
     for event in log:
         if type(event) is not ChildRunStarted or event.child_run_id not in logs:
             continue
-        if event.child_run_id in (*above, run_id):
-            raise LogCorruptError(f"run {run_id!r} links back to {event.child_run_id!r}", where=where)
+        lineage = (*above, run_id)
+        if event.child_run_id in lineage:
+            raise RunCycleError((*lineage[lineage.index(event.child_run_id) :], event.child_run_id))
         children[event.call_id] = _tree(logs, event.child_run_id, (*above, run_id), where)
     return RecordedRun(log, children=children)

@@ -28,6 +28,7 @@ from ..core.projections import SessionProjection
 from ..errors import (
     AgentLedgerError,
     LogCorruptError,
+    RunCycleError,
     RunEvictedError,
     RunNotFoundError,
     UnreadableStreamWarning,
@@ -176,7 +177,8 @@ async def load(
     evicted it, or evicted runs of its session while ``with_session`` asks for them. An earlier
     stream that does not decode is skipped and reported with ``UnreadableStreamWarning``. A
     sub-agent run the store does not hold is left out (a replay reports that it cannot replay
-    it); links that lead back to a run already in the tree are ``LogCorruptError``.
+    it); links that lead back to a run already in the tree are ``RunCycleError`` (a
+    ``LogCorruptError``).
 
     ``listing`` is the store's run listing (``list_runs`` with no limit) when the caller has
     one: loading many runs, it spares listing the store again for each run's session.
@@ -201,10 +203,8 @@ async def _load(
     lineage = (*above, run_id)
     for link in recorded.child_links():
         if link.child_run_id in lineage:
-            chain = " -> ".join((*lineage, link.child_run_id))
-            raise LogCorruptError(
-                f"the run tree links back to a run above it: {chain}", where=f"run {run_id}"
-            )
+            start = lineage.index(link.child_run_id)
+            raise RunCycleError((*lineage[start:], link.child_run_id))
         try:
             # The child's session state comes from its caller's rerun, so no earlier runs here.
             child = await _load(store, link.child_run_id, False, True, lineage)

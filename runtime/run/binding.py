@@ -10,12 +10,13 @@ holds it for the whole run, a Temporal step for one model or tool call.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..context import Recorder, RunContext, SessionSink, enter_run, leave_run
 from ..core.events import SessionUpdated, StateChange
 from ..errors import RunError
+from ..redaction import hidden_values, mask_values, scrub_text
 from ..session import AgentSession
 from .registry import ToolRegistry
 from .spec import RunSpec
@@ -57,6 +58,14 @@ class RunBinding:
             recorder=recorder,
             session_sink=self.session_sink,
         )
+
+    def scrub(self, text: str) -> str:
+        """An error text as the log may keep it: every value the run was given that its log must
+        not show (kwargs its redaction policy hides, any ``client_kwargs`` value) is cut out, in
+        each form it takes on the wire, then credentials are hidden (``scrub_text``)."""
+        hidden = hidden_values(self.kwargs, self.spec.redact(self.kwargs)) if self.kwargs else []
+        hidden += _strings(self.client_kwargs, 0)
+        return scrub_text(mask_values(text, hidden, shortest=4) if hidden else text)
 
     def use_input(
         self, options: dict[str, Any], kwargs: dict[str, Any], client_kwargs: dict[str, Any]
@@ -112,3 +121,16 @@ class _Bound:
         leave_run(self.token)
         if self.unbind is not None:
             self.unbind()
+
+
+def _strings(value: Any, depth: int) -> list[str]:
+    """The text leaves of a JSON-like value (the values of ``client_kwargs``, never recorded)."""
+    if isinstance(value, str):
+        return [value]
+    if depth > 32:
+        return []
+    if isinstance(value, Mapping):
+        return [s for v in value.values() for s in _strings(v, depth + 1)]
+    if isinstance(value, list | tuple):
+        return [s for v in value for s in _strings(v, depth + 1)]
+    return []

@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 
 from ..core.commands import CallModel, FinishRun, InvokeTools
 from ..core.events import Event
+from ..errors import ConflictError, RunIdTakenError
 from ..store import EventStore, SupportsAppendNowait
 from .binding import RunBinding
 from .model_step import call_model
@@ -38,6 +39,7 @@ class LocalDriver:
         self.recorder = recorder
         self.store = store
         self.stored = 0
+        self._in_doubt = False  # an append that may have been written without saying so
         self._append_nowait: Callable[[str, Sequence[Event], int], int] | None = (
             typing.cast(SupportsAppendNowait, store).append_nowait
             if store is not None and _appends_nowait(type(store))
@@ -63,12 +65,47 @@ class LocalDriver:
                 await invoke_tools(self.binding, command)
 
     async def flush(self) -> None:
-        """Append the events not yet stored."""
+        """Append the events not yet stored.
+
+        An append that did not return (cancelled while the store committed it, or failed with an
+        outcome the store could not know) may have been written all the same: the next flush
+        first reads the stream back and counts what of the run's own events is there, instead of
+        appending them again at a version the stream has left behind.
+        """
         log = self.recorder.log
         if self.store is None or self.stored >= len(log):
             return
-        pending: Sequence[Event] = log[self.stored :]
-        if self._append_nowait is not None:  # an in-memory store: no IO to wait for
-            self.stored = self._append_nowait(self.recorder.run_id, pending, self.stored)
+        run_id = self.recorder.run_id
+        if self._append_nowait is not None:  # an in-memory store: no IO to wait for, nothing in doubt
+            try:
+                self.stored = self._append_nowait(run_id, log[self.stored :], self.stored)
+                return
+            except ConflictError as exc:
+                conflict = exc
         else:
-            self.stored = await self.store.append(self.recorder.run_id, pending, self.stored)
+            if self._in_doubt:
+                await self._read_back()
+                if self.stored >= len(log):
+                    return
+            self._in_doubt = True  # until the store says how the append went
+            try:
+                self.stored = await self.store.append(run_id, log[self.stored :], self.stored)
+                self._in_doubt = False
+                return
+            except ConflictError as exc:
+                self._in_doubt = False  # a refusal: nothing of it was written
+                conflict = exc
+        if self.stored == 0 and type(conflict) is ConflictError:
+            # The run's first append found its stream there: another run holds the id. One
+            # error, raised outside the handler so it does not carry the store's along.
+            raise RunIdTakenError(run_id, conflict.actual)
+        raise conflict
+
+    async def _read_back(self) -> None:
+        """Count as stored what of the run's own unstored events the stream holds."""
+        assert self.store is not None
+        held = await self.store.read(self.recorder.run_id, after=self.stored - 1)
+        log = self.recorder.log
+        if held and held == log[self.stored : self.stored + len(held)]:
+            self.stored += len(held)
+        self._in_doubt = False

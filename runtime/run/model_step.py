@@ -33,7 +33,6 @@ from ..core.limits import INT64_MAX, safe_text
 from ..core.messages import Content, Message, Usage
 from ..errors import MiddlewareTermination, ModelCallError, ModelResponseError, RunError
 from ..middleware import run_chain
-from ..redaction import scrub_text
 from ..session import writer
 from .binding import RunBinding
 from .values import to_json
@@ -195,7 +194,7 @@ def _usage(value: Any) -> Usage:
 
 def _model_failed(binding: RunBinding, iteration: int, exc: Exception, kind: type[RunError]) -> None:
     name = kind.__name__ if kind is ModelResponseError else safe_text(type(exc).__name__)
-    message = scrub_text(safe_text(str(exc)))
+    message = binding.scrub(safe_text(str(exc)))
     event = binding.recorder.record(ModelFailed, iteration=iteration, error_type=name, message=message)
     error = kind(
         f"model call {iteration} failed: {type(exc).__name__}: {exc}", run_id=binding.run_id, seq=event.seq

@@ -11,6 +11,9 @@ Both check every input event before they keep it (``check_event``: it must read 
 log as it is): one that would not raises ``UnrecordableError`` and is neither kept nor fed to
 the machine, so ``seq`` never skips and the log stays readable; the step that recorded it
 records a failure instead.
+
+Sinks observe a run; they never decide what its log holds. A sink that raises is reported (logged
+on ``agentledger.sinks``, counted in ``sink_failures``) and the event is kept all the same.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import contextvars
+import logging
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -31,6 +35,7 @@ from ..redaction import scrub_text
 __all__ = ("LiveRecorder", "Sink", "StepRecorder", "capture_sinks", "watching")
 
 Sink = Callable[[Event], None]
+_log = logging.getLogger("agentledger.sinks")
 
 capture_sinks: contextvars.ContextVar[tuple[Sink, ...]] = contextvars.ContextVar(
     "agentledger_capture", default=()
@@ -59,6 +64,9 @@ class LiveRecorder:
         self.log: list[Event] = []
         self.commands: collections.deque[Command] = collections.deque()
         self.lock = threading.RLock()
+        self.sink_failures = 0
+        """How many times a sink raised on an event of this run (each logged once per sink)."""
+        self._failed_sinks: list[Sink] = []
 
     def record(self, cls: type[EventBase], **fields: Any) -> Event:
         with self.lock:  # the body of _take, inlined: this runs for every input event
@@ -70,7 +78,10 @@ class LiveRecorder:
                 self.commands.extend(commands)
             for sink in self.sinks:
                 for each in events:
-                    sink(each)
+                    try:
+                        sink(each)
+                    except Exception as exc:
+                        self._sink_failed(sink, each, exc)
         return event  # type: ignore[no-any-return]
 
     def begin(self) -> None:
@@ -114,7 +125,22 @@ class LiveRecorder:
             self.commands.extend(commands)
         for sink in self.sinks:
             for event in events:
-                sink(event)
+                try:
+                    sink(event)
+                except Exception as exc:
+                    self._sink_failed(sink, event, exc)
+
+    def _sink_failed(self, sink: Sink, event: Event, exc: Exception) -> None:
+        """A sink raised: the event is kept all the same and the other sinks still see it; the
+        first failure of each sink in a run is logged with its traceback, every one is counted."""
+        self.sink_failures += 1
+        if sink in self._failed_sinks:
+            return
+        self._failed_sinks.append(sink)
+        _log.error(
+            "event sink %r raised on %s (seq %d) of run %r; the event is recorded and the run goes on",
+            sink, type(event).__name__, event.seq, self.run_id, exc_info=exc,
+        )  # fmt: skip
 
 
 class StepRecorder:

@@ -32,7 +32,6 @@ from ..core.limits import safe_text
 from ..core.messages import Content
 from ..errors import ApprovalMismatchError, MiddlewareTermination
 from ..middleware import ChainOutcome, run_chain
-from ..redaction import scrub_text
 from ..session import writer
 from ..tools import ArgumentsError, FunctionTool, arguments_valid
 from .binding import RunBinding
@@ -247,7 +246,7 @@ def _record_outcome(
     elif isinstance(error, ArgumentsError) and not outcome.tool_raised:
         record(ArgumentsRejected, call_id=call_id, name=name, reason=str(error))
     elif error is not None:
-        message = scrub_text(safe_text(str(error)))
+        message = binding.scrub(safe_text(str(error)))
         record(ToolFailed, call_id=call_id, name=name, error_type=type(error).__name__, message=message)
     elif outcome.chain is not None and outcome.chain.short_circuited_by is not None:
         result = to_json(outcome.result)
