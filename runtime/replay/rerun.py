@@ -21,10 +21,10 @@ from ..core.events import Event, SessionUpdated, ToolFailed, ToolReturned
 from ..errors import AgentLedgerError, ReplayDrift, RunError
 from ..response import AgentResponse
 from ..run.lifecycle import AgentRun
+from ..run.recorder import watching
 from ..run.spec import RunSpec, merge_options
 from ..session import AgentSession
 from ..subagents import AgentTool, ChildLink, running_children_with
-from ..testing import capture_events
 from .client import RecordedOutcome, ReplayClient, ReplayExhausted
 from .compare import call_of, differences, divergence
 from .findings import Finding, ReplayReport
@@ -272,7 +272,8 @@ async def _drive(
     run = AgentRun(spec, _session_for(recorded), run_id=own_id)
     children = _TreeReplay(recorded, own_id, tools, upto)
     token = replaying.set(True)
-    with capture_events() as events, running_children_with(children):
+    events: list[Event] = []  # every run's events of the tree, as they are recorded
+    with watching(events.append), running_children_with(children):
         try:
             response: AgentResponse | None = await run.execute(list(started.messages))
         except (RunError, TransitionError):
