@@ -307,3 +307,31 @@ def test_a_sqlite_reader_follows_the_path_to_the_file_that_replaced_it(tmp_path:
     os.replace(other, path)
     assert reader.read_sync("run_1") != before  # the events of the file the path names now
     reader.close()
+
+
+def test_a_stream_created_between_a_readers_two_statements_reads_whole(tmp_path: Path) -> None:
+    """A reader finds no events, then finds the stream listed: a writer committed both in
+    between (as a resume's new run does while another process reads it). That is a stream
+    with events, read again, not a stream whose events were lost."""
+    from agentledger.core.events import RunStarted
+
+    path = tmp_path / "events.sqlite"
+    writer, reader = SqliteEventStore(path), SqliteEventStore(path)
+    reader.read_sync("warm-up")  # opens the reader's connection
+    event = RunStarted(run_id="run_7", seq=0, at=0, agent_id="agent")
+    written: list[bool] = []
+
+    def between(statement: str) -> None:
+        if statement.startswith("SELECT 1 FROM streams") and not written:
+            written.append(True)
+            writer.append_sync("run_7", [event], 0)
+
+    connection = reader._connect()
+    connection.set_trace_callback(between)
+    try:
+        assert reader.read_sync("run_7") == [event]
+    finally:
+        connection.set_trace_callback(None)
+        writer.close()
+        reader.close()
+    assert written == [True]

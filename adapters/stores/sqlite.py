@@ -173,6 +173,11 @@ class SqliteEventStore(ThreadedStore):
             connection = self._connect()
             rows: list[tuple[int, int, bytes]] = connection.execute(_READ, (stream, after)).fetchall()
             listed = not rows and after < 0 and connection.execute(_LISTED, (stream,)).fetchone() is not None
+            if listed:
+                # The two statements see two moments: a writer may have committed the stream and
+                # its first events (together) in between. Read again, now that it is listed.
+                rows = connection.execute(_READ, (stream, after)).fetchall()
+                listed = not rows
         if listed:  # the store names the stream but holds none of its events: they were lost
             raise LogCorruptError("the stream is listed but holds no events", where=self._where(stream, 0))
         if not rows:
