@@ -108,7 +108,7 @@ def print_report(report: ReplayReport, *, as_json: bool, accept_drift: bool) -> 
         print(f"run {report.run_id}: no divergence{tree}")
         return 0
     first = report.first()
-    out = sys.stdout if passed else sys.stderr
+    out = sys.stdout  # the report is the command's output, whatever it found; the status says
     counts = ", ".join(
         f"{len(found)} {name}"
         for name, found in (

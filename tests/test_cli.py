@@ -69,9 +69,9 @@ def test_replay_reports_no_divergence(recorded: str, capsys: pytest.CaptureFixtu
 def test_replay_exit_code_on_divergence(recorded: str, capsys: pytest.CaptureFixture[str]) -> None:
     """Replaying against changed code exits 1 and prints where and how it diverged."""
     assert main(["replay", recorded, "--agent", "tests.cli_agents:changed_demo", "--tools", "live"]) == 1
-    err = capsys.readouterr().err
-    assert "diverged at seq " in err
-    assert "rain, 9°C" in err
+    out = capsys.readouterr().out  # the report, on stdout like any command's output
+    assert "diverged at seq " in out
+    assert "rain, 9°C" in out
 
 
 def test_export_jsonl_round_trips(recorded: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -210,7 +210,7 @@ def test_replay_refuses_a_run_of_another_agent(sqlite_store: str, capsys: pytest
     assert "recorded by agent 'Planner', but the demo agent (no --agent given) is 'TripPlanner'" in err
     assert "--force" in err
     assert main(["replay", "run_02", "--force", "--store", sqlite_store]) == 1  # compared: it diverges
-    assert "diverged at seq" in capsys.readouterr().err
+    assert "diverged at seq" in capsys.readouterr().out
 
 
 AGENT_MODULE = """

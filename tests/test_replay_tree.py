@@ -92,7 +92,7 @@ def test_a_changed_sub_agent_tool_body_is_found_and_named(
     """Live tools: the sub-agent's tool now returns something else; the finding names the sub-agent."""
     path, lead, child = tree
     assert main(_replay(path, lead, "--agent", f"{TREE}:changed_tool_body", "--tools", "live")) == 1
-    err = capsys.readouterr().err
+    err = capsys.readouterr().out
     assert f"{lead} > call_1 (researcher) > {child}: diverged" in err
     assert "ToolReturned.result" in err
     assert "tides follow the wind" in err
@@ -111,7 +111,7 @@ def test_a_changed_prompt_is_drift_named_with_its_text(
     """Changed instructions, of the lead or of the sub-agent: drift, a text diff, a non-zero exit."""
     path, lead, child = tree
     assert main(_replay(path, lead, "--agent", f"{TREE}:{factory}")) == 1
-    err = capsys.readouterr().err
+    err = capsys.readouterr().out
     assert where.format(lead=lead, child=child) + " at seq 0, RunStarted.instructions" in err
     assert "cannot tell what the model would answer now" in err
     assert any(
@@ -204,7 +204,7 @@ def test_a_missing_child_log_exits_125(
     anyio.run(copy)
     for tools in ("recorded", "live"):
         assert main(_replay(only_lead, lead, "--agent", f"{TREE}:same", "--tools", tools)) == 125
-        assert "cannot replay" in capsys.readouterr().err
+        assert "cannot replay" in capsys.readouterr().out
 
 
 async def test_fork_replays_the_child_before_the_point(tree: tuple[str, str, str]) -> None:
