@@ -235,6 +235,24 @@ class SessionState(dict[str, Any]):
         return {key: msgspec.json.decode(_encode(key, value)) for key, value in dict.items(self)}
 
 
+class _SavedChanges(msgspec.Struct, frozen=True):
+    by: str
+    changes: tuple[StateChange, ...]
+
+
+class _SavedSession(msgspec.Struct, frozen=True, kw_only=True):
+    """What ``AgentSession.to_dict`` writes (the reference framework's keys, then ours)."""
+
+    session_id: str
+    type: str = "session"
+    service_session_id: str | None = None
+    state: dict[str, Any] = msgspec.field(default_factory=dict)
+    history: tuple[Message, ...] = ()
+    pending: tuple[_SavedChanges, ...] = ()
+    paused_runs: dict[str, str] = msgspec.field(default_factory=dict)
+    rerun_allowed: tuple[str, ...] = ()
+
+
 class AgentSession:
     """A conversation: its id, its state (``.state``) and its message history (``.history``).
 
@@ -421,6 +439,48 @@ class AgentSession:
         after = conversation_after(events)
         if after is not None:
             self.service_session_id = after
+
+    def to_dict(self) -> dict[str, Any]:
+        """The session as JSON values, to keep or send between runs (``from_dict`` restores it).
+
+        ``type``, ``session_id``, ``service_session_id`` and ``state`` as the reference
+        framework writes them; then ``history`` (the messages, which live in the session here),
+        ``pending`` (state changes made since the last run, which the next run records),
+        ``paused_runs`` and ``rerun_allowed``. In-place edits of container values are noticed
+        first, as at the start of a run.
+        """
+        self._state.checkpoint()
+        return {
+            "type": "session",
+            "session_id": self.session_id,
+            "service_session_id": self.service_session_id,
+            "state": self._state.snapshot(),
+            "history": msgspec.to_builtins(self.history),
+            "pending": [{"by": by, "changes": msgspec.to_builtins(changes)} for by, changes in self._pending],
+            "paused_runs": dict(self.paused_runs),
+            "rerun_allowed": sorted(self.rerun_allowed),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Any) -> AgentSession:
+        """The session ``to_dict`` gave (also one of the reference framework's, which has no
+        history). ``ValueError`` naming the first problem for anything else."""
+        try:
+            saved = msgspec.convert(data, _SavedSession, strict=False)
+        except msgspec.ValidationError as exc:
+            raise ValueError(f"not a saved session: {exc}") from exc
+        if saved.type != "session":
+            raise ValueError(f"not a saved session: its type is {saved.type!r}, not 'session'")
+        session = cls(saved.session_id, service_session_id=saved.service_session_id)
+        for key, value in saved.state.items():
+            _encode(key, value)  # what a run would refuse to record, refused here
+        session._state.load(saved.state)
+        session.history = list(saved.history)
+        for pending in saved.pending:
+            session.add_pending(pending.by, pending.changes)
+        session.paused_runs = dict(saved.paused_runs)
+        session.rerun_allowed = set(saved.rerun_allowed)
+        return session
 
     def __iter__(self) -> Iterator[str]:  # pragma: no cover - sessions are not containers
         raise TypeError("AgentSession is not iterable; use session.state or session.history")
