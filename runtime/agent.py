@@ -7,6 +7,7 @@ which records the run from ``RunStarted`` to how it ended.
 from __future__ import annotations
 
 import asyncio
+import difflib
 import time
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any, Literal, overload
@@ -36,6 +37,9 @@ __all__ = ("Agent", "AgentResponse", "AgentResponseUpdate", "RunStream")
 
 _CLIENT_PARAMETERS = frozenset({"messages", "options", "function_invocation_kwargs", "client_kwargs"})
 _OPTION_NAMES = frozenset(ChatOptions.__annotations__) - {"tools"}
+_RUN_PARAMETERS = (
+    "stream", "session", "options", "function_invocation_kwargs", "client_kwargs", "middleware", "tools",
+)  # fmt: skip
 
 
 def _frozen_layers(layers: Mapping[str, list[Layer]]) -> dict[str, tuple[Layer, ...]]:
@@ -332,6 +336,10 @@ class Agent:
             return dict(given or {})
         if "thread" in kwargs:
             raise TypeError("run() takes the conversation as session=, not thread=")
+        for key in kwargs:  # a misspelt parameter must not pass as a runtime value
+            close = difflib.get_close_matches(key, _RUN_PARAMETERS, n=1, cutoff=0.8)
+            if close:
+                raise TypeError(f"run() has no parameter {key!r}: did you mean {close[0]!r}?")
         misplaced = sorted(k for k in kwargs if k in _OPTION_NAMES)
         if misplaced:
             shown = ", ".join(f"{k!r}: ..." for k in misplaced)

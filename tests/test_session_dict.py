@@ -75,3 +75,11 @@ def test_what_is_no_saved_session_is_refused(data: object) -> None:
 def test_state_that_could_not_be_recorded_is_refused() -> None:
     with pytest.raises(SessionStateError):
         AgentSession.from_dict({"session_id": "s", "state": {"k": 2**70}})
+
+
+@pytest.mark.parametrize(("typo", "meant"), [("sesion", "session"), ("option", "options"), ("tool", "tools")])
+async def test_a_misspelt_run_parameter_is_refused_not_passed_on(typo: str, meant: str) -> None:
+    """The deprecated **kwargs path takes runtime values, not typos of run()'s own parameters."""
+    agent = _agent(["unused"])
+    with pytest.raises(TypeError, match=f"did you mean '{meant}'"):
+        await agent.run("hi", **{typo: object()})
