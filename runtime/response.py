@@ -65,8 +65,8 @@ class AgentResponse:
     @property
     def value(self) -> Any:
         """The answer as the run's ``response_format`` (a model instance, a typed value or the
-        decoded JSON), parsed on first use; None without one. ``StructuredOutputError`` when the
-        answer does not match."""
+        decoded JSON), parsed on first use; None without one, and None for an empty answer.
+        ``StructuredOutputError`` when the answer does not match."""
         if self._value is _UNPARSED:
             self._value = parse_value(self.response_format, self.text)
         return self._value

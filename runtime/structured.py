@@ -66,8 +66,9 @@ def schema_option(response_format: Any) -> Any:
 
 def parse_value(response_format: Any, text: str) -> Any:
     """``text`` read as ``response_format``: a model or typed instance, else the decoded JSON;
+    None for an empty answer (no value, as in the reference framework);
     ``StructuredOutputError`` when it does not match."""
-    if response_format is None:
+    if response_format is None or not text.strip():
         return None
     if too_deep(text.encode("utf-8", "surrogatepass")):  # what no log holds, whatever the recursion limit
         raise StructuredOutputError(f"the answer nests deeper than {MAX_DEPTH} levels")

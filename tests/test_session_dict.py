@@ -83,3 +83,16 @@ async def test_a_misspelt_run_parameter_is_refused_not_passed_on(typo: str, mean
     agent = _agent(["unused"])
     with pytest.raises(TypeError, match=f"did you mean '{meant}'"):
         await agent.run("hi", **{typo: object()})
+
+
+async def test_an_empty_structured_answer_is_no_value() -> None:
+    """As in the reference framework: an empty answer's ``value`` is None, not an error."""
+    import msgspec
+
+    class City(msgspec.Struct):
+        name: str
+
+    agent = ScriptedChatClient([""]).as_agent(name="Cities")
+    response = await agent.run("Which city?", options={"response_format": City})
+    assert response.text == ""
+    assert response.value is None
