@@ -96,3 +96,25 @@ async def test_an_empty_structured_answer_is_no_value() -> None:
     response = await agent.run("Which city?", options={"response_format": City})
     assert response.text == ""
     assert response.value is None
+
+
+async def test_a_tool_returning_text_as_bytes_answers_the_text() -> None:
+    """Bytes that are UTF-8 reach the model as their text (the reference sends their repr, which
+    a model reads as b'...'); other bytes are base64."""
+    import base64
+
+    @tool
+    def read_file(name: str) -> bytes:
+        """A file's contents."""
+        return "héllo".encode() if name == "text" else b"\xff\x00"
+
+    calls = [
+        Call("read_file", {"name": "text"}, call_id="c1"),
+        Call("read_file", {"name": "bin"}, call_id="c2"),
+    ]
+    agent = ScriptedChatClient([calls, "done"]).as_agent(name="Files", tools=[read_file])
+    response = await agent.run("read")
+    results = {
+        c.call_id: c.result for m in response.messages for c in m.contents if c.type == "function_result"
+    }
+    assert results == {"c1": "héllo", "c2": base64.b64encode(b"\xff\x00").decode()}

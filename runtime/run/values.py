@@ -13,7 +13,13 @@ def to_json(value: Any) -> Any:
     """A value as JSON-ready builtins, the one rule for every recorded value: msgspec's rules
     (structs, dataclasses, attrs classes, enums, dates...) with mapping keys as strings, and a
     pydantic model as its JSON mode dump, at any depth. A value with no JSON form (too deep, or of
-    a type neither knows) becomes its ``str``."""
+    a type neither knows) becomes its ``str``. Bytes that are UTF-8 text (a tool returning a file's
+    contents, say) are that text; other bytes are base64."""
+    if isinstance(value, bytes | bytearray):  # UTF-8 text a model can read, as text
+        try:
+            return bytes(value).decode("utf-8")
+        except UnicodeDecodeError:
+            pass  # other bytes: base64, as msgspec writes them
     try:
         return msgspec.to_builtins(value, str_keys=True, enc_hook=_json_form)
     except (TypeError, ValueError, RecursionError):
