@@ -71,16 +71,19 @@ _warn_lock = threading.Lock()
 
 
 def _experimental() -> None:
+    """Warn once per process that progressive tools are experimental: once *shown*. A warning
+    the filters turn into an error was not shown, so the next use raises again, as in the
+    reference framework."""
     global _warned
-    with _warn_lock:
-        if _warned:
-            return
-        _warned = True
+    if _warned:
+        return
     warnings.warn(
         "[PROGRESSIVE_TOOLS] add_tools/remove_tools are experimental and may change",
         ExperimentalWarning,
         stacklevel=4,
     )
+    with _warn_lock:
+        _warned = True
 
 
 class LiveTools(MutableSequence[_Tool]):

@@ -332,6 +332,39 @@ print(len(found), "PROGRESSIVE_TOOLS" in str(found[0].message))
     assert ExperimentalWarning.__mro__[1] is FutureWarning
 
 
+def test_experimental_warning_turned_into_an_error_is_not_yet_shown() -> None:
+    """Under ``simplefilter("error")`` every add_tools raises until the warning is really shown
+    once (as in the reference framework), not only the first."""
+    code = """
+import asyncio, warnings
+from agentledger import Agent, ExperimentalWarning, FunctionInvocationContext, tool
+from agentledger.adapters.chat.scripted import Call, ScriptedChatClient
+from agentledger.core.events import ToolFailed
+@tool
+def extra() -> str:
+    return "x"
+@tool
+def load(ctx: FunctionInvocationContext) -> str:
+    ctx.add_tools(extra)
+    return "ok"
+def run() -> list:
+    agent = Agent(client=ScriptedChatClient([Call("load"), "done"]), tools=[load])
+    return asyncio.run(agent.run("x")).events
+raised = 0
+for _ in range(3):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ExperimentalWarning)
+        raised += sum(isinstance(e, ToolFailed) and e.error_type == "ExperimentalWarning" for e in run())
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    run()
+    run()
+print(raised, sum(issubclass(w.category, ExperimentalWarning) for w in caught))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["3", "1"]
+
+
 async def test_callers_container_is_never_changed(clock: FixedClock, ids: SequentialIds) -> None:
     """Adding and removing during a run leaves the caller's list and the agent's tools untouched."""
     mine = [load_math_tools]
