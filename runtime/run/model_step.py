@@ -182,11 +182,17 @@ def _responded(binding: RunBinding, iteration: int, response: Any) -> None:
         )
 
 
+_REQUIRED_COUNTS = frozenset({"input_tokens", "output_tokens", "total_tokens"})
+
+
 def _usage(value: Any) -> Usage:
-    """Token counts as the log holds them: integers in 0..2**63-1, or a ``ValueError``."""
+    """Token counts as the log holds them: integers in 0..2**63-1 (None where the client reported
+    none), or a ``ValueError``."""
     usage = msgspec.convert(value, Usage, from_attributes=True)
     for name in usage.__struct_fields__:
         count = getattr(usage, name)
+        if count is None and name not in _REQUIRED_COUNTS:
+            continue
         if type(count) is not int or not 0 <= count <= INT64_MAX:
             raise ValueError(f"usage.{name} must be an integer in 0..2**63-1, not {safe_text(repr(count))}")
     return usage
