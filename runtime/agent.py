@@ -23,7 +23,15 @@ from .middleware import Layer, split_middleware
 from .redaction import Redactor, default_redactor
 from .response import AgentResponse, AgentResponseUpdate
 from .run.lifecycle import AgentRun
-from .run.spec import Layers, RunSpec, check_option_names, check_tool_choice, merge_options
+from .run.spec import (
+    Layers,
+    RunSpec,
+    check_option_names,
+    check_run_limit,
+    check_tool_choice,
+    merge_options,
+    run_config,
+)
 from .session import AgentSession
 from .store import DEFAULT_MAX_EVENTS, DEFAULT_MAX_RUNS, EventStore, MemoryEventStore
 from .streaming import RunStream
@@ -63,6 +71,8 @@ class Agent:
         max_iterations: model calls with tools before one last call with ``tool_choice="none"``.
         max_consecutive_errors: erroring batches in a row before that last call.
         max_function_calls: an optional cap on tool calls per run.
+        max_input_tokens: an optional cap on the input tokens a run's model calls report, summed;
+            a run can lower or raise it with ``options={"max_input_tokens": n}``.
         include_detailed_errors: tell the model the exception of a failed tool, not just that it failed.
         sequential_tools: run a batch's calls one after another instead of concurrently.
         terminate_on_unknown_calls: a call of a tool that is not offered fails the run
@@ -88,6 +98,7 @@ class Agent:
         max_iterations: int = 40,
         max_consecutive_errors: int = 3,
         max_function_calls: int | None = None,
+        max_input_tokens: int | None = None,
         include_detailed_errors: bool = False,
         sequential_tools: bool = False,
         terminate_on_unknown_calls: bool = False,
@@ -128,6 +139,7 @@ class Agent:
             detailed_errors=include_detailed_errors,
             sequential_tools=sequential_tools,
             terminate_on_unknown_calls=terminate_on_unknown_calls,
+            max_input_tokens=check_run_limit("max_input_tokens", max_input_tokens),
         )
 
     def create_session(self, *, session_id: str | None = None) -> AgentSession:
@@ -316,7 +328,7 @@ class Agent:
             options=merged,
             function_invocation_kwargs=dict(function_invocation_kwargs or {}),
             client_kwargs=dict(client_kwargs or {}),
-            config=self.config,
+            config=run_config(self.config, merged),
             redact=self.redact,
             clock=self.clock,
             store=self.store,

@@ -93,6 +93,9 @@ class RunConfig(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, g
     detailed_errors: bool = False
     sequential_tools: bool = False
     terminate_on_unknown_calls: bool = False
+    max_input_tokens: int | None = None
+    """A cap on the input tokens the run's model calls reported, summed: once reached, the next
+    model call is the final one (``tool_choice="none"``)."""
 
 
 class EventBase(

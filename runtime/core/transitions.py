@@ -311,6 +311,7 @@ class Transitions:
             ("max_iterations", self.iteration, config.max_iterations),
             ("max_consecutive_errors", self.error_streak, config.max_consecutive_errors),
             ("max_function_calls", self.calls_made, config.max_function_calls),
+            ("max_input_tokens", self.usage.input_tokens, config.max_input_tokens),
         )
         for reason, value, limit in checks:
             if limit is not None and value >= limit:

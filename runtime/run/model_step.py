@@ -35,6 +35,7 @@ from ..errors import MiddlewareTermination, ModelCallError, ModelResponseError, 
 from ..middleware import run_chain
 from ..session import writer
 from .binding import RunBinding
+from .spec import RUN_LIMITS
 from .values import to_json
 
 __all__ = ("call_model",)
@@ -46,7 +47,7 @@ _BOOL_OR_NONE = frozenset({bool, type(None)})
 
 async def call_model(binding: RunBinding, command: CallModel) -> None:
     """Carry out ``command``; a failure is recorded and kept in ``binding.error``."""
-    options: dict[str, Any] = dict(binding.options)
+    options: dict[str, Any] = {k: v for k, v in binding.options.items() if k not in RUN_LIMITS}
     options["tools"] = [binding.registry.by_name[name].spec for name in command.tools]
     options["tool_choice"] = command.tool_choice
     if command.conversation_id is not None:

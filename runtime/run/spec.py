@@ -30,14 +30,17 @@ from .recorder import Sink
 from .values import to_json
 
 __all__ = (
+    "RUN_LIMITS",
     "Layers",
     "RunSpec",
     "check_approvals",
     "check_option_names",
+    "check_run_limit",
     "check_tool_choice",
     "merge_options",
     "middleware_names",
     "options_record",
+    "run_config",
 )
 
 Layers = Mapping[str, Sequence[Layer]]
@@ -58,6 +61,25 @@ def merge_options(
 
 _MODES = ("auto", "required", "none")
 _KNOWN_OPTIONS = frozenset(ChatOptions.__annotations__)
+
+
+RUN_LIMITS = ("max_input_tokens",)
+"""Options that are limits of the run (its ``RunConfig``), never sent to the chat client."""
+
+
+def check_run_limit(name: str, value: Any) -> int | None:
+    """A run limit as given (None: no limit), or ``OptionsError`` for anything but a positive int."""
+    if value is None:
+        return None
+    if type(value) is not int or value < 1:
+        raise OptionsError(f"{name} must be a positive integer (or None), not {value!r}")
+    return value
+
+
+def run_config(config: RunConfig, options: Mapping[str, Any]) -> RunConfig:
+    """The agent's limits with those the run's options set instead."""
+    changes = {name: check_run_limit(name, options[name]) for name in RUN_LIMITS if name in options}
+    return msgspec.structs.replace(config, **changes) if changes else config
 
 
 def check_option_names(options: Mapping[str, Any]) -> None:
