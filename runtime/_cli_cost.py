@@ -184,7 +184,7 @@ def format_report(report: CostReport, offers: Sequence[ToolOffers] | None = None
         f"({_n(total.usage.reasoning_tokens)} reasoning), cost {_money(total.cost)}",
     ]
     if not priced:
-        lines.append("no prices: install agentledger[prices] (genai-prices) to see costs")
+        lines.append("no price table (install agentledger[prices]): the costs the runs recorded, if any")
     elif total.unpriced:
         lines.append(f"{total.unpriced} model calls have no price (a model the price table does not know)")
     lines.append("")

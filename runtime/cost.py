@@ -5,8 +5,9 @@ Everything here is a fold over recorded events; nothing calls a model or reads a
 counts are what the provider reported in ``ModelResponded.usage``. Money needs a price table: pass
 ``price`` (a callable ``price(model, usage, at) -> float | None``, ``at`` the call's time in ns);
 ``agentledger.adapters.prices.genai_price`` looks prices up in the ``genai-prices`` package (the
-``prices`` extra). Without one, or for a model the table does not know, costs are None and the
-tokens still add up.
+``prices`` extra). Without one, a call's cost is the ``ModelResponded.cost`` the run recorded
+(when its agent had a ``price`` table), else None; for a model the table does not know it is
+None too, and the tokens still add up.
 
 How a tool result's share is estimated: the provider reports only a call's total input, so the
 tokens a batch of results added are the growth of the input from the model call before the batch
@@ -171,7 +172,10 @@ def _run_calls(
     for event in log:
         if isinstance(event, ModelResponded):
             model = event.model
-            cost = price(model, event.usage, event.at) if price and model and event.usage else None
+            if price is None:
+                cost = event.cost  # priced while the run went, by the agent's table, if it had one
+            else:
+                cost = price(model, event.usage, event.at) if model and event.usage else None
             calls.append(
                 CallCost(
                     run_id=run_id,

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import msgspec
 import pytest
 
-from agentledger import Agent, MemoryEventStore, OptionsError, tool
+from agentledger import Agent, MemoryEventStore, ModelResponseError, OptionsError, Usage, tool
 from agentledger.adapters.chat.scripted import Call, ScriptedChatClient
 from agentledger.core import CallsSkipped, Event, IterationLimitReached, ModelResponded, RunConfig, RunStarted
 from agentledger.core.projections import LIMIT_REACHED
+from agentledger.cost import Price, cost_report
 from agentledger.replay import load, rerun
 from agentledger.testing import FixedClock, SequentialIds
 
@@ -119,3 +121,80 @@ async def test_a_limit_that_is_not_a_positive_integer_is_refused(value: object) 
     agent, _ = _looping()
     with pytest.raises(OptionsError, match="max_input_tokens"):
         await agent.run("x", options={"max_input_tokens": value})
+
+
+def _cent(model: str, usage: Usage, at: int) -> float | None:
+    """A price table: one cent a call of the scripted model, whatever it read."""
+    return 0.01 if model == "scripted-1" else None
+
+
+def _priced(max_cost: float | None, price: Price | None = _cent) -> tuple[Agent, ScriptedChatClient]:
+    client = ScriptedChatClient([Call("again")], repeat=True)
+    agent = Agent(
+        client=client,
+        tools=[again],
+        clock=FixedClock(),
+        ids=SequentialIds(),
+        store=MemoryEventStore(),
+        max_iterations=10_000,
+        max_cost=max_cost,
+        price=price,
+    )
+    return agent, client
+
+
+async def test_the_cost_limit_stops_a_looping_run_and_a_rerun_reproduces_it() -> None:
+    """Each call's price is recorded in ``ModelResponded.cost``; once they sum to ``max_cost``
+    the final call comes, the limit is recorded with the amount, and a rerun stops alike."""
+    agent, client = _priced(0.035)
+    response = await agent.run("keep going")
+    costs = [e.cost for e in response.events if isinstance(e, ModelResponded)]
+    assert costs == [0.01] * 5
+    [limit] = [e for e in response.events if isinstance(e, IterationLimitReached)]
+    assert (limit.reason, limit.iteration, limit.cost_limit, limit.limit) == ("max_cost", 4, 0.035, 0)
+    assert client.requests[-1].tool_choice == "none"
+    assert response.text == LIMIT_REACHED
+    assert cost_report(response.events).total.cost == pytest.approx(0.05)  # the recorded prices
+    assert agent.store is not None
+    recorded = await load(agent.store, response.run_id)
+    agent.client = ScriptedChatClient([])
+    replayed = await rerun(recorded, agent)
+    assert replayed is not None
+    assert [(e.reason, e.seq) for e in replayed.events if isinstance(e, IterationLimitReached)] == [
+        ("max_cost", limit.seq)
+    ]
+
+
+async def test_a_run_sets_its_own_cost_limit() -> None:
+    agent, client = _priced(None)
+    response = await agent.run("keep going", options={"max_cost": 0.02})
+    assert [e.reason for e in response.events if isinstance(e, IterationLimitReached)] == ["max_cost"]
+    assert len(client.requests) == 3
+    assert all("max_cost" not in r.options for r in client.requests)
+
+
+async def test_a_cost_limit_needs_a_price_table() -> None:
+    """Without prices a cost limit could never be reached: refused, on the agent or the run."""
+    with pytest.raises(OptionsError, match="price"):
+        _priced(1.0, price=None)
+    agent, _ = _looping()
+    with pytest.raises(OptionsError, match="price"):
+        await agent.run("x", options={"max_cost": 1.0})
+    for bad in (0, -1.0, float("inf"), float("nan"), "1", True):
+        with pytest.raises(OptionsError, match="max_cost"):
+            _priced(bad)  # type: ignore[arg-type]
+
+
+async def test_a_model_the_table_does_not_know_costs_nothing_recorded() -> None:
+    """A price table that does not know the model records no cost (None): the limit sees none."""
+    agent, _ = _priced(None, price=lambda model, usage, at: None)
+    agent.config = msgspec.structs.replace(agent.config, max_iterations=3)
+    response = await agent.run("keep going")
+    assert {e.cost for e in response.events if isinstance(e, ModelResponded)} == {None}
+
+
+async def test_a_price_table_that_answers_nonsense_fails_the_call() -> None:
+    """A price that is not a finite amount is the call's failure, recorded, not a crash."""
+    agent, _ = _priced(None, price=lambda model, usage, at: -3.0)
+    with pytest.raises(ModelResponseError, match="price"):
+        await agent.run("keep going")

@@ -13,6 +13,7 @@ recorded as ``ModelFailed`` the same way.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -166,6 +167,12 @@ def _responded(binding: RunBinding, iteration: int, response: Any) -> None:
     if problem is not None:
         _model_failed(binding, iteration, ValueError(problem), ModelResponseError)
         return
+    model = _text_or_none(response.model)
+    try:
+        cost = _cost(binding, model, usage)
+    except Exception as exc:  # the price table is user code: its failure is the call's, recorded
+        _model_failed(binding, iteration, ValueError(f"the price table failed: {exc}"), ModelResponseError)
+        return
     try:
         binding.recorder.record(
             ModelResponded,
@@ -173,14 +180,29 @@ def _responded(binding: RunBinding, iteration: int, response: Any) -> None:
             message=Message("assistant", contents),
             usage=usage,
             finish_reason=_text_or_none(response.finish_reason),
-            model=_text_or_none(response.model),
+            model=model,
             response_id=_text_or_none(response.response_id),
             conversation_id=_text_or_none(getattr(response, "conversation_id", None)) or None,
+            cost=cost,
         )
     except UnrecordableError as exc:
         _model_failed(
             binding, iteration, ValueError(f"the response cannot be recorded: {exc}"), ModelResponseError
         )
+
+
+def _cost(binding: RunBinding, model: str | None, usage: Usage | None) -> float | None:
+    """The call's price from the run's price table, priced at the time of the answer; None
+    without a table, a model name or a usage, or for a model the table does not know."""
+    price = binding.spec.price
+    if price is None or model is None or usage is None:
+        return None
+    cost = price(model, usage, binding.spec.clock())
+    if cost is None:
+        return None
+    if type(cost) not in (int, float) or not 0 <= cost < math.inf:
+        raise ValueError(f"a price must be a finite number of USD >= 0 or None, not {safe_text(repr(cost))}")
+    return float(cost)
 
 
 _REQUIRED_COUNTS = frozenset({"input_tokens", "output_tokens", "total_tokens"})
