@@ -79,6 +79,8 @@ class ToolShare(msgspec.Struct, frozen=True, kw_only=True):
     """How many later model calls of the run were sent it (each paid for it again)."""
     cost: float | None = None
     """What its tokens cost at the next call's input price, when prices are known."""
+    next_call: int | None = None
+    """The iteration of the run's model call it was sent to next; None if none was made."""
 
 
 class CallCost(msgspec.Struct, frozen=True, kw_only=True):
@@ -219,6 +221,7 @@ def _run_calls(
                     tokens=tokens,
                     seen_by=seen_by,
                     cost=cost,
+                    next_call=after.iteration if after is not None else None,
                 )
             )
     return calls, shares

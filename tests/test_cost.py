@@ -228,3 +228,25 @@ def test_genai_prices_price_a_call_by_model_and_time() -> None:
     assert cached is not None
     assert 0 < cached < fresh
     assert genai_price("no-such-model-anywhere", Usage(1000, 100, 1100), at) is None
+
+
+async def test_the_viewer_charts_tokens_per_call_by_origin() -> None:
+    """Each call with a usage is a bar whose segments add up to its input and output tokens; the
+    lead's second call shows the large result as its own segment, and the page draws it."""
+    from agentledger.adapters.export._html_chart import segments
+    from agentledger.adapters.export.html import render_html
+
+    events, lead = await _recorded()
+    report = cost_report(events)
+    bars = segments(report)
+    assert len(bars) == 4
+    for call, parts in bars:
+        assert call.usage is not None
+        assert sum(t for _, t in parts) == call.usage.input_tokens + call.usage.output_tokens
+    [(_, second)] = [(c, p) for c, p in bars if c.run_id == lead and c.iteration == 2]
+    origins = dict(second)
+    assert abs(origins["tool fetch_page"] - BIG // 4) <= 20
+    assert {"earlier input", "model's answer", "output"} <= set(origins)
+    page = render_html(events)
+    assert '<section class="cost-chart"' in page
+    assert f"{lead} call 2: tool fetch_page" in page
