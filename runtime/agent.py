@@ -17,14 +17,22 @@ import anyio
 from ._sources import Clock, IdSource, RandomIds
 from .chat import ChatClient, ChatOptions
 from .core.events import Event, RunConfig
-from .core.messages import Content, Message
+from .core.messages import Content, Message, Usage
 from .errors import OptionsError
 from .logs import warn
 from .middleware import Layer, split_middleware
 from .redaction import Redactor, default_redactor
 from .response import AgentResponse, AgentResponseUpdate
 from .run.lifecycle import AgentRun
-from .run.spec import Layers, RunSpec, check_option_names, check_tool_choice, merge_options
+from .run.spec import (
+    Layers,
+    RunSpec,
+    check_option_names,
+    check_run_limit,
+    check_tool_choice,
+    merge_options,
+    run_config,
+)
 from .session import AgentSession
 from .store import DEFAULT_MAX_EVENTS, DEFAULT_MAX_RUNS, EventStore, MemoryEventStore
 from .streaming import RunStream
@@ -45,6 +53,11 @@ _RUN_PARAMETERS = (
 def _frozen_layers(layers: Mapping[str, list[Layer]]) -> dict[str, tuple[Layer, ...]]:
     return {kind: tuple(items) for kind, items in layers.items()}
 
+
+_NO_PRICE = (
+    "max_cost needs prices: pass Agent(price=...), e.g. agentledger.adapters.prices.genai_price "
+    "(pip install 'agentledger[prices]')"
+)
 
 class Agent:
     """An LLM agent: a chat client, instructions, tools and middleware.
@@ -67,6 +80,13 @@ class Agent:
         max_iterations: model calls with tools before one last call with ``tool_choice="none"``.
         max_consecutive_errors: erroring batches in a row before that last call.
         max_function_calls: an optional cap on tool calls per run.
+        max_input_tokens: an optional cap on the input tokens a run's model calls report, summed;
+            a run can lower or raise it with ``options={"max_input_tokens": n}``.
+        max_cost: an optional cap on the prices (USD) of a run's model calls, summed (also
+            ``options={"max_cost": x}``); it needs ``price``.
+        price: ``price(model, usage, at) -> float | None``, the price table each model call is
+            priced with and recorded in ``ModelResponded.cost``, e.g.
+            ``agentledger.adapters.prices.genai_price`` (the ``prices`` extra).
         include_detailed_errors: tell the model the exception of a failed tool, not just that it failed.
         sequential_tools: run a batch's calls one after another instead of concurrently.
         terminate_on_unknown_calls: a call of a tool that is not offered fails the run
@@ -92,6 +112,9 @@ class Agent:
         max_iterations: int = 40,
         max_consecutive_errors: int = 3,
         max_function_calls: int | None = None,
+        max_input_tokens: int | None = None,
+        max_cost: float | None = None,
+        price: Callable[[str, Usage, int], float | None] | None = None,
         include_detailed_errors: bool = False,
         sequential_tools: bool = False,
         terminate_on_unknown_calls: bool = False,
@@ -132,7 +155,12 @@ class Agent:
             detailed_errors=include_detailed_errors,
             sequential_tools=sequential_tools,
             terminate_on_unknown_calls=terminate_on_unknown_calls,
+            max_input_tokens=check_run_limit("max_input_tokens", max_input_tokens),
+            max_cost=check_run_limit("max_cost", max_cost),
         )
+        self.price = price
+        if self.config.max_cost is not None and price is None:
+            raise OptionsError(_NO_PRICE)
 
     def create_session(self, *, session_id: str | None = None) -> AgentSession:
         """A new conversation for this agent (pass it to ``run(session=...)``)."""
@@ -310,6 +338,9 @@ class Agent:
         if middleware:
             extra = split_middleware(middleware)
             layers = {kind: (*layers[kind], *extra[kind]) for kind in layers}
+        config = run_config(self.config, merged)
+        if config.max_cost is not None and self.price is None:
+            raise OptionsError(_NO_PRICE)
         return RunSpec(
             agent=self,
             agent_id=self.id,
@@ -320,7 +351,8 @@ class Agent:
             options=merged,
             function_invocation_kwargs=dict(function_invocation_kwargs or {}),
             client_kwargs=dict(client_kwargs or {}),
-            config=self.config,
+            config=config,
+            price=self.price,
             redact=self.redact,
             clock=self.clock,
             store=self.store,

@@ -66,6 +66,12 @@ class ChatOptions(TypedDict, Generic[ResponseModelT], total=False):
     """Whether the service should keep the response; with ``True``, a client that can continue
     a stored conversation reports it in ``ChatResponse.conversation_id``."""
     additional_properties: dict[str, Any]
+    max_input_tokens: int
+    """A limit of the run, not a request setting (clients never see it): the input tokens the
+    run's model calls may report, summed, before the final call (see ``Agent``)."""
+    max_cost: float
+    """A limit of the run like ``max_input_tokens``: the USD its model calls may cost, summed
+    (it needs the agent's ``price`` table)."""
 
 
 class ChatResponse:

@@ -528,3 +528,20 @@ async def test_runs_without_a_session_have_no_conversation_id(clock: FixedClock,
     agent = Agent(client=ScriptedChatClient(["hi"]), name="Solo", clock=clock, ids=ids)
     spans = spans_from_events((await agent.run("hello")).events)
     assert all("gen_ai.conversation.id" not in s.attributes for s in spans)
+
+
+def test_cached_and_reasoning_tokens_become_genai_usage_attributes() -> None:
+    """Reported cache reads, cache writes and reasoning tokens are exported under their GenAI
+    (and OpenInference) names; counts a provider did not report are left out, not zeros."""
+    from agentledger import Usage
+    from agentledger.adapters.export._otlp_attrs import usage_attributes
+
+    full = usage_attributes(
+        Usage(100, 40, 140, cache_read_tokens=64, cache_write_tokens=8, reasoning_tokens=30)
+    )
+    assert full["gen_ai.usage.cache_read.input_tokens"] == 64
+    assert full["gen_ai.usage.cache_creation.input_tokens"] == 8
+    assert full["gen_ai.usage.reasoning.output_tokens"] == 30
+    assert full["llm.token_count.prompt_details.cache_read"] == 64
+    plain = usage_attributes(Usage(100, 40, 140))
+    assert not [name for name in plain if "cache" in name or "reasoning" in name]

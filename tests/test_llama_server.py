@@ -208,6 +208,37 @@ async def test_streamed_answer(server: LlamaServer, kind: str) -> None:
     assert_usage(answer, max_output=32)
 
 
+@pytest.mark.parametrize("streamed", [False, True], ids=["whole", "streamed"])
+async def test_prompt_cache_reads_are_recorded_as_the_server_reports_them(
+    server: LlamaServer, kind: str, streamed: bool
+) -> None:
+    """llama-server reports the prompt tokens it took from its cache (``cached_tokens``): asked
+    the same thing twice, the second call reads most of its prompt from the cache, and the log
+    says so. It reports no reasoning tokens and no cache writes: those stay None, not zero."""
+    question = f"In one word, which colour is the sky? ({kind}, {'streamed' if streamed else 'whole'})"
+    usages = []
+    async with open_client(kind, server.base_url) as client:
+        agent = client.as_agent(name="Plain", default_options={**GREEDY, "max_tokens": 8}, store=False)
+        for _ in range(2):
+            if streamed:
+                stream = agent.run_stream(question)
+                async for _update in stream:
+                    pass
+                response = await stream.get_final_response()
+            else:
+                response = await agent.run(question)
+            (answer,) = responded(response.events)
+            usages.append(answer.usage)
+    first, second = usages
+    assert first is not None
+    assert second is not None
+    assert first.cache_read_tokens is not None
+    assert second.cache_read_tokens is not None
+    assert second.input_tokens == first.input_tokens
+    assert first.input_tokens // 2 < second.cache_read_tokens < second.input_tokens
+    assert (second.reasoning_tokens, second.cache_write_tokens) == (None, None)
+
+
 # -- tools ------------------------------------------------------------------------------------
 
 

@@ -923,3 +923,83 @@ def test_results_follow_their_calls_even_when_answered_later() -> None:
     wire = chat_messages(messages)
     assert [m["role"] for m in wire] == ["user", "assistant", "tool", "user"]
     assert wire[2]["tool_call_id"] == "call_1"
+
+
+# -- usage as the provider reports it -----------------------------------------------------------
+
+# The usage block of a Chat Completions answer from a reasoning model that hit the prompt cache,
+# as the API returns it (the details objects carry counts this library does not keep, too).
+_DETAILED_USAGE = {
+    "prompt_tokens": 2006,
+    "completion_tokens": 300,
+    "total_tokens": 2306,
+    "prompt_tokens_details": {"cached_tokens": 1920, "audio_tokens": 0},
+    "completion_tokens_details": {
+        "reasoning_tokens": 256,
+        "audio_tokens": 0,
+        "accepted_prediction_tokens": 0,
+        "rejected_prediction_tokens": 0,
+    },
+}
+
+
+def _detailed(response: httpx.Response) -> httpx.Response:
+    body = json.loads(response.content)
+    body["usage"] = _DETAILED_USAGE
+    return httpx.Response(200, json=body)
+
+
+@pytest.mark.anyio
+async def test_cached_and_reasoning_tokens_are_recorded_as_reported(
+    clock: FixedClock, ids: SequentialIds
+) -> None:
+    """Cached input and reasoning tokens reach ``ModelResponded.usage``; an answer without the
+    details records None for them, not zeros, and its logged event does not mention them."""
+    server = Server(_detailed(completion("Sunny.")), completion("Again."))
+    agent = Agent(client=client(server), clock=clock, ids=ids)
+    with capture_events() as events:
+        await agent.run("weather?")
+        await agent.run("weather again?")
+    first, second = [e for e in events if isinstance(e, ModelResponded)]
+    assert first.usage is not None
+    assert (first.usage.input_tokens, first.usage.output_tokens, first.usage.total_tokens) == (
+        2006,
+        300,
+        2306,
+    )
+    assert (first.usage.cache_read_tokens, first.usage.cache_write_tokens, first.usage.reasoning_tokens) == (
+        1920,
+        None,
+        256,
+    )
+    assert b'"cache_read_tokens":1920' in encode_event(first)
+    assert second.usage is not None
+    assert (second.usage.cache_read_tokens, second.usage.reasoning_tokens) == (None, None)
+    assert b"cache_read_tokens" not in encode_event(second)
+    assert b"reasoning_tokens" not in encode_event(second)
+
+
+@pytest.mark.anyio
+async def test_streamed_usage_keeps_cached_reasoning_and_cache_writes() -> None:
+    """The last chunk's usage, details included, is the streamed answer's usage; a server that
+    reports prompt-cache writes has them recorded too."""
+    usage = {**_DETAILED_USAGE, "prompt_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 1800}}
+    data = sse(chunk({"role": "assistant", "content": "Hi"}), chunk({}, "stop"), chunk(usage=usage), "[DONE]")
+    updates = await collect(client(Server(streamed(data))).get_streaming_response(USER))
+    last = updates[-1].usage
+    assert last is not None
+    assert (last.input_tokens, last.cache_read_tokens, last.cache_write_tokens, last.reasoning_tokens) == (
+        2006,
+        0,
+        1800,
+        256,
+    )
+
+
+@pytest.mark.anyio
+async def test_a_negative_cached_count_is_a_malformed_answer() -> None:
+    """A details count no server could mean is refused like any other malformed usage."""
+    body = json.loads(completion("x").content)
+    body["usage"]["prompt_tokens_details"] = {"cached_tokens": -1}
+    with pytest.raises(MalformedResponseError):
+        await client(Server(httpx.Response(200, json=body))).get_response(USER)

@@ -476,3 +476,52 @@ async def test_api_key_never_appears_in_any_event() -> None:
             await agent_on(llm).run("Weather again?")
     assert [e.error_type for e in events if isinstance(e, ModelFailed)] == ["AuthenticationError"]
     assert not any(KEY.encode() in encode_event(e) for e in events)
+
+
+# -- usage as the provider reports it -----------------------------------------------------------
+
+# The usage block of a Responses API answer from a reasoning model that hit the prompt cache.
+_DETAILED_USAGE = {
+    "input_tokens": 3120,
+    "input_tokens_details": {"cached_tokens": 3072},
+    "output_tokens": 410,
+    "output_tokens_details": {"reasoning_tokens": 384},
+    "total_tokens": 3530,
+}
+
+
+@pytest.mark.anyio
+async def test_cached_and_reasoning_tokens_are_recorded_as_reported(
+    clock: FixedClock, ids: SequentialIds
+) -> None:
+    """``input_tokens_details.cached_tokens`` and ``output_tokens_details.reasoning_tokens`` reach
+    ``ModelResponded.usage``; the plain usage of the other answers records None for them."""
+    detailed = answer(message_item("Sunny."), usage=_DETAILED_USAGE)
+    server = Server(detailed, answer(message_item("Again.")))
+    agent = Agent(client=client(server), clock=clock, ids=ids)
+    with capture_events() as events:
+        await agent.run("weather?")
+        await agent.run("again?")
+    first, second = [e for e in events if isinstance(e, ModelResponded)]
+    assert first.usage is not None
+    assert (first.usage.input_tokens, first.usage.cache_read_tokens, first.usage.reasoning_tokens) == (
+        3120,
+        3072,
+        384,
+    )
+    assert first.usage.cache_write_tokens is None
+    assert second.usage is not None
+    assert (second.usage.cache_read_tokens, second.usage.reasoning_tokens) == (None, None)
+    assert b"reasoning_tokens" not in encode_event(second)
+
+
+@pytest.mark.anyio
+async def test_streamed_usage_keeps_cached_and_reasoning_tokens() -> None:
+    """The completed event's usage, details included, ends the stream."""
+    done = completed(message_item("Sunny."))
+    done["response"]["usage"] = _DETAILED_USAGE
+    server = Server(streamed(sse(created(), done)))
+    updates = await collect(client(server).get_streaming_response(USER))
+    usage = updates[-1].usage
+    assert usage is not None
+    assert (usage.total_tokens, usage.cache_read_tokens, usage.reasoning_tokens) == (3530, 3072, 384)

@@ -187,14 +187,34 @@ class _Choice(msgspec.Struct):
     finish_reason: str | None = None
 
 
+class _PromptDetails(msgspec.Struct):
+    cached_tokens: TokenCount | None = None
+    cache_write_tokens: TokenCount | None = None  # servers that report prompt-cache writes
+
+
+class _CompletionDetails(msgspec.Struct):
+    reasoning_tokens: TokenCount | None = None
+
+
 class _Usage(msgspec.Struct):
     prompt_tokens: TokenCount = 0
     completion_tokens: TokenCount = 0
     total_tokens: TokenCount = 0
+    prompt_tokens_details: _PromptDetails | None = None
+    completion_tokens_details: _CompletionDetails | None = None
 
     def ours(self) -> Usage:
         total = self.total_tokens or min(self.prompt_tokens + self.completion_tokens, 2**63 - 1)
-        return Usage(self.prompt_tokens, self.completion_tokens, total)
+        prompt = self.prompt_tokens_details or _PromptDetails()
+        completion = self.completion_tokens_details or _CompletionDetails()
+        return Usage(
+            self.prompt_tokens,
+            self.completion_tokens,
+            total,
+            cache_read_tokens=prompt.cached_tokens,
+            cache_write_tokens=prompt.cache_write_tokens,
+            reasoning_tokens=completion.reasoning_tokens,
+        )
 
 
 class _Completion(msgspec.Struct):

@@ -170,14 +170,34 @@ class _Item(msgspec.Struct):
     content: list[_Part] = msgspec.field(default_factory=list)
 
 
+class _InputDetails(msgspec.Struct):
+    cached_tokens: TokenCount | None = None
+    cache_write_tokens: TokenCount | None = None  # servers that report prompt-cache writes
+
+
+class _OutputDetails(msgspec.Struct):
+    reasoning_tokens: TokenCount | None = None
+
+
 class _Usage(msgspec.Struct):
     input_tokens: TokenCount = 0
     output_tokens: TokenCount = 0
     total_tokens: TokenCount = 0
+    input_tokens_details: _InputDetails | None = None
+    output_tokens_details: _OutputDetails | None = None
 
     def ours(self) -> Usage:
         total = self.total_tokens or min(self.input_tokens + self.output_tokens, 2**63 - 1)
-        return Usage(self.input_tokens, self.output_tokens, total)
+        given = self.input_tokens_details or _InputDetails()
+        made = self.output_tokens_details or _OutputDetails()
+        return Usage(
+            self.input_tokens,
+            self.output_tokens,
+            total,
+            cache_read_tokens=given.cached_tokens,
+            cache_write_tokens=given.cache_write_tokens,
+            reasoning_tokens=made.reasoning_tokens,
+        )
 
 
 class _Incomplete(msgspec.Struct):

@@ -170,6 +170,10 @@ dl.session dt.deleted { text-decoration: line-through; color: var(--k-err); }
 details.raw summary { cursor: pointer; color: var(--muted); font-size: 12px; }
 details.raw summary:focus-visible { outline: 2px solid var(--focus); }
 .empty { color: var(--muted); font-style: italic; }
+.cost-chart { margin: 0 16px 12px; overflow-x: auto; }
+.cost-chart h2 { margin: 4px 0; font-weight: 600; }
+.cost-chart svg text { fill: var(--muted); }
+.chart-key { margin-right: 10px; white-space: nowrap; }
 .visually-hidden {
   position: absolute; width: 1px; height: 1px; margin: -1px; padding: 0; overflow: hidden;
   clip: rect(0 0 0 0); white-space: nowrap; border: 0;

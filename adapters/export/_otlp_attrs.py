@@ -215,13 +215,26 @@ def usage_attributes(usage: Usage | None) -> Attributes:
     """Token counts, in both vocabularies."""
     if usage is None:
         return {}
-    return {
+    attributes: Attributes = {
         "gen_ai.usage.input_tokens": usage.input_tokens,
         "gen_ai.usage.output_tokens": usage.output_tokens,
         "llm.token_count.prompt": usage.input_tokens,
         "llm.token_count.completion": usage.output_tokens,
         "llm.token_count.total": usage.total_tokens or usage.input_tokens + usage.output_tokens,
     }
+    for count, names in (
+        (usage.cache_read_tokens, _CACHE_READ),
+        (usage.cache_write_tokens, _CACHE_WRITE),
+        (usage.reasoning_tokens, _REASONING),
+    ):
+        if count is not None:  # a count the provider did not report is left out, not zero
+            attributes.update(dict.fromkeys(names, count))
+    return attributes
+
+
+_CACHE_READ = ("gen_ai.usage.cache_read.input_tokens", "llm.token_count.prompt_details.cache_read")
+_CACHE_WRITE = ("gen_ai.usage.cache_creation.input_tokens", "llm.token_count.prompt_details.cache_write")
+_REASONING = ("gen_ai.usage.reasoning.output_tokens", "llm.token_count.completion_details.reasoning")
 
 
 def result_attributes(value: Any) -> Attributes:

@@ -26,7 +26,9 @@ from pathlib import Path
 import msgspec
 
 from agentledger.core.events import Event
+from agentledger.cost import cost_report
 
+from ._html_chart import cost_chart
 from ._html_model import HIDDEN, build_payload
 from ._html_script import SCRIPT
 from ._html_style import STYLE
@@ -77,6 +79,7 @@ _PAGE = """<!DOCTYPE html>
 <span class="hint muted small">Click an event, or move with <kbd>↑</kbd> <kbd>↓</kbd>,
 to see the state after it.</span>
 </header>
+{chart}
 <main class="layout">
 <div id="timeline" aria-label="Timeline"></div>
 <aside id="panel" tabindex="-1" aria-label="State after the selected event">
@@ -119,6 +122,7 @@ def render_html(
         style=STYLE,
         data=_json_for_script(payload),
         script=SCRIPT,
+        chart=cost_chart(cost_report(events)),
     )
 
 

@@ -93,6 +93,12 @@ class RunConfig(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, g
     detailed_errors: bool = False
     sequential_tools: bool = False
     terminate_on_unknown_calls: bool = False
+    max_input_tokens: int | None = None
+    """A cap on the input tokens the run's model calls reported, summed: once reached, the next
+    model call is the final one (``tool_choice="none"``)."""
+    max_cost: float | None = None
+    """A cap on the run's model calls' prices (``ModelResponded.cost``, USD), summed: once
+    reached, the next model call is the final one."""
 
 
 class EventBase(
@@ -224,6 +230,9 @@ class ModelResponded(EventBase, frozen=True, kw_only=True):
     conversation_id: str | None = None
     """The service-side conversation the response belongs to, when the service keeps it: the
     next model call continues it instead of sending the conversation again."""
+    cost: float | None = None
+    """The call's price in USD from the run's price table (``Agent(price=...)``), when it has
+    one and knows the model; recorded, so a rerun sums the same costs."""
 
 
 class ModelFailed(EventBase, frozen=True, kw_only=True):
@@ -334,6 +343,8 @@ class IterationLimitReached(EventBase, frozen=True, kw_only=True):
     iteration: int
     reason: str
     limit: int = 0
+    cost_limit: float | None = None
+    """For ``reason="max_cost"``: the limit in USD (``limit`` is then 0)."""
 
 
 class RunTerminated(EventBase, frozen=True, kw_only=True):

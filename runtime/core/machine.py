@@ -71,6 +71,7 @@ class RunMachine(Transitions):
         self.config = RunConfig()
         self.tool_choice: ToolChoice | None = None
         self.usage = Usage()
+        self.cost = 0.0
         self.calls_made = 0
         self.error_streak = 0
         self.final_call = False

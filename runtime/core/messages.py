@@ -107,19 +107,39 @@ class Message(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
 
 
 class Usage(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
-    """Token counts reported by the model."""
+    """Token counts reported by the model.
+
+    ``input_tokens`` counts every input token, cached ones included; ``cache_read_tokens`` and
+    ``cache_write_tokens`` say how many of them the provider read from its prompt cache or wrote
+    to it, and ``reasoning_tokens`` how many of ``output_tokens`` were reasoning. Those three are
+    None when the provider did not report them (never a guessed zero)."""
 
     input_tokens: int = 0
     output_tokens: int = 0
     total_tokens: int = 0
+    cache_read_tokens: int | None = None
+    cache_write_tokens: int | None = None
+    reasoning_tokens: int | None = None
 
     def __add__(self, other: Usage) -> Usage:
-        """The sum, each count at most ``2**63 - 1`` (what a log and OpenTelemetry hold)."""
+        """The sum, each count at most ``2**63 - 1`` (what a log and OpenTelemetry hold); a count
+        neither side reported stays None."""
         return Usage(
             input_tokens=min(self.input_tokens + other.input_tokens, _INT64_MAX),
             output_tokens=min(self.output_tokens + other.output_tokens, _INT64_MAX),
             total_tokens=min(self.total_tokens + other.total_tokens, _INT64_MAX),
+            cache_read_tokens=_add(self.cache_read_tokens, other.cache_read_tokens),
+            cache_write_tokens=_add(self.cache_write_tokens, other.cache_write_tokens),
+            reasoning_tokens=_add(self.reasoning_tokens, other.reasoning_tokens),
         )
+
+
+def _add(a: int | None, b: int | None) -> int | None:
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return min(a + b, _INT64_MAX)
 
 
 _INT64_MAX = 2**63 - 1
@@ -172,8 +192,6 @@ class MessageView(Sequence[Message]):
 
     def __repr__(self) -> str:
         return f"MessageView({list(self)!r})"
-
-
 
 
 def _content(item: Any) -> Content:

@@ -75,6 +75,7 @@ class Transitions:
     config: RunConfig
     tool_choice: ToolChoice | None
     usage: Usage
+    cost: float
     calls_made: int
     error_streak: int
     final_call: bool
@@ -222,6 +223,8 @@ class Transitions:
         With ``terminate_on_unknown_calls``, an unknown tool fails the run before any call runs."""
         if event.usage is not None:
             self.usage = self.usage + event.usage
+        if event.cost is not None:
+            self.cost += event.cost
         if event.conversation_id:
             self._continue_conversation(event.conversation_id)
         calls = event.message.function_calls
@@ -311,12 +314,19 @@ class Transitions:
             ("max_iterations", self.iteration, config.max_iterations),
             ("max_consecutive_errors", self.error_streak, config.max_consecutive_errors),
             ("max_function_calls", self.calls_made, config.max_function_calls),
+            ("max_input_tokens", self.usage.input_tokens, config.max_input_tokens),
         )
         for reason, value, limit in checks:
             if limit is not None and value >= limit:
                 self.limit_reason = reason
                 self._derive(IterationLimitReached, iteration=self.iteration, reason=reason, limit=limit)
                 return True
+        if config.max_cost is not None and self.cost >= config.max_cost:
+            self.limit_reason = "max_cost"
+            self._derive(
+                IterationLimitReached, iteration=self.iteration, reason="max_cost", cost_limit=config.max_cost
+            )
+            return True
         return False
 
     def _resume_approvals(self, approvals: Sequence[Content]) -> None:

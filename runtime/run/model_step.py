@@ -13,6 +13,7 @@ recorded as ``ModelFailed`` the same way.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -35,6 +36,7 @@ from ..errors import MiddlewareTermination, ModelCallError, ModelResponseError, 
 from ..middleware import run_chain
 from ..session import writer
 from .binding import RunBinding
+from .spec import RUN_LIMITS
 from .values import to_json
 
 __all__ = ("call_model",)
@@ -46,7 +48,7 @@ _BOOL_OR_NONE = frozenset({bool, type(None)})
 
 async def call_model(binding: RunBinding, command: CallModel) -> None:
     """Carry out ``command``; a failure is recorded and kept in ``binding.error``."""
-    options: dict[str, Any] = dict(binding.options)
+    options: dict[str, Any] = {k: v for k, v in binding.options.items() if k not in RUN_LIMITS}
     options["tools"] = [binding.registry.by_name[name].spec for name in command.tools]
     options["tool_choice"] = command.tool_choice
     if command.conversation_id is not None:
@@ -165,6 +167,12 @@ def _responded(binding: RunBinding, iteration: int, response: Any) -> None:
     if problem is not None:
         _model_failed(binding, iteration, ValueError(problem), ModelResponseError)
         return
+    model = _text_or_none(response.model)
+    try:
+        cost = _cost(binding, model, usage)
+    except Exception as exc:  # the price table is user code: its failure is the call's, recorded
+        _model_failed(binding, iteration, ValueError(f"the price table failed: {exc}"), ModelResponseError)
+        return
     try:
         binding.recorder.record(
             ModelResponded,
@@ -172,9 +180,10 @@ def _responded(binding: RunBinding, iteration: int, response: Any) -> None:
             message=Message("assistant", contents),
             usage=usage,
             finish_reason=_text_or_none(response.finish_reason),
-            model=_text_or_none(response.model),
+            model=model,
             response_id=_text_or_none(response.response_id),
             conversation_id=_text_or_none(getattr(response, "conversation_id", None)) or None,
+            cost=cost,
         )
     except UnrecordableError as exc:
         _model_failed(
@@ -182,11 +191,31 @@ def _responded(binding: RunBinding, iteration: int, response: Any) -> None:
         )
 
 
+def _cost(binding: RunBinding, model: str | None, usage: Usage | None) -> float | None:
+    """The call's price from the run's price table, priced at the time of the answer; None
+    without a table, a model name or a usage, or for a model the table does not know."""
+    price = binding.spec.price
+    if price is None or model is None or usage is None:
+        return None
+    cost = price(model, usage, binding.spec.clock())
+    if cost is None:
+        return None
+    if type(cost) not in (int, float) or not 0 <= cost < math.inf:
+        raise ValueError(f"a price must be a finite number of USD >= 0 or None, not {safe_text(repr(cost))}")
+    return float(cost)
+
+
+_REQUIRED_COUNTS = frozenset({"input_tokens", "output_tokens", "total_tokens"})
+
+
 def _usage(value: Any) -> Usage:
-    """Token counts as the log holds them: integers in 0..2**63-1, or a ``ValueError``."""
+    """Token counts as the log holds them: integers in 0..2**63-1 (None where the client reported
+    none), or a ``ValueError``."""
     usage = msgspec.convert(value, Usage, from_attributes=True)
     for name in usage.__struct_fields__:
         count = getattr(usage, name)
+        if count is None and name not in _REQUIRED_COUNTS:
+            continue
         if type(count) is not int or not 0 <= count <= INT64_MAX:
             raise ValueError(f"usage.{name} must be an integer in 0..2**63-1, not {safe_text(repr(count))}")
     return usage

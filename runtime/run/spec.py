@@ -10,6 +10,7 @@ first event from it, so ``RunStarted`` is made in one place.
 from __future__ import annotations
 
 import difflib
+import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -19,7 +20,7 @@ from .._version import __version__
 from ..chat import ChatClient, ChatOptions
 from ..core.approvals import approval_responses, paused_calls, resumed_batch, unmatched_approvals
 from ..core.events import RunConfig, RunStarted
-from ..core.messages import Content, Message
+from ..core.messages import Content, Message, Usage
 from ..errors import ApprovalError, ArgumentsError, OptionsError
 from ..logs import warn
 from ..middleware import Layer
@@ -30,14 +31,17 @@ from .recorder import Sink
 from .values import to_json
 
 __all__ = (
+    "RUN_LIMITS",
     "Layers",
     "RunSpec",
     "check_approvals",
     "check_option_names",
+    "check_run_limit",
     "check_tool_choice",
     "merge_options",
     "middleware_names",
     "options_record",
+    "run_config",
 )
 
 Layers = Mapping[str, Sequence[Layer]]
@@ -58,6 +62,30 @@ def merge_options(
 
 _MODES = ("auto", "required", "none")
 _KNOWN_OPTIONS = frozenset(ChatOptions.__annotations__)
+
+
+RUN_LIMITS = ("max_input_tokens", "max_cost")
+"""Options that are limits of the run (its ``RunConfig``), never sent to the chat client."""
+
+
+def check_run_limit(name: str, value: Any) -> Any:
+    """A run limit as given (None: no limit), or ``OptionsError``: ``max_cost`` is a positive
+    finite number (USD), the others positive integers."""
+    if value is None:
+        return None
+    if name == "max_cost":
+        if type(value) not in (int, float) or not 0 < value < math.inf:
+            raise OptionsError(f"max_cost must be a positive number of USD (or None), not {value!r}")
+        return float(value)
+    if type(value) is not int or value < 1:
+        raise OptionsError(f"{name} must be a positive integer (or None), not {value!r}")
+    return value
+
+
+def run_config(config: RunConfig, options: Mapping[str, Any]) -> RunConfig:
+    """The agent's limits with those the run's options set instead."""
+    changes = {name: check_run_limit(name, options[name]) for name in RUN_LIMITS if name in options}
+    return msgspec.structs.replace(config, **changes) if changes else config
 
 
 def check_option_names(options: Mapping[str, Any]) -> None:
@@ -181,6 +209,8 @@ class RunSpec(msgspec.Struct, frozen=True, kw_only=True):
     """The keys of the options given to ``run()`` itself, on top of the agent's defaults."""
     run_tool_names: tuple[str, ...] = ()
     """The names of the tools given to ``run()`` itself, beside the agent's own."""
+    price: Callable[[str, Usage, int], float | None] | None = None
+    """The price table each model call is priced with (``ModelResponded.cost``), if any."""
 
     def awaits_approval(self, function: FunctionTool, call: Content) -> bool:
         """Whether a call of a gated tool waits for a human: unless its arguments cannot run and
