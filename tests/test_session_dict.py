@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -81,8 +82,9 @@ def test_state_that_could_not_be_recorded_is_refused() -> None:
 async def test_a_misspelt_run_parameter_is_refused_not_passed_on(typo: str, meant: str) -> None:
     """The deprecated **kwargs path takes runtime values, not typos of run()'s own parameters."""
     agent = _agent(["unused"])
+    given: dict[str, Any] = {typo: object()}
     with pytest.raises(TypeError, match=f"did you mean '{meant}'"):
-        await agent.run("hi", **{typo: object()})
+        await agent.run("hi", **given)
 
 
 async def test_an_empty_structured_answer_is_no_value() -> None:
