@@ -18,6 +18,7 @@ from typing import Any
 import anyio
 import msgspec
 
+from ._cli_runs import print_table
 from .core.claims import paused_batch
 from .errors import LogCorruptError
 from .listing import RunQuery, report_unreadable
@@ -94,19 +95,7 @@ def _print(calls: list[WaitingCall], *, as_json: bool, console: Any) -> None:
         since = when.strftime("%Y-%m-%d %H:%M:%S") if when else "?"
         arguments = _arguments(call.arguments)
         rows.append([call.run_id, call.session_id or "", call.call_id, call.tool, arguments, since])
-    if console.is_terminal:
-        from rich.table import Table
-
-        table = Table(*_COLUMNS)
-        table.columns[0].no_wrap = True
-        for row in rows:
-            table.add_row(*row)
-        console.print(table)
-        return
-    widths = [max([len(c), *(len(row[i]) for row in rows)]) for i, c in enumerate(_COLUMNS)]
-    for row in [list(_COLUMNS), *rows]:
-        cells = (cell.ljust(width) for cell, width in zip(row, widths, strict=True))
-        out.write("  ".join(cells).rstrip() + "\n")
+    print_table(_COLUMNS, rows, console=console)
 
 
 def add_approvals(

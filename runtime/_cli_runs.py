@@ -22,7 +22,7 @@ from .errors import RunNotFoundError
 from .listing import RunSummary
 from .store import EventStore
 
-__all__ = ("parse_since", "print_runs", "resolve_run")
+__all__ = ("parse_since", "print_runs", "print_table", "resolve_run")
 
 _SHOWN = 5
 _DURATION = re.compile(r"^(\d+)\s*([smhdw])$")
@@ -112,21 +112,24 @@ def print_runs(runs: Sequence[RunSummary], *, as_json: bool, console: Any) -> No
             document = msgspec.to_builtins(run) | {"started": _iso(run)}
             out.write(msgspec.json.encode(document).decode() + "\n")
         return
-    rows = [_row(run) for run in runs]
+    print_table(_COLUMNS, [_row(run) for run in runs], console=console)
+
+
+def print_table(columns: Sequence[str], rows: Sequence[Sequence[str]], *, console: Any) -> None:
+    """A table on a terminal (rich), aligned plain text on a pipe; the first column unwrapped."""
     if console.is_terminal:
         from rich.table import Table
 
-        table = Table(*_COLUMNS)
+        table = Table(*columns)
         table.columns[0].no_wrap = True
         for row in rows:
             table.add_row(*row)
         console.print(table)
         return
-    widths = [max([len(c), *(len(row[i]) for row in rows)]) for i, c in enumerate(_COLUMNS)]
-    for row in [list(_COLUMNS), *rows]:
-        out.write(
-            "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() + "\n"
-        )
+    widths = [max([len(c), *(len(row[i]) for row in rows)]) for i, c in enumerate(columns)]
+    for row in [list(columns), *rows]:
+        cells = (cell.ljust(width) for cell, width in zip(row, widths, strict=True))
+        sys.stdout.write("  ".join(cells).rstrip() + "\n")
 
 
 def _iso(run: RunSummary) -> str | None:
