@@ -38,6 +38,9 @@ class CallModel(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     tools: tuple[str, ...]
     tool_choice: ToolChoice | None
     conversation_id: str | None = None
+    final: bool = False
+    """The last call after a limit: calls it asks for are not run (``CallsSkipped``), so a
+    streamed run shows only its text."""
 
 
 class InvokeTools(msgspec.Struct, frozen=True, kw_only=True, gc=False):

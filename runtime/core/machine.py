@@ -214,6 +214,7 @@ class RunMachine(Transitions):
                 tools=call.tools,
                 tool_choice=call.tool_choice,
                 conversation_id=call.conversation_id,
+                final=self.final_call,
             )
         if self._phase is Phase.RUNNING_TOOLS and self._batch is not None:
             open_ids = set(self.transcript.pending)

@@ -135,6 +135,7 @@ class Transitions:
                 tools=names,
                 tool_choice=choice,
                 conversation_id=conversation_id,
+                final=final,
             )
         )
         self._phase_to(Phase.AWAITING_MODEL)

@@ -76,7 +76,7 @@ async def call_model(binding: RunBinding, command: CallModel) -> None:
                 **binding.spec.legacy_kwargs,
             )
         else:
-            context.result = await _get_response(binding, context)
+            context.result = await _get_response(binding, context, command.final)
     except MiddlewareTermination as exc:
         binding.recorder.record(
             RunTerminated, iteration=command.iteration, reason=str(exc), by="chat_middleware"
@@ -98,7 +98,7 @@ async def _through_middleware(
 
     async def final() -> None:
         _record_request_changes(binding, command, context, sent)
-        context.result = await _get_response(binding, context)
+        context.result = await _get_response(binding, context, command.final)
 
     outcome = await run_chain(layers, context, final, binding.checkpoint)
     if outcome.short_circuited_by is not None:
@@ -136,7 +136,7 @@ def _record_request_changes(
     )
 
 
-async def _get_response(binding: RunBinding, context: ChatContext) -> ChatResponse:
+async def _get_response(binding: RunBinding, context: ChatContext, final: bool) -> ChatResponse:
     client, on_update, legacy = binding.spec.client, binding.on_update, binding.spec.legacy_kwargs
     if on_update is None:
         return await client.get_response(
@@ -147,8 +147,17 @@ async def _get_response(binding: RunBinding, context: ChatContext) -> ChatRespon
         context.outgoing, options=context.options, client_kwargs=context.client_kwargs, **legacy
     ):
         updates.append(update)
+        if final:  # calls the last call asks for are not run: the stream shows its text only
+            update = _without_calls(update)
         on_update(update)
     return merge_updates(updates)
+
+
+def _without_calls(update: Any) -> Any:
+    contents = getattr(update, "contents", ())
+    if not any(c.type == "function_call" for c in contents):
+        return update
+    return msgspec.structs.replace(update, contents=tuple(c for c in contents if c.type != "function_call"))
 
 
 def _responded(binding: RunBinding, iteration: int, response: Any) -> None:
