@@ -154,12 +154,17 @@ async def test_get_session_continues_the_service_conversation() -> None:
     assert session.service_session_id == "resp_1"  # continuing keeps the response unless store=False
 
 
-async def test_the_session_id_wins_over_the_option() -> None:
-    llm = keeping("Hi.")
+async def test_the_option_given_to_the_run_wins_over_the_session_id() -> None:
+    """As in agent-framework-core 1.23 (measured): the run's own conversation_id is sent; an
+    agent's default one is not, the session's conversation wins over it."""
+    llm = keeping("Hi.", "Again.")
     agent = agent_on(llm)
     session = agent.get_session("resp_session")
     await agent.run("Hi", session=session, options={"conversation_id": "resp_option"})
-    assert llm.requests[0].options["conversation_id"] == "resp_session"
+    assert llm.requests[0].options["conversation_id"] == "resp_option"
+    defaulted = agent_on(llm, conversation_id="resp_default")
+    await defaulted.run("Again", session=defaulted.get_session("resp_session"))
+    assert llm.requests[1].options["conversation_id"] == "resp_session"
 
 
 async def test_conversation_id_option_without_a_session() -> None:

@@ -236,9 +236,10 @@ def _seconds(value: float | None) -> Any:
 
 
 def _with_conversation(options: Mapping[str, Any] | None, session: AgentSession | None) -> dict[str, Any]:
-    """The run's options; a session whose conversation a service keeps continues it there."""
+    """The run's options; a session whose conversation a service keeps continues it there,
+    unless the run was given a conversation id of its own (``RunSpec.on_session``)."""
     merged = dict(options or {})
-    if session is not None and session.service_session_id:
+    if session is not None and session.service_session_id and not merged.get("conversation_id"):
         merged["conversation_id"] = session.service_session_id
     return merged
 

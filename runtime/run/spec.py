@@ -227,10 +227,12 @@ class RunSpec(msgspec.Struct, frozen=True, kw_only=True):
 
     def on_session(self, session: Any) -> RunSpec:
         """The run on ``session``: when a service keeps its conversation
-        (``session.service_session_id``), the run continues it there, whatever
-        ``options["conversation_id"]`` said."""
+        (``session.service_session_id``), the run continues it there, unless the run itself was
+        given ``options["conversation_id"]`` (that one wins, as in the reference framework)."""
         service_id = getattr(session, "service_session_id", None) if self.share_history else None
         if not service_id or self.options.get("conversation_id") == service_id:
+            return self
+        if "conversation_id" in self.run_option_keys and self.options.get("conversation_id"):
             return self
         return self.replace(options={**self.options, "conversation_id": service_id})
 
