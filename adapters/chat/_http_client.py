@@ -123,11 +123,11 @@ class HTTPChatClient(BaseChatClient):
         """The request body for one call."""
 
     @abc.abstractmethod
-    def _parse(self, payload: bytes, model: str) -> ChatResponse:
+    def _parse(self, payload: bytes, model: str, options: ChatOptions) -> ChatResponse:
         """A whole answer."""
 
     @abc.abstractmethod
-    def _stream(self, model: str) -> WireStream:
+    def _stream(self, model: str, options: ChatOptions) -> WireStream:
         """A reader for one streamed answer."""
 
     async def _auth_headers(self) -> dict[str, str]:
@@ -173,7 +173,7 @@ class HTTPChatClient(BaseChatClient):
                 content = await read_all(response, self.max_response_bytes)
             finally:
                 await response.aclose()
-            answer = self._parse(content, options.get("model") or self.model)
+            answer = self._parse(content, options.get("model") or self.model, options)
             answer.conversation_id = self._continuation(options, answer.response_id, answer.conversation_id)
             secrets = _secrets(response.request, extras)
             answer.messages = [
@@ -198,7 +198,7 @@ class HTTPChatClient(BaseChatClient):
             response = await self._send(body, options, extras, stream=True)
             secrets = _secrets(response.request, extras)
             try:
-                async for update in self._read_stream(response, options.get("model") or self.model):
+                async for update in self._read_stream(response, options.get("model") or self.model, options):
                     if update.contents:
                         contents = masked_contents(update.contents, secrets)
                         if contents is not update.contents:
@@ -211,12 +211,15 @@ class HTTPChatClient(BaseChatClient):
             finally:
                 await response.aclose()
 
-    async def _read_stream(self, response: httpx.Response, model: str) -> AsyncIterator[ChatResponseUpdate]:
+    async def _read_stream(
+        self, response: httpx.Response, model: str, options: ChatOptions
+    ) -> AsyncIterator[ChatResponseUpdate]:
         if response.headers.get("content-type", "").startswith("application/json"):
-            for update in _as_updates(self._parse(await read_all(response, self.max_response_bytes), model)):
+            whole = self._parse(await read_all(response, self.max_response_bytes), model, options)
+            for update in _as_updates(whole):
                 yield update
             return
-        decoder, stream = SSEDecoder(), self._stream(model)
+        decoder, stream = SSEDecoder(), self._stream(model, options)
         async for chunk in body_chunks(response, self.max_response_bytes):
             for event in decoder.feed(chunk):
                 for update in stream.feed(event):

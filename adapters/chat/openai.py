@@ -143,10 +143,10 @@ class OpenAIChatClient(_OpenAIClient):
     def _body(self, messages: Sequence[Message], options: ChatOptions, *, stream: bool) -> dict[str, Any]:
         return chat_request(messages, options, model=self.model, stream=stream)
 
-    def _parse(self, payload: bytes, model: str) -> ChatResponse:
+    def _parse(self, payload: bytes, model: str, options: ChatOptions) -> ChatResponse:
         return chat_response(payload, model)
 
-    def _stream(self, model: str) -> WireStream:
+    def _stream(self, model: str, options: ChatOptions) -> WireStream:
         return ChatStream(model)
 
 
@@ -159,10 +159,10 @@ class OpenAIResponsesClient(_OpenAIClient):
     def _body(self, messages: Sequence[Message], options: ChatOptions, *, stream: bool) -> dict[str, Any]:
         return responses_request(messages, options, model=self.model, stream=stream)
 
-    def _parse(self, payload: bytes, model: str) -> ChatResponse:
+    def _parse(self, payload: bytes, model: str, options: ChatOptions) -> ChatResponse:
         return responses_response(payload, model)
 
-    def _stream(self, model: str) -> WireStream:
+    def _stream(self, model: str, options: ChatOptions) -> WireStream:
         return ResponsesStream(model)
 
     def _continuation(
