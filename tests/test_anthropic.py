@@ -444,8 +444,10 @@ async def test_errors_are_typed_with_the_server_explanation() -> None:
     with pytest.raises(ServerError, match="Overloaded") as caught:
         await client(Server(*[error(529, "overloaded_error", "Overloaded")] * 3)).get_response(USER)
     assert (caught.value.status_code, caught.value.code) == (529, "overloaded_error")
-    with pytest.raises(AuthenticationError, match="invalid x-api-key"):
-        await client(Server(error(401, "authentication_error", "invalid x-api-key"))).get_response(USER)
+    refused = error(401, "authentication_error", "invalid x-api-key", **{"request-id": "req_011"})
+    with pytest.raises(AuthenticationError, match="invalid x-api-key") as refusal:
+        await client(Server(refused)).get_response(USER)
+    assert refusal.value.request_id == "req_011"  # Anthropic's header, without the x-
     with pytest.raises(BadRequestError):
         await client(Server(error(400))).get_response(USER)
 
