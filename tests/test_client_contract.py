@@ -1,4 +1,4 @@
-"""Every chat client against the client contract: scripted, and both OpenAI wire formats.
+"""Every chat client against the client contract: scripted, both OpenAI wire formats, Anthropic.
 
 The OpenAI clients talk to a fake server behind ``httpx.MockTransport`` that writes each
 ``ModelAnswer`` in its wire format: a whole JSON answer, or an event stream whose text arrives in
@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 import httpx
 import pytest
 
+from agentledger.adapters.chat.anthropic import AnthropicClient
 from agentledger.adapters.chat.openai import (
     OpenAIChatClient,
     OpenAIError,
@@ -75,7 +76,7 @@ class _FakeServer(ChatClientContract):
     """An OpenAI-compatible server behind MockTransport; subclasses write the wire format."""
 
     error_type = OpenAIError
-    client_type: ClassVar[type[OpenAIChatClient | OpenAIResponsesClient]]
+    client_type: ClassVar[type[OpenAIChatClient | OpenAIResponsesClient | AnthropicClient]]
 
     def open_client(self, answers: Sequence[ModelAnswer]) -> BaseChatClient:
         pending = list(answers)
@@ -204,6 +205,57 @@ class TestOpenAIResponses(_FakeServer):
             "name": call.name,
             "arguments": call.arguments,
         }
+
+
+class TestAnthropic(_FakeServer):
+    """The Messages API: a whole message writes each call's ``input`` as the model's raw JSON text;
+    a stream sends it in ``input_json_delta`` pieces, with the usage split between
+    ``message_start`` and ``message_delta``."""
+
+    client_type = AnthropicClient
+
+    def whole(self, answer: ModelAnswer) -> httpx.Response:
+        blocks = [json.dumps({"type": "text", "text": answer.text})] if answer.text else []
+        for call in answer.calls:
+            use = json.dumps({"type": "tool_use", "id": call.call_id, "name": call.name})
+            blocks.append(use[:-1] + ', "input": ' + call.arguments + "}")
+        stop = "tool_use" if answer.calls else "end_turn"
+        head = {**self._head(), "stop_reason": stop, "usage": self._usage(answer)}
+        body = json.dumps(head)[:-1] + ', "content": [' + ", ".join(blocks) + "]}"
+        return httpx.Response(200, headers={"content-type": "application/json"}, content=body.encode())
+
+    def streamed(self, answer: ModelAnswer) -> httpx.Response:
+        usage = self._usage(answer)
+        start = {**self._head(), "content": [], "stop_reason": None, "usage": {**usage, "output_tokens": 1}}
+        events: list[dict[str, Any] | str] = [{"type": "message_start", "message": start}]
+        index = 0
+        if answer.text:
+            block: dict[str, Any] = {"type": "text", "text": ""}
+            events.append({"type": "content_block_start", "index": 0, "content_block": block})
+            for piece in _pieces(answer.text):
+                delta = {"type": "text_delta", "text": piece}
+                events.append({"type": "content_block_delta", "index": 0, "delta": delta})
+            events.append({"type": "content_block_stop", "index": 0})
+            index = 1
+        for offset, call in enumerate(answer.calls, start=index):
+            block = {"type": "tool_use", "id": call.call_id, "name": call.name, "input": {}}
+            events.append({"type": "content_block_start", "index": offset, "content_block": block})
+            events.append({"type": "ping"})
+            for piece in _pieces(call.arguments, 7):
+                delta = {"type": "input_json_delta", "partial_json": piece}
+                events.append({"type": "content_block_delta", "index": offset, "delta": delta})
+            events.append({"type": "content_block_stop", "index": offset})
+        stop = "tool_use" if answer.calls else "end_turn"
+        final = {"output_tokens": usage["output_tokens"]}
+        events.append({"type": "message_delta", "delta": {"stop_reason": stop}, "usage": final})
+        events.append({"type": "message_stop"})
+        return _sse(events, named=True)
+
+    def _head(self) -> dict[str, Any]:
+        return {"id": "msg_1", "type": "message", "role": "assistant", "model": "claude-test-2025"}
+
+    def _usage(self, answer: ModelAnswer) -> dict[str, int]:
+        return {"input_tokens": answer.usage.input_tokens, "output_tokens": answer.usage.output_tokens}
 
 
 @pytest.mark.parametrize("module", ["agentledger.testing.clients", "agentledger.testing.stores"])

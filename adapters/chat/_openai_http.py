@@ -201,7 +201,7 @@ async def status_error_of(request: httpx.Request, response: httpx.Response) -> A
         f"{status} {reason} from POST {shown_url(request)}: {detail}",
         status_code=status,
         code=code,
-        request_id=response.headers.get("x-request-id"),
+        request_id=response.headers.get("x-request-id") or response.headers.get("request-id"),
         retry_after=retry_after(response.headers),
     )
 
