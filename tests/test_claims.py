@@ -382,3 +382,27 @@ async def test_a_paused_run_a_bounded_store_dropped_still_resumes_in_its_process
     resumed = await agent.run(_answer(session), session=session)
     assert resumed.text == "Sent."
     assert ran == ["a"]
+
+
+async def test_a_resume_against_a_durable_store_without_the_paused_run_is_refused(tmp_path: Path) -> None:
+    """A mistyped store path (or a store file deleted since the pause) holds no paused run, so
+    nothing can be claimed there: the resume is refused before the tool runs, rather than run
+    unguarded while the real store never learns of it."""
+    from agentledger.adapters.stores.sqlite import SqliteEventStore
+
+    ledger = tmp_path / "ledger.txt"
+    store = SqliteEventStore(tmp_path / "bank.db")
+    paused_agent = bank_agent(
+        store, ledger, ScriptedChatClient([Call("wire", {"amount": 5, "note": "sent 5"})])
+    )
+    session = paused_agent.create_session()
+    await paused_agent.run("Send 5.", session=session)
+    saved = session.to_dict()
+    store.close()
+    elsewhere = SqliteEventStore(tmp_path / "typo.db")
+    resumer = bank_agent(elsewhere, ledger, ScriptedChatClient(["Sent."]))
+    restored = AgentSession.from_dict(saved)
+    with pytest.raises(ApprovalError, match="is not in"):
+        await resumer.run(_answer(restored), session=restored)
+    elsewhere.close()
+    assert not ledger.exists()  # the tool did not run

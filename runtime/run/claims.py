@@ -23,7 +23,7 @@ from ..errors import (
     ConflictError,
     RunNotFoundError,
 )
-from ..store import EventStore
+from ..store import EventStore, MemoryEventStore
 
 __all__ = ("claim_batches", "refusal")
 
@@ -98,7 +98,13 @@ async def _claim(
         except RunNotFoundError:  # a bounded store dropped it: the process-local claim is all there is
             return None
         if not events:
-            return None  # not in this store: the process-local claim is all there is
+            if isinstance(store, MemoryEventStore):
+                return None  # a process's own memory: the process-local claim is all there is
+            raise ApprovalError(
+                f"run {paused_run!r}, which paused on the calls these answers approve, is not in "
+                f"{store!r}: a durable store that does not hold it cannot make sure the batch runs "
+                "once (is it the store the run was recorded to?)"
+            )
         paused = paused_batch(events)
         holder_log: list[Event] | None = None
         if paused.claim is not None and paused.claim.by_run_id != run_id:
