@@ -71,6 +71,21 @@ def _encode(key: str, value: Any) -> bytes:
     return encoded
 
 
+def _recordable(key: Any, value: Any) -> tuple[bytes, Any]:
+    """The value encoded and as it reads back; ``SessionStateError`` for a key that is no ``str``
+    or a value the log could not give back as it is (a tuple or a set would come back a list)."""
+    if not isinstance(key, str):
+        raise SessionStateError(f"session state keys must be str, not {type(key).__name__}")
+    encoded = _encode(key, value)
+    recorded = msgspec.json.decode(encoded)
+    if recorded != value and not (isinstance(value, float) and value != value):  # NaN aside
+        raise SessionStateError(
+            f"session state value for {key!r} ({type(value).__name__}) would read back from the "
+            f"log as {recorded!r}: store JSON values (str, int, float, bool, None, list, dict)"
+        )
+    return encoded, recorded
+
+
 def _has_big_int(value: Any) -> bool:
     stack = [value]
     while stack:
@@ -100,15 +115,7 @@ class SessionState(dict[str, Any]):
     # -- writes ------------------------------------------------------------------------------
 
     def __setitem__(self, key: str, value: Any) -> None:
-        if not isinstance(key, str):
-            raise SessionStateError(f"session state keys must be str, not {type(key).__name__}")
-        encoded = _encode(key, value)
-        recorded = msgspec.json.decode(encoded)
-        if recorded != value and not (isinstance(value, float) and value != value):  # NaN aside
-            raise SessionStateError(
-                f"session state value for {key!r} ({type(value).__name__}) would read back from the "
-                f"log as {recorded!r}: store JSON values (str, int, float, bool, None, list, dict)"
-            )
+        encoded, recorded = _recordable(key, value)
         with self._lock:
             super().__setitem__(key, value)
             self._encoded[key] = encoded
@@ -465,6 +472,10 @@ class AgentSession:
     def from_dict(cls, data: Any) -> AgentSession:
         """The session ``to_dict`` gave (also one of the reference framework's, which has no
         history). ``ValueError`` naming the first problem for anything else."""
+        raw_state = data.get("state") if isinstance(data, dict) else None
+        if isinstance(raw_state, dict):
+            for key, value in raw_state.items():  # as given: a set is refused, not made a list
+                _recordable(key, value)
         try:
             saved = msgspec.convert(data, _SavedSession, strict=False)
         except msgspec.ValidationError as exc:
@@ -472,8 +483,6 @@ class AgentSession:
         if saved.type != "session":
             raise ValueError(f"not a saved session: its type is {saved.type!r}, not 'session'")
         session = cls(saved.session_id, service_session_id=saved.service_session_id)
-        for key, value in saved.state.items():
-            _encode(key, value)  # what a run would refuse to record, refused here
         session._state.load(saved.state)
         session.history = list(saved.history)
         for pending in saved.pending:

@@ -73,9 +73,11 @@ def test_what_is_no_saved_session_is_refused(data: object) -> None:
         AgentSession.from_dict(data)
 
 
-def test_state_that_could_not_be_recorded_is_refused() -> None:
+@pytest.mark.parametrize("value", [2**70, {1, 2}, (1, 2), object()])
+def test_state_that_could_not_be_recorded_is_refused(value: object) -> None:
+    """What assigning to ``session.state`` refuses, ``from_dict`` refuses too (a set is not made a list)."""
     with pytest.raises(SessionStateError):
-        AgentSession.from_dict({"session_id": "s", "state": {"k": 2**70}})
+        AgentSession.from_dict({"session_id": "s", "state": {"k": value}})
 
 
 @pytest.mark.parametrize(("typo", "meant"), [("sesion", "session"), ("option", "options"), ("tool", "tools")])
