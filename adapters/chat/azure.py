@@ -99,7 +99,23 @@ class _AzureSettings:
         return {"api-key": self.api_key}
 
 
-class AzureOpenAIChatClient(OpenAIChatClient):
+class _AzureAuth:
+    """What both Azure clients send instead of OpenAI's: Azure's credential and ``api-version``."""
+
+    _azure: _AzureSettings
+    api_version: str
+
+    async def _auth_headers(self) -> dict[str, str]:
+        return await self._azure.headers()
+
+    def _credential(self) -> str | None:
+        return self._azure.api_key
+
+    def _query(self) -> dict[str, str]:
+        return {"api-version": self.api_version}
+
+
+class AzureOpenAIChatClient(_AzureAuth, OpenAIChatClient):
     """Chat Completions on an Azure OpenAI deployment; see the module docstring."""
 
     provider_name = "azure.ai.openai"
@@ -146,17 +162,8 @@ class AzureOpenAIChatClient(OpenAIChatClient):
         )
         self.api_version = self._azure.api_version
 
-    async def _auth_headers(self) -> dict[str, str]:
-        return await self._azure.headers()
 
-    def _credential(self) -> str | None:
-        return self._azure.api_key
-
-    def _query(self) -> dict[str, str]:
-        return {"api-version": self.api_version}
-
-
-class AzureOpenAIResponsesClient(OpenAIResponsesClient):
+class AzureOpenAIResponsesClient(_AzureAuth, OpenAIResponsesClient):
     """The Responses API on Azure OpenAI (the deployment is the model); see the module docstring."""
 
     provider_name = "azure.ai.openai"
@@ -201,12 +208,3 @@ class AzureOpenAIResponsesClient(OpenAIResponsesClient):
             max_response_bytes=max_response_bytes,
         )
         self.api_version = self._azure.api_version
-
-    async def _auth_headers(self) -> dict[str, str]:
-        return await self._azure.headers()
-
-    def _credential(self) -> str | None:
-        return self._azure.api_key
-
-    def _query(self) -> dict[str, str]:
-        return {"api-version": self.api_version}
