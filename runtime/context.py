@@ -298,7 +298,6 @@ class Recorder(Protocol):
     ``agentledger.run.recorder`` for the recorders a driver uses)."""
 
     run_id: str
-    lock: threading.RLock
 
     def record(self, cls: type[EventBase], **fields: Any) -> Event:
         """Record one input event of ``cls`` with ``fields``; returns the recorded event."""

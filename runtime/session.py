@@ -219,6 +219,30 @@ class SessionState(dict[str, Any]):
             if changes:
                 self._sink(writer.get(), tuple(changes))
 
+    def settle(self, changes: Iterable[StateChange]) -> None:
+        """Follow the log: make each key's value the one ``changes`` (a recorded write, in log
+        order) gives it, recording nothing. Writes of concurrent calls reach the log in the
+        model's order of the calls, not in the order they happened; settling each one as it is
+        kept makes the live value the log's last write, as a rebuild from the log has it. A key
+        already at that value (the usual case) is left alone, its object untouched."""
+        with self._lock:
+            for change in changes:
+                key = change.key
+                if change.op != "set":
+                    if dict.__contains__(self, key):
+                        dict.__delitem__(self, key)
+                        self._encoded.pop(key, None)
+                        self._watched.discard(key)
+                    continue
+                encoded = _encoder.encode(change.value)
+                if self._encoded.get(key) == encoded and dict.__contains__(self, key):
+                    continue
+                value = msgspec.json.decode(encoded)
+                dict.__setitem__(self, key, value)
+                self._encoded[key] = encoded
+                if not isinstance(value, _SCALARS):
+                    self._watched.add(key)
+
     def reset(self, values: dict[str, Any]) -> None:
         """Become exactly ``values`` without recording anything (rebuilds and replays)."""
         with self._lock:

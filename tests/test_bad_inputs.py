@@ -407,15 +407,21 @@ def slow_and_fast(fast_done: anyio.Event) -> list[Any]:
 async def test_parallel_calls_run_concurrently_and_return_in_the_models_order(
     clock: FixedClock, ids: SequentialIds
 ) -> None:
-    """The calls of one response run concurrently; their results reach the model in call order."""
+    """The calls of one response run concurrently; the log keeps them call by call in the model's
+    order (``fast`` finished first), and their results reach the model in call order."""
     fast_done = anyio.Event()
     agent, client = agent_for([[Call("slow"), Call("fast")], "done"], slow_and_fast(fast_done), clock, ids)
 
     response, was_stuck = await run_and_watch(agent, fast_done)
 
     assert not was_stuck
-    assert [e.name for e in only(response.events, ToolCalled)] == ["slow", "fast"]
-    assert [e.name for e in only(response.events, ToolReturned)] == ["fast", "slow"]
+    batch = [(type(e).__name__, e.name) for e in response.events if isinstance(e, ToolCalled | ToolReturned)]
+    assert batch == [
+        ("ToolCalled", "slow"),
+        ("ToolReturned", "slow"),
+        ("ToolCalled", "fast"),
+        ("ToolReturned", "fast"),
+    ]
     assert results_sent(client.requests[1]) == ["slow result", "fast result"]
     assert [c.call_id for c in client.requests[1].messages[-1].contents] == ["call_1", "call_2"]
 
@@ -437,37 +443,35 @@ async def test_sequential_tools_run_calls_one_after_another(clock: FixedClock, i
 
 @pytest.mark.anyio
 async def test_sync_tools_run_concurrently_in_worker_threads(clock: FixedClock, ids: SequentialIds) -> None:
-    """Sync tools of one batch run at the same time, each in a worker thread, off the event loop."""
-    release = threading.Event()
+    """Sync tools of one batch run at the same time, each in a worker thread, off the event loop:
+    each waits at a barrier only the other can open. While they run, the first call (the head
+    of the batch) is already in the log; the second's events follow once the first is done."""
+    both_in = threading.Barrier(2, timeout=30)  # a broken barrier fails the test, never hangs it
     threads: dict[str, int] = {}
+    seen: list[list[str]] = []
+
+    def entered(name: str) -> None:
+        threads[name] = threading.get_ident()
+        both_in.wait()
 
     @tool
     def first() -> str:
-        threads["first"] = threading.get_ident()
-        release.wait()
+        entered("first")
         return "first result"
 
     @tool
     def second() -> str:
-        threads["second"] = threading.get_ident()
-        release.wait()
+        entered("second")
         return "second result"
 
     agent, client = agent_for([[Call("first"), Call("second")], "done"], [first, second], clock, ids)
-    responses: list[AgentResponse] = []
-
-    async def run() -> None:
-        responses.append(await agent.run("go"))
-
     with capture_events() as events:
-        async with anyio.create_task_group() as group:
-            group.start_soon(run)
-            await anyio.wait_all_tasks_blocked()
-            started = [e.name for e in only(events, ToolCalled)]
-            release.set()
+        response = await agent.run("go")
+        seen.append([e.name for e in only(events, ToolCalled)])
 
-    assert started == ["first", "second"]
+    assert sorted(threads) == ["first", "second"]
     assert threading.get_ident() not in threads.values()
     assert threads["first"] != threads["second"]
+    assert seen == [["first", "second"]]
     assert results_sent(client.requests[1]) == ["first result", "second result"]
-    assert responses[0].text == "done"
+    assert response.text == "done"

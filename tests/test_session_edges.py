@@ -110,3 +110,36 @@ async def test_history_of_overlapping_runs_follows_completion(clock: FixedClock,
     rebuilt = AgentSession.from_events([e for log in by_start for e in log], session.session_id)  # type: ignore[misc]
     assert [m.text for m in rebuilt.history] == [m.text for m in session.history]
     assert session.history[0].text == "fast"
+
+
+@pytest.mark.anyio
+async def test_concurrent_calls_writing_one_key_leave_the_logs_last_write() -> None:
+    """Two concurrent calls write one key, the second call first in time: the log keeps the
+    writes call by call in the model's order, and the live value is the log's last write, as a
+    rebuild from the log has it (and as it would be had the calls finished the other way)."""
+    import anyio
+
+    from agentledger.core import SessionUpdated
+
+    second_wrote = anyio.Event()
+
+    @tool
+    async def write(value: str, ctx: FunctionInvocationContext) -> str:
+        assert ctx.session is not None
+        if value == "first":
+            await second_wrote.wait()
+        ctx.session.state["k"] = value
+        if value == "second":
+            second_wrote.set()
+        return value
+
+    client = ScriptedChatClient(
+        [[Call("write", {"value": "first"}), Call("write", {"value": "second"})], "ok"]
+    )
+    agent = client.as_agent(tools=[write], clock=FixedClock(), ids=SequentialIds())
+    session = agent.create_session()
+    response = await agent.run("go", session=session)
+    writes = [e.changes[0].value for e in response.events if isinstance(e, SessionUpdated)]
+    assert writes == ["first", "second"]
+    assert session.state["k"] == "second"
+    assert AgentSession.from_events(response.events, session.session_id).state.snapshot() == {"k": "second"}

@@ -3,8 +3,8 @@
 Theory of operation. A local run keeps its ``RunMachine`` and its loop in one process. On Temporal
 the workflow keeps the machine, and each activity carries out one of its commands with the shared
 steps of ``agentledger.run``: a ``RunSpec`` built by the agent (from the worker's registry), a
-``RunBinding`` around a ``StepRecorder`` (the step's events are kept for the workflow, which gives
-them their ``seq`` and ``at`` when it feeds them to its machine), the session rebuilt from the
+``RunBinding`` around a ``StepLog`` (the step's events are kept for the workflow, whose run
+loop gives them their ``seq`` and ``at`` when it feeds them to its machine), the session rebuilt from the
 state the workflow tracks, and then ``call_model`` or ``invoke_call``, the very functions the
 local loop calls. A model step and the end of a run refold a machine from the stored log and ask
 it: ``pending()`` is the model call to make, ``finish()`` records how the run ended.
@@ -19,10 +19,11 @@ from agentledger.agent import Agent
 from agentledger.core.commands import CallModel, Phase
 from agentledger.core.errors import TransitionError
 from agentledger.core.events import Event, RunStarted, SessionUpdated, ToolSpec
+from agentledger.core.loop import StepLog
 from agentledger.core.machine import RunMachine, refold
 from agentledger.core.messages import Content
 from agentledger.errors import AgentLedgerError
-from agentledger.run import RunBinding, RunSpec, StepRecorder, call_model, check_approvals, invoke_call
+from agentledger.run import RunBinding, RunSpec, call_model, check_approvals, invoke_call
 from agentledger.session import AgentSession
 from agentledger.tools import FunctionTool
 
@@ -85,7 +86,7 @@ def _session(view: RunView) -> AgentSession | None:
     return session
 
 
-def _outcome(binding: RunBinding, recorder: StepRecorder) -> StepOutcome:
+def _outcome(binding: RunBinding, recorder: StepLog) -> StepOutcome:
     error = binding.error
     if error is None:
         return StepOutcome(events=tuple(recorder.events))
@@ -96,8 +97,13 @@ def _outcome(binding: RunBinding, recorder: StepRecorder) -> StepOutcome:
     )
 
 
-def _binding(spec: RunSpec, view: RunView) -> tuple[RunBinding, StepRecorder]:
-    recorder = StepRecorder(view.run_id)
+def _no_time() -> int:
+    """A step on a worker leaves time to the workflow, which stamps it when it feeds the events."""
+    return 0
+
+
+def _binding(spec: RunSpec, view: RunView) -> tuple[RunBinding, StepLog]:
+    recorder = StepLog(view.run_id, _no_time)
     return RunBinding(spec, recorder, _session(view)), recorder
 
 

@@ -1,11 +1,13 @@
 """The agent-run workflow: the pure run machine, driven by activities, inside Temporal's sandbox.
 
-Theory of operation. The workflow holds a ``RunMachine`` and plays the driver's part: it takes the
-machine's commands one at a time and has an activity carry each out (a model call, one activity
-per tool call), then feeds the input events the activity reports back to the machine, stamped with
-the next ``seq`` and the workflow's clock. Everything the workflow does is deterministic: time is
-``workflow.time_ns()``, the run id comes from ``workflow.uuid4()`` when the caller gave none, and
-the machine reads neither clock nor randomness, so a replay of the history rebuilds the same run.
+Theory of operation. The workflow is the run's owner: it runs the loop every driver shares
+(``RunLoop.drive`` of ``agentledger.core``) and is its executor, with an activity for each
+command (a model call, one activity per tool call). The loop feeds the input events an activity
+reports back to the machine, stamped with the next ``seq`` and the workflow's clock, in the
+model's order of the calls; it decides whether a batch waits for approval, as it does in a local
+run. Everything the workflow does is deterministic: time is ``workflow.time_ns()``, the run id
+comes from ``workflow.uuid4()`` when the caller gave none, and the machine reads neither clock
+nor randomness, so a replay of the history rebuilds the same run.
 
 The events are written to the event store by activities, with ``expected_version``: each
 model-call activity first appends the events produced since the last append, so the store holds
@@ -21,7 +23,8 @@ model call; the new execution reads the log back and refolds the machine from it
 from __future__ import annotations
 
 import asyncio
-import collections
+import functools
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
 from typing import Any, TypeVar
 
@@ -33,7 +36,8 @@ with workflow.unsafe.imports_passed_through():
     import msgspec
 
     from agentledger.core.commands import CallModel, Command, FinishRun, InvokeTools
-    from agentledger.core.events import ApprovalRequested, Event
+    from agentledger.core.events import Event
+    from agentledger.core.loop import RunLoop, StepLog
     from agentledger.core.machine import RunMachine, refold
     from agentledger.core.messages import Content
     from agentledger.core.projections import SessionProjection
@@ -84,7 +88,8 @@ def _error_type(cause: BaseException | None) -> str:
 
 
 class _WorkflowRun:
-    """The driver's loop, with activities for IO and the workflow's clock for time."""
+    """The run's owner on Temporal: the shared loop, with activities for IO and the workflow's
+    clock for time (the ``Executor`` of ``RunLoop``)."""
 
     def __init__(self, job: RunInput) -> None:
         self.job = job
@@ -93,14 +98,26 @@ class _WorkflowRun:
         self.session = SessionProjection(job.session.session_id if job.session is not None else None)
         if job.session is not None:
             self.session.state = dict(job.session.state)
-        self.machine = RunMachine(self.history)
-        self.commands: collections.deque[Command] = collections.deque()
-        self.pending: list[Event] = []
-        self.version = 0
+        self.loop = self._loop(RunMachine(self.history))
+        self.version = 0  # how many of the log's events the store holds
         self.sequential = False
         self.subagents: frozenset[str] = frozenset()
         self.executions = job.resume.executions if job.resume is not None else 1
         self.model_calls = 0
+
+    def _loop(self, machine: RunMachine, log: Sequence[Event] = ()) -> RunLoop:
+        return RunLoop(
+            machine, self.run_id, workflow.time_ns, observer=self._observe, restamp=True, live=False, log=log
+        )
+
+    @property
+    def machine(self) -> RunMachine:
+        return self.loop.machine
+
+    @property
+    def pending(self) -> list[Event]:
+        """The events the store does not hold yet."""
+        return self.loop.log[self.version :]
 
     async def execute(self) -> RunResult:
         try:
@@ -108,7 +125,7 @@ class _WorkflowRun:
                 await self._start()
             else:
                 await self._resume(self.job.resume)
-            finish = await self._drive()
+            finish = await self.loop.drive(self)
             return await self._finish(finish)
         except (ActivityError, asyncio.CancelledError) as exc:
             if is_cancelled_exception(exc):
@@ -119,36 +136,12 @@ class _WorkflowRun:
 
     async def _record_failure(self, error_type: str, message: str) -> None:
         """The run cannot go on: its log ends with RunFailed, then the workflow fails."""
-        if not self.machine.is_open:
-            return
-        self._take(self.machine.fail(workflow.time_ns(), error_type, message))
-        await self._flush()
+        if self.loop.fail(error_type, message):
+            await self._flush()
 
-    # -- the loop -----------------------------------------------------------------------------
-
-    async def _drive(self) -> FinishRun:
-        while True:
-            command = self.commands.popleft()
-            if isinstance(command, CallModel):
-                if self._should_continue():
-                    await self._continue_as_new()
-                await self._call_model(command)
-            elif isinstance(command, InvokeTools):
-                await self._invoke_tools(command)
-            else:
-                return command
-
-    def _take(self, step: tuple[list[Event], list[Command]]) -> None:
-        events, commands = step
-        self.pending.extend(events)
-        self.commands.extend(commands)
+    def _observe(self, events: Sequence[Event]) -> None:
         for event in events:
             self.session.apply(event)
-
-    def _feed(self, event: Event) -> None:
-        """Stamp an input event with the next seq and the workflow's time; let the machine take it."""
-        stamped = msgspec.structs.replace(event, seq=self.machine.next_seq, at=workflow.time_ns())
-        self._take(self.machine.handle(stamped))
 
     # -- starting -----------------------------------------------------------------------------
 
@@ -163,13 +156,11 @@ class _WorkflowRun:
             rerun=session.rerun if session is not None else (),
         )
         outcome = await self._store_step(START_RUN, request, StartOutcome)
-        for event in outcome.events:
-            self._take(self.machine.handle(event))
-        self.pending.clear()
+        self.loop.adopt(outcome.events)  # numbered and stored by the start step
         self.version = len(outcome.events)
         self.sequential = outcome.sequential
         self.subagents = frozenset(outcome.subagents)
-        self._take(self.machine.begin())
+        self.loop.begin()
 
     async def _resume(self, resume: Resume) -> None:
         """Refold the machine from the stored log and ask the model again."""
@@ -182,15 +173,14 @@ class _WorkflowRun:
                 max_bytes=self.job.limits.payload_bytes,
             )
             events.extend(await self._store_step(LOAD_EVENTS, request, list[Event]))
-        self.machine = refold(events, self.history)
-        for event in events:
-            self.session.apply(event)
+        self.loop = self._loop(refold(events, self.history), events)
+        self._observe(events)
         self.version = len(events)
         self.sequential = resume.sequential
         self.subagents = frozenset(resume.subagents)
         command = self.machine.pending()
         assert isinstance(command, CallModel), self.machine.phase
-        self.commands.append(command)
+        self.loop.commands.append(command)
 
     def _should_continue(self) -> bool:
         if self.model_calls == 0:
@@ -211,9 +201,13 @@ class _WorkflowRun:
         )
         workflow.continue_as_new(msgspec.structs.replace(self.job, run_id=self.run_id, resume=resume))
 
-    # -- model calls and tool calls ---------------------------------------------------------
+    # -- the executor: model calls and tool calls ----------------------------------------------
 
-    async def _call_model(self, command: CallModel) -> None:
+    async def before(self, command: Command) -> None:
+        if isinstance(command, CallModel) and self._should_continue():
+            await self._continue_as_new()
+
+    async def call_model(self, command: CallModel, step: StepLog) -> None:
         if sum(len(_encode(e)) for e in self.pending) > self.job.limits.payload_bytes:
             await self._flush()
         pending = tuple(self.pending)
@@ -221,40 +215,28 @@ class _WorkflowRun:
             view=self._view(), iteration=command.iteration, pending=pending, version=self.version
         )
         outcome = await self._activity(CALL_MODEL, request, StepOutcome, self.job.timeouts.model)
-        del self.pending[: len(pending)]
-        self.version += len(pending)
+        self.version += len(pending)  # the model step stored them first
         self.model_calls += 1
-        for event in outcome.events:
-            self._feed(event)
+        step.extend(outcome.events)
 
-    async def _invoke_tools(self, command: InvokeTools) -> None:
-        calls = list(command.calls)
-        if command.gated and await self._hold_for_approval(command):
-            return  # the whole batch waits for the answer
-        approved = set(command.approved)
-        if self.sequential or len(calls) < 2:
-            for call in calls:
-                self._feed_all(await self._tool(command.iteration, call, approved=call.call_id in approved))
-            return
-        outcomes = await asyncio.gather(
-            *(self._tool(command.iteration, call, approved=call.call_id in approved) for call in calls)
-        )
-        for outcome in outcomes:  # in the model's order, whatever order they finished in
-            self._feed_all(outcome)
-
-    async def _hold_for_approval(self, command: InvokeTools) -> bool:
-        """Whether the batch waits for approval: a worker checks the gated calls' arguments, and
-        the valid ones are named in ``ApprovalRequested`` (the rule a local run applies)."""
+    async def awaiting_approval(self, command: InvokeTools) -> Sequence[str]:
+        """A worker checks each gated call's arguments (the rule a local run applies)."""
         gated = [c for c in command.calls if (c.call_id or "") in command.gated]
         outcomes = await asyncio.gather(*(self._tool(command.iteration, c, gated=True) for c in gated))
-        held = tuple(c.call_id or "" for c, o in zip(gated, outcomes, strict=True) if o.held)
-        if held:
-            self._feed(ApprovalRequested(run_id=self.run_id, seq=0, at=0, call_ids=held))
-        return bool(held)
+        return [c.call_id or "" for c, o in zip(gated, outcomes, strict=True) if o.held]
 
-    def _feed_all(self, outcome: StepOutcome) -> None:
-        for event in outcome.events:
-            self._feed(event)
+    def tool_calls(self, command: InvokeTools) -> Sequence[Callable[[StepLog], Awaitable[None]]]:
+        approved = set(command.approved)
+        return [
+            functools.partial(self._run_call, command.iteration, call, call.call_id in approved)
+            for call in command.calls
+        ]
+
+    async def gather(self, calls: Sequence[Awaitable[None]]) -> None:
+        await asyncio.gather(*calls)
+
+    async def _run_call(self, iteration: int, call: Content, approved: bool, step: StepLog) -> None:
+        step.extend((await self._tool(iteration, call, approved=approved)).events)
 
     async def _tool(
         self, iteration: int, call: Content, *, gated: bool = False, approved: bool = False
@@ -288,7 +270,6 @@ class _WorkflowRun:
             at=workflow.time_ns(),
         )
         outcome = await self._store_step(FINISH_RUN, request, FinishOutcome)
-        self.pending.clear()
         self.version = outcome.version
         usage = self.machine.usage
         if self.machine.failure is not None:  # RunFailed, as the finishing step recorded it
@@ -327,7 +308,6 @@ class _WorkflowRun:
                 chunk.append(event)
             request = AppendRequest(run_id=self.run_id, events=tuple(chunk), version=self.version)
             self.version = await self._store_step(APPEND_EVENTS, request, int)
-            del self.pending[: len(chunk)]
 
     # -- helpers ------------------------------------------------------------------------------
 

@@ -18,6 +18,8 @@ from .events import *  # noqa: F403
 from .events import __all__ as _events_all
 from .limits import *  # noqa: F403
 from .limits import __all__ as _limits_all
+from .loop import *  # noqa: F403
+from .loop import __all__ as _loop_all
 from .machine import *  # noqa: F403
 from .machine import __all__ as _machine_all
 from .messages import *  # noqa: F403
@@ -33,6 +35,7 @@ __all__ = (
     *_depth_all,
     *_events_all,
     *_limits_all,
+    *_loop_all,
     *_machine_all,
     *_messages_all,
     *_projections_all,

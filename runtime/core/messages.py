@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Literal, overload
 
 import msgspec
 
-__all__ = ("Content", "ContentType", "Message", "MessageView", "Usage", "result_text")
+__all__ = ("Content", "ContentType", "Message", "MessageView", "Usage", "malformed_calls", "result_text")
 
 ContentType = Literal[
     "text",
@@ -216,3 +216,19 @@ def result_text(value: Any) -> str:
     if isinstance(value, str):
         return value
     return _dumps(value)
+
+
+def malformed_calls(contents: Sequence[Content]) -> str | None:
+    """Why a model answer's function calls cannot be run (one has no call id, or two share one),
+    or None. A step records such an answer as a failed model call; the machine refuses a
+    ``ModelResponded`` that carries one, so a log is checked against the same rule."""
+    seen: set[str] = set()
+    for content in contents:
+        if content.type != "function_call":
+            continue
+        if not content.call_id:
+            return "a function call has no call id"
+        if content.call_id in seen:
+            return f"call id {content.call_id!r} appears twice in one response"
+        seen.add(content.call_id)
+    return None

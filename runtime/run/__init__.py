@@ -2,11 +2,12 @@
 
 * ``RunSpec``: what a run is, fixed before it starts; builds ``RunStarted``.
 * ``RunMachine`` (``agentledger.core``) decides; ``observe`` and ``pending`` rebuild it from a log.
-* ``RunBinding``: a spec joined to a ``Recorder`` (``LiveRecorder`` feeds the machine at once,
-  ``StepRecorder`` keeps one step's events for a driver whose machine is elsewhere).
-* the steps: ``call_model`` (chat middleware and the client) and ``invoke_tools`` /
-  ``invoke_call`` (function middleware and the tool), each recording input events.
-* ``LocalDriver`` (the loop in this process) and ``AgentRun`` (a whole run with agent middleware).
+* ``RunBinding``: a spec joined to a ``Recorder``: a ``RunRecorder`` in this process (into the
+  current step, else to the run's owner, ``RunLoop``), a ``StepLog`` on a Temporal worker.
+* the steps: ``call_model`` (chat middleware and the client) and ``invoke_call`` (function
+  middleware and one tool), each recording input events into its step.
+* ``LocalDriver`` (the executor of ``RunLoop.drive`` in this process) and ``AgentRun`` (a whole
+  run with agent middleware).
 
 ``docs/architecture.md`` draws how the drivers (local, replay, Temporal) sit on it.
 """
@@ -16,15 +17,13 @@ from .claims import claim_batches, refusal
 from .driver import LocalDriver
 from .lifecycle import AgentRun
 from .model_step import call_model
-from .recorder import LiveRecorder, Sink, StepRecorder, capture_sinks, watching
+from .recorder import RunRecorder, Sink, Sinks, capture_sinks, watching
 from .registry import ToolRegistry
 from .spec import Layers, RunSpec, check_approvals, check_tool_choice, merge_options, options_record
 from .tool_step import (
     CallOutcome,
     arguments_valid,
-    hold_for_approval,
     invoke_call,
-    invoke_tools,
     record_outcome,
 )
 from .values import to_json
@@ -33,12 +32,12 @@ __all__ = (
     "AgentRun",
     "CallOutcome",
     "Layers",
-    "LiveRecorder",
     "LocalDriver",
     "RunBinding",
+    "RunRecorder",
     "RunSpec",
     "Sink",
-    "StepRecorder",
+    "Sinks",
     "ToolRegistry",
     "arguments_valid",
     "call_model",
@@ -46,9 +45,7 @@ __all__ = (
     "check_approvals",
     "check_tool_choice",
     "claim_batches",
-    "hold_for_approval",
     "invoke_call",
-    "invoke_tools",
     "merge_options",
     "options_record",
     "record_outcome",

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..context import Recorder, RunContext, SessionSink, enter_run, leave_run
-from ..core.events import SessionUpdated, StateChange
+from ..core.events import Event, SessionUpdated, StateChange
 from ..errors import RunError
 from ..redaction import hidden_values, mask_values, scrub_text
 from ..session import AgentSession
@@ -33,7 +33,6 @@ class RunBinding:
         recorder: Recorder,
         session: AgentSession | None,
         *,
-        parent_sink: SessionSink | None = None,
         on_update: Callable[[Any], None] | None = None,
     ) -> None:
         self.spec = spec
@@ -47,7 +46,7 @@ class RunBinding:
         self.on_update = on_update
         self.error: RunError | None = None
         """The model failure that ended the run, raised to the caller once the run is recorded."""
-        self.parent_sink = parent_sink
+        self._error_event: Event | None = None
         self.session_sink = self._session_sink(session) if session is not None else None
         self.context = RunContext(
             agent=spec.agent,
@@ -74,6 +73,18 @@ class RunBinding:
         self.options, self.kwargs, self.client_kwargs = options, kwargs, client_kwargs
         self.context.options, self.context.kwargs = options, kwargs
 
+    def fail_with(self, error: RunError, event: Event) -> None:
+        """Keep the model failure ``error``, recorded as ``event``, for the driver to raise."""
+        self.error, self._error_event = error, event
+
+    def raised_error(self) -> RunError | None:
+        """The model failure to raise, naming the ``seq`` its event got in the run's log (a
+        step's events are numbered when the run's owner keeps them)."""
+        error, event = self.error, self._error_event
+        if error is not None and event is not None:
+            error.seq = event.seq
+        return error
+
     def checkpoint(self) -> None:
         """Record in-place changes the current writer made to session values."""
         if self.session is not None:
@@ -84,17 +95,22 @@ class RunBinding:
         return _Bound(self)
 
     def _session_sink(self, session: AgentSession) -> SessionSink:
-        """Record session changes in this run, and copy them to a caller sharing the session."""
-        session_id, recorder, parent = session.session_id, self.recorder, self.parent_sink
+        """Record session changes in this run (a caller sharing the session is given a copy of
+        each as the run's owner keeps it: ``RunRecorder.copy_session_writes``)."""
+        session_id, recorder = session.session_id, self.recorder
 
         def sink(by: str, changes: tuple[StateChange, ...], origin: tuple[str, int] | None = None) -> None:
-            with recorder.lock:
-                fields = {"origin_run_id": origin[0], "origin_seq": origin[1]} if origin else {}
-                event = recorder.record(
-                    SessionUpdated, session_id=session_id, by=by, changes=changes, **fields
+            if origin is None:
+                recorder.record(SessionUpdated, session_id=session_id, by=by, changes=changes)
+            else:
+                recorder.record(
+                    SessionUpdated,
+                    session_id=session_id,
+                    by=by,
+                    changes=changes,
+                    origin_run_id=origin[0],
+                    origin_seq=origin[1],
                 )
-                if parent is not None:
-                    parent(f"{event.run_id}/{by}", changes, origin or (event.run_id, event.seq))
 
         return sink
 

@@ -1,25 +1,34 @@
-"""The local driver: the narrow loop around the run machine, in this process.
+"""The local driver: the run loop's executor in this process.
 
-It takes the machine's next command, stores what was recorded so far, carries the command out
-through the steps every driver shares (``call_model``, ``invoke_tools``) and goes round again,
-until the machine says the loop is over. It decides nothing: the steps record what happened, the
-``LiveRecorder`` feeds it to the machine, and the machine's answer is the next command.
+``RunLoop.drive`` (``agentledger.core.loop``) is the loop every driver shares; ``LocalDriver``
+carries its commands out here. Before each command it stores what was recorded so far; a model
+call runs ``call_model``, each tool call ``invoke_call`` (the steps every driver shares), each
+inside its own step (``RunRecorder.into``), concurrently unless the run is sequential. It
+decides nothing: whether a batch waits, the order of the log and what comes next are the loop's
+and the machine's.
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import typing
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from typing import Any
 
-from ..core.commands import CallModel, FinishRun, InvokeTools
+import anyio
+
+from ..core.commands import CallModel, Command, FinishRun, InvokeTools
 from ..core.events import Event
+from ..core.loop import StepLog
+from ..core.messages import Content
 from ..errors import ConflictError, RunIdTakenError
 from ..store import EventStore, SupportsAppendNowait
+from ..tools import FunctionTool
 from .binding import RunBinding
 from .model_step import call_model
-from .recorder import LiveRecorder
-from .tool_step import invoke_tools
+from .recorder import RunRecorder
+from .tool_step import invoke_call
 
 __all__ = ("LocalDriver",)
 
@@ -32,9 +41,10 @@ def _appends_nowait(kind: type) -> bool:
 
 
 class LocalDriver:
-    """Drives one run's loop and appends its log to the run's store as it goes."""
+    """Carries out one run's commands in this process and appends its log to the run's store
+    as it goes (an ``Executor`` of ``RunLoop``)."""
 
-    def __init__(self, binding: RunBinding, recorder: LiveRecorder, store: EventStore | None) -> None:
+    def __init__(self, binding: RunBinding, recorder: RunRecorder, store: EventStore | None) -> None:
         self.binding = binding
         self.recorder = recorder
         self.store = store
@@ -52,17 +62,52 @@ class LocalDriver:
         What happened so far is stored before each model call and each batch of tool calls, so
         a crash in either loses nothing already decided; the end of the run stores the rest.
         """
-        next_command = self.recorder.commands.popleft
-        while True:
-            command = next_command()
-            if type(command) is FinishRun:
-                return command
-            await self.flush()
-            if type(command) is CallModel:
-                await call_model(self.binding, command)
-            else:
-                assert type(command) is InvokeTools
-                await invoke_tools(self.binding, command)
+        return await self.recorder.loop.drive(self)
+
+    # -- the executor ---------------------------------------------------------------------------
+
+    @property
+    def sequential(self) -> bool:
+        return self.binding.spec.config.sequential_tools
+
+    async def before(self, command: Command) -> None:
+        await self.flush()
+
+    async def call_model(self, command: CallModel, step: StepLog) -> None:
+        with self.recorder.into(step):
+            await call_model(self.binding, command)
+
+    async def awaiting_approval(self, command: InvokeTools) -> Sequence[str]:
+        by_name, awaits = self.binding.registry.by_name, self.binding.spec.awaits_approval
+        gated = command.gated
+        return [
+            c.call_id or "" for c in command.calls if c.call_id in gated and awaits(by_name[c.name or ""], c)
+        ]
+
+    def tool_calls(self, command: InvokeTools) -> Sequence[Callable[[StepLog], Awaitable[None]]]:
+        by_name, approved = self.binding.registry.by_name, command.approved
+        return [
+            functools.partial(
+                self._invoke, command.iteration, call, by_name[call.name or ""], call.call_id in approved
+            )
+            for call in command.calls
+        ]
+
+    async def gather(self, calls: Sequence[Awaitable[None]]) -> None:
+        if _on_asyncio():
+            await _all_on_asyncio(typing.cast("list[Coroutine[Any, Any, None]]", list(calls)))
+            return
+        async with anyio.create_task_group() as group:
+            for call in calls:
+                group.start_soon(_awaited, call)
+
+    async def _invoke(
+        self, iteration: int, call: Content, function: FunctionTool, approved: bool, step: StepLog
+    ) -> None:
+        with self.recorder.into(step):
+            await invoke_call(self.binding, iteration, call, function, approved=approved)
+
+    # -- the store -----------------------------------------------------------------------------
 
     async def flush(self) -> None:
         """Append the events not yet stored.
@@ -109,3 +154,50 @@ class LocalDriver:
         if held and held == log[self.stored : self.stored + len(held)]:
             self.stored += len(held)
         self._in_doubt = False
+
+
+async def _awaited(call: Awaitable[None]) -> None:
+    await call
+
+
+async def _all_on_asyncio(calls: list[Coroutine[Any, Any, None]]) -> None:
+    """Run a batch's calls as asyncio tasks and wait for all of them.
+
+    Starting a task through an anyio task group costs several times more, and a batch of quick
+    calls is dominated by it. This is safe without a task group: each call records its own
+    failure and never raises, and cancelling the waiting task cancels every call and waits for
+    them to finish before the cancellation goes on.
+    """
+    loop = asyncio.get_running_loop()
+    finished = loop.create_future()
+    remaining = len(calls)
+
+    def one_done(_: object) -> None:
+        nonlocal remaining
+        remaining -= 1
+        if remaining == 0 and not finished.done():
+            finished.set_result(None)
+
+    tasks = [loop.create_task(call) for call in calls]
+    for task in tasks:
+        task.add_done_callback(one_done)
+    try:
+        await finished
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        with anyio.CancelScope(shield=True):
+            await asyncio.wait(tasks)
+        raise
+    for task in tasks:
+        error = None if task.cancelled() else task.exception()
+        if error is not None:  # a bug in the call's own handling, not a tool's failure
+            raise error
+
+
+def _on_asyncio() -> bool:
+    """Whether the running event loop is asyncio's (anyio also runs on trio)."""
+    try:
+        return asyncio.current_task() is not None
+    except RuntimeError:  # no asyncio loop in this thread
+        return False

@@ -44,7 +44,7 @@ from ..session import AgentSession, writer
 from .binding import RunBinding
 from .claims import claim_batches
 from .driver import LocalDriver
-from .recorder import LiveRecorder, capture_sinks
+from .recorder import RunRecorder, capture_sinks
 from .spec import RunSpec, check_approvals, check_tool_choice, options_record
 from .values import to_json
 
@@ -69,7 +69,7 @@ class AgentRun:
         self.on_update: Callable[[AgentResponseUpdate], None] | None = None
         self._machine: RunMachine | None = None  # the run's machine, once it starts
         self._binding: RunBinding | None = None  # what its steps share, once it starts
-        self._recorder: LiveRecorder | None = None  # its recorder, once it starts
+        self._recorder: RunRecorder | None = None  # its recorder, once it starts
 
     async def execute(self, messages: Any, *, stream: bool = False) -> AgentResponse:
         session = self.session
@@ -80,8 +80,13 @@ class AgentRun:
         release: Callable[[], None] | None = None
         try:
             self._machine = machine = RunMachine(history)
-            recorder = LiveRecorder(
-                machine, self.run_id, spec.clock, [self._stream_sink] if self.on_update else []
+            recorder = RunRecorder(
+                machine,
+                self.run_id,
+                spec.clock,
+                [self._stream_sink] if self.on_update else [],
+                session=session,
+                parent=self.parent_sink,
             )
             self._recorder = recorder
             inputs = normalize_messages(messages)
@@ -108,7 +113,7 @@ class AgentRun:
             fields = spec.started_fields(messages=inputs, session_id=session_id, history_length=len(history))
             recorder.record(RunStarted, **fields)
             on_update = self._model_update if self.on_update is not None else None
-            binding = RunBinding(spec, recorder, session, parent_sink=self.parent_sink, on_update=on_update)
+            binding = RunBinding(spec, recorder, session, on_update=on_update)
             driver = LocalDriver(binding, recorder, spec.store)
             self._binding = binding
             with binding.bound():
@@ -202,7 +207,7 @@ class AgentRun:
             client_kwargs_keys=tuple(client_kwargs) if client_changed else None,
         )
 
-    def _response(self, recorder: LiveRecorder, finish: FinishRun) -> AgentResponse:
+    def _response(self, recorder: RunRecorder, finish: FinishRun) -> AgentResponse:
         machine = recorder.machine
         return AgentResponse(
             messages=machine.response_messages(),
@@ -228,7 +233,7 @@ class AgentRun:
             with anyio.CancelScope(shield=True), contextlib.suppress(StoreError):
                 await driver.flush()
             seq = recorder.log[-1].seq
-            raise binding.error or UnknownToolError(failure[1], run_id=self.run_id, seq=seq)
+            raise binding.raised_error() or UnknownToolError(failure[1], run_id=self.run_id, seq=seq)
         response = result if isinstance(result, AgentResponse) else self._coerce(recorder, result)
         if response is own:
             recorder.finish()
@@ -242,7 +247,7 @@ class AgentRun:
         self._grow_history()
         return response
 
-    def _coerce(self, recorder: LiveRecorder, result: Any) -> AgentResponse:
+    def _coerce(self, recorder: RunRecorder, result: Any) -> AgentResponse:
         text = _text_of(result)
         messages = [Message("assistant", (Content.from_text(text),))] if text else []
         reason = recorder.machine.finish_reason or "short_circuit"

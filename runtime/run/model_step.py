@@ -31,7 +31,7 @@ from ..core.events import (
     RunTerminated,
 )
 from ..core.limits import INT64_MAX, safe_text
-from ..core.messages import Content, Message, Usage
+from ..core.messages import Content, Message, Usage, malformed_calls
 from ..errors import MiddlewareTermination, ModelCallError, ModelResponseError, RunError
 from ..middleware import run_chain
 from ..session import writer
@@ -234,11 +234,9 @@ def _model_failed(binding: RunBinding, iteration: int, exc: Exception, kind: typ
     name = kind.__name__ if kind is ModelResponseError else safe_text(type(exc).__name__)
     message = binding.scrub(safe_text(str(exc)))
     event = binding.recorder.record(ModelFailed, iteration=iteration, error_type=name, message=message)
-    error = kind(
-        f"model call {iteration} failed: {type(exc).__name__}: {exc}", run_id=binding.run_id, seq=event.seq
-    )
+    error = kind(f"model call {iteration} failed: {type(exc).__name__}: {exc}", run_id=binding.run_id)
     error.__cause__ = exc
-    binding.error = error
+    binding.fail_with(error, event)
 
 
 def _text_or_none(value: Any) -> str | None:
@@ -285,14 +283,5 @@ def _content(content: Any) -> Content:
 
 
 def _malformed(contents: Sequence[Content]) -> str | None:
-    """Why a response's function calls cannot be run, or None."""
-    seen: set[str] = set()
-    for content in contents:
-        if content.type != "function_call":
-            continue
-        if not content.call_id:
-            return "a function call has no call id"
-        if content.call_id in seen:
-            return f"call id {content.call_id!r} appears twice in one response"
-        seen.add(content.call_id)
-    return None
+    """Why a response's function calls cannot be run, or None (the core's rule)."""
+    return malformed_calls(contents)

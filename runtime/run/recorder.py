@@ -1,38 +1,41 @@
-"""Recorders: how everything that happens in a run becomes an event of its log.
+"""Recording in this process: where a run's events go while its owner drives it.
 
-Tools, middleware, sub-agents and the steps of a driver all record through a ``Recorder``:
-``record(EventType, **fields)`` gives the event its run id, ``seq`` and ``at`` and keeps it. The
-``LiveRecorder`` of a run in this process feeds each event to the run's ``RunMachine`` at once
-(so the machine's decisions follow immediately) and hands every event, input or derived, to the
-run's sinks. A ``StepRecorder`` keeps the events of one step for a driver whose machine lives
-elsewhere (a Temporal workflow): that driver stamps and feeds them when the step reports back.
+A run's events all reach its log through its owner, the ``RunLoop`` of ``agentledger.core``:
+it numbers them and feeds them to the machine. Tools, middleware and sub-agents record through
+the run's ``RunRecorder`` (the ``Recorder`` of its binding and its ``RunContext``): inside a step
+(one model call, one tool call: ``RunRecorder.into(step)``) an event goes to that step's
+``StepLog``, which the owner feeds when the step is over, in the model's order; outside any step
+(agent middleware, the run's start) it goes to the owner at once. Concurrent calls therefore
+never share a buffer and need no lock, and the run's log comes out in the same order every time.
 
-Both check every input event before they keep it (``check_event``: it must read back from the
-log as it is): one that would not raises ``UnrecordableError`` and is neither kept nor fed to
-the machine, so ``seq`` never skips and the log stays readable; the step that recorded it
-records a failure instead.
+Every input event is checked before it is kept (``check_event``: it must read back from the log
+as it is): one that would not raises ``UnrecordableError`` and is neither kept nor fed to the
+machine, so ``seq`` never skips and the log stays readable; the step that recorded it records a
+failure instead.
 
-Sinks observe a run; they never decide what its log holds. A sink that raises is reported (logged
-on ``agentledger.sinks``, counted in ``sink_failures``) and the event is kept all the same.
+Sinks observe a run; they never decide what its log holds. They are told of each event once
+the owner has kept it, outside the machine. A sink that raises is reported (logged on
+``agentledger.sinks``, counted in ``sink_failures``) and the event is kept all the same.
 """
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import contextvars
 import logging
-import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from ..core.commands import Command, FinishRun
-from ..core.events import Event, EventBase, RunCompleted
+from ..context import SessionSink
+from ..core.commands import FinishRun
+from ..core.events import Event, EventBase, RunCompleted, SessionUpdated
 from ..core.limits import check_event, safe_text
-from ..core.machine import RunMachine, Step
+from ..core.loop import RunLoop, StepLog
+from ..core.machine import RunMachine
 from ..redaction import scrub_text
+from ..session import AgentSession
 
-__all__ = ("LiveRecorder", "Sink", "StepRecorder", "capture_sinks", "watching")
+__all__ = ("RunRecorder", "Sink", "Sinks", "capture_sinks", "watching")
 
 Sink = Callable[[Event], None]
 _log = logging.getLogger("agentledger.sinks")
@@ -41,6 +44,12 @@ capture_sinks: contextvars.ContextVar[tuple[Sink, ...]] = contextvars.ContextVar
     "agentledger_capture", default=()
 )
 """Sinks that see every event of every run started in this context (sub-agents included)."""
+
+_steps: contextvars.ContextVar[dict[RunRecorder, StepLog]] = contextvars.ContextVar(
+    "agentledger_steps",
+    default={},  # noqa: B039 (never mutated: each step sets a new dict)
+)
+"""The step each run records into in this context (a sub-agent's call runs inside its caller's)."""
 
 
 @contextlib.contextmanager
@@ -53,76 +62,19 @@ def watching(sink: Sink) -> Iterator[None]:
         capture_sinks.reset(token)
 
 
-class LiveRecorder:
-    """Stamps input events, feeds them to the machine and keeps the run's log (thread-safe)."""
+class Sinks:
+    """The sinks of one run, each told of every event the owner keeps, each failure isolated."""
 
-    def __init__(self, machine: RunMachine, run_id: str, clock: Callable[[], int], sinks: Sequence[Sink]):
-        self.machine = machine
+    __slots__ = ("_failed", "failures", "run_id", "sinks")
+
+    def __init__(self, run_id: str, sinks: Sequence[Sink]) -> None:
         self.run_id = run_id
-        self.clock = clock
-        self.sinks = tuple(sinks) + capture_sinks.get()
-        self.log: list[Event] = []
-        self.commands: collections.deque[Command] = collections.deque()
-        self.lock = threading.RLock()
-        self.sink_failures = 0
+        self.sinks = tuple(sinks)
+        self.failures = 0
         """How many times a sink raised on an event of this run (each logged once per sink)."""
-        self._failed_sinks: list[Sink] = []
+        self._failed: list[Sink] = []
 
-    def record(self, cls: type[EventBase], **fields: Any) -> Event:
-        with self.lock:  # the body of _take, inlined: this runs for every input event
-            event: Any = cls(run_id=self.run_id, seq=self.machine.next_seq, at=self.clock(), **fields)
-            check_event(event)
-            events, commands = self.machine.handle(event)
-            self.log.extend(events)
-            if commands:
-                self.commands.extend(commands)
-            for sink in self.sinks:
-                for each in events:
-                    try:
-                        sink(each)
-                    except Exception as exc:
-                        self._sink_failed(sink, each, exc)
-        return event  # type: ignore[no-any-return]
-
-    def begin(self) -> None:
-        """Hand over to the loop (after agent middleware): the machine's first command."""
-        with self.lock:
-            self._take(self.machine.begin())
-
-    def finish(self, **result: Any) -> None:
-        """Record how the loop ended (``RunMachine.finish``); an answer given in the run's place
-        (``result``) that the log could not give back raises ``UnrecordableError`` first."""
-        with self.lock:
-            if result:
-                given: dict[str, Any] = {
-                    k: tuple(v) if k == "messages" else v for k, v in result.items() if v is not None
-                }
-                check_event(RunCompleted(run_id=self.run_id, seq=self.machine.next_seq, at=0, **given))
-            self._take(self.machine.finish(self.clock(), **result))
-
-    def fail(self, error_type: str, message: str) -> bool:
-        """Record ``RunFailed`` unless the run already ended; whether it was recorded."""
-        with self.lock:
-            if not self.machine.is_open:
-                return False
-            message = scrub_text(safe_text(message))
-            self._take(self.machine.fail(self.clock(), safe_text(error_type), message))
-            return True
-
-    def next_command(self) -> Command:
-        return self.commands.popleft()
-
-    def take_finish(self) -> FinishRun:
-        """The ``FinishRun`` the machine just issued outside the loop (agent middleware ended it)."""
-        command = self.commands.pop()
-        assert isinstance(command, FinishRun), command
-        return command
-
-    def _take(self, step: Step) -> None:
-        events, commands = step
-        self.log.extend(events)
-        if commands:
-            self.commands.extend(commands)
+    def __call__(self, events: Sequence[Event]) -> None:
         for sink in self.sinks:
             for event in events:
                 try:
@@ -133,27 +85,104 @@ class LiveRecorder:
     def _sink_failed(self, sink: Sink, event: Event, exc: Exception) -> None:
         """A sink raised: the event is kept all the same and the other sinks still see it; the
         first failure of each sink in a run is logged with its traceback, every one is counted."""
-        self.sink_failures += 1
-        if sink in self._failed_sinks:
+        self.failures += 1
+        if sink in self._failed:
             return
-        self._failed_sinks.append(sink)
+        self._failed.append(sink)
         _log.error(
             "event sink %r raised on %s (seq %d) of run %r; the event is recorded and the run goes on",
             sink, type(event).__name__, event.seq, self.run_id, exc_info=exc,
         )  # fmt: skip
 
 
-class StepRecorder:
-    """Keeps what one step records, numbered from 0; its driver stamps ``seq`` and ``at``."""
+class RunRecorder:
+    """The ``Recorder`` of a run in this process: into the current step, else to the owner."""
 
-    def __init__(self, run_id: str) -> None:
+    __slots__ = ("loop", "parent", "run_id", "session", "sinks")
+
+    def __init__(
+        self,
+        machine: RunMachine,
+        run_id: str,
+        clock: Callable[[], int],
+        sinks: Sequence[Sink],
+        *,
+        session: AgentSession | None = None,
+        parent: SessionSink | None = None,
+    ) -> None:
         self.run_id = run_id
-        self.events: list[Event] = []
-        self.lock = threading.RLock()
+        all_sinks = tuple(sinks) + capture_sinks.get()
+        self.sinks = Sinks(run_id, all_sinks) if all_sinks else None
+        self.session = session
+        """The run's session: its live state follows the writes in the order the log keeps them."""
+        self.parent = parent if session is not None else None
+        """A caller sharing the session (a sub-agent's): given a copy of each write as it is kept."""
+        observer = self._observe if session is not None else self.sinks
+        self.loop = RunLoop(machine, run_id, clock, observer=observer)
+        """The run's owner: its machine, its log, its commands."""
+
+    def _observe(self, events: Sequence[Event]) -> None:
+        if self.sinks is not None:
+            self.sinks(events)
+        session, parent = self.session, self.parent
+        assert session is not None
+        for event in events:
+            if type(event) is not SessionUpdated or event.session_id != session.session_id:
+                continue
+            session.state.settle(event.changes)
+            if parent is not None:
+                origin = event.origin_run_id
+                where = (origin, event.origin_seq or 0) if origin else (event.run_id, event.seq)
+                parent(f"{event.run_id}/{event.by}", event.changes, where)
+
+    @property
+    def machine(self) -> RunMachine:
+        return self.loop.machine
+
+    @property
+    def log(self) -> list[Event]:
+        return self.loop.log
+
+    @property
+    def sink_failures(self) -> int:
+        """How many times a sink raised on an event of this run."""
+        return self.sinks.failures if self.sinks is not None else 0
 
     def record(self, cls: type[EventBase], **fields: Any) -> Event:
-        with self.lock:
-            event: Any = cls(run_id=self.run_id, seq=len(self.events), at=0, **fields)
-            check_event(event)
-            self.events.append(event)
-        return event  # type: ignore[no-any-return]
+        step = _steps.get().get(self)
+        if step is not None:
+            return step.record(cls, **fields)
+        return self.loop.record(cls, **fields)
+
+    @contextlib.contextmanager
+    def into(self, step: StepLog) -> Iterator[StepLog]:
+        """Inside the block (and the tasks it starts), this run records into ``step``."""
+        token = _steps.set({**_steps.get(), self: step})
+        try:
+            yield step
+        finally:
+            _steps.reset(token)
+
+    def begin(self) -> None:
+        """Hand over to the loop (after agent middleware): the machine's first command."""
+        self.loop.begin()
+
+    def finish(self, **result: Any) -> None:
+        """Record how the loop ended (``RunMachine.finish``); an answer given in the run's place
+        (``result``) that the log could not give back raises ``UnrecordableError`` first."""
+        if result:
+            given: dict[str, Any] = {
+                k: tuple(v) if k == "messages" else v for k, v in result.items() if v is not None
+            }
+            check_event(RunCompleted(run_id=self.run_id, seq=self.machine.next_seq, at=0, **given))
+        self.loop.finish(**result)
+
+    def fail(self, error_type: str, message: str) -> bool:
+        """Record ``RunFailed`` unless the run already ended; whether it was recorded."""
+        if not self.machine.is_open:
+            return False
+        return self.loop.fail(safe_text(error_type), scrub_text(safe_text(message)))
+
+    def take_finish(self) -> FinishRun:
+        """The ``FinishRun`` the machine just issued outside the loop (agent middleware ended it)."""
+        return self.loop.take_finish()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -22,6 +23,7 @@ class ToolRegistry:
             if self.by_name.setdefault(item.name, item) is not item:
                 raise ToolDefinitionError(f"two different tools are named {item.name!r}")
         self.recorder = recorder
+        self.lock = threading.Lock()  # sync tools run in worker threads: a change is all or nothing
 
     @property
     def tools(self) -> list[FunctionTool]:
@@ -29,7 +31,7 @@ class ToolRegistry:
 
     def add(self, items: Any, by_call_id: str | None) -> None:
         """All-or-nothing: a clash anywhere in ``items`` adds none of them."""
-        with self.recorder.lock:
+        with self.lock:
             batch: dict[str, FunctionTool] = {}
             for item in normalize_tools(items):
                 existing = self.by_name.get(item.name) or batch.get(item.name)
@@ -48,7 +50,7 @@ class ToolRegistry:
         """Remove by name, tool or callable; names not in the list are ignored."""
         if isinstance(items, str | FunctionTool) or callable(items):
             items = [items]
-        with self.recorder.lock:
+        with self.lock:
             names = [n for n in dict.fromkeys(self._name_of(i) for i in items) if n in self.by_name]
             if names:
                 self.recorder.record(ToolsRemoved, by_call_id=by_call_id, names=tuple(names))

@@ -266,6 +266,7 @@ class RunSpec(msgspec.Struct, frozen=True, kw_only=True):
             "run_option_keys": tuple(k for k in self.run_option_keys if k != "conversation_id"),
             "run_tool_names": self.run_tool_names,
             "middleware": middleware_names(self.layers),
+            "calls_in_model_order": True,
         }
 
     def run_started(

@@ -1,26 +1,18 @@
 """Tool calls: function middleware around each tool, each outcome recorded as an input event.
 
-``invoke_tools(binding, command)`` carries out an ``InvokeTools``: the gated calls whose
-arguments are valid are held for approval (``ApprovalRequested``), the others run, concurrently
-unless the run is sequential. ``invoke_call`` runs one call (a Temporal activity runs just that):
-arguments checked, function middleware, the tool (sync tools in a worker thread), and then one
-mapping from how the call ended to the events that record it (``record_outcome``).
+``invoke_call`` runs one call of a batch (the run loop runs a batch's calls, each in its own
+step; a Temporal activity runs just one): arguments checked, function middleware, the tool (sync
+tools in a worker thread), and then one mapping from how the call ended to the events that
+record it (``record_outcome``).
 """
 
 from __future__ import annotations
 
-import asyncio
-import functools
-from collections.abc import Coroutine, Sequence
 from typing import Any
 
-import anyio
-
 from ..context import FunctionInvocationContext
-from ..core.commands import InvokeTools
 from ..core.errors import UnrecordableError
 from ..core.events import (
-    ApprovalRequested,
     ArgumentsRejected,
     MiddlewareShortCircuit,
     RunTerminated,
@@ -40,9 +32,7 @@ from .values import to_json
 __all__ = (
     "CallOutcome",
     "arguments_valid",
-    "hold_for_approval",
     "invoke_call",
-    "invoke_tools",
     "record_outcome",
 )
 
@@ -65,47 +55,6 @@ class CallOutcome:
     def result(self) -> Any:
         """What the model is answered with: middleware's final word, else the tool's value."""
         return self.context.result if self.middleware and self.context is not None else self.value
-
-
-async def invoke_tools(binding: RunBinding, command: InvokeTools) -> None:
-    """Carry out a batch: hold the gated calls, run the others."""
-    iteration, by_name = command.iteration, binding.registry.by_name
-    # Resolved now: a tool removed by an earlier call of this batch still runs in it.
-    held = hold_for_approval(binding, command) if command.gated else command.calls
-    calls = [(call, by_name[call.name or ""]) for call in held]
-    approved = command.approved
-    if binding.spec.config.sequential_tools or len(calls) < 2:
-        for call, function in calls:
-            await invoke_call(binding, iteration, call, function, approved=call.call_id in approved)
-    elif _on_asyncio():
-        await _all_on_asyncio(
-            [
-                invoke_call(binding, iteration, call, function, approved=call.call_id in approved)
-                for call, function in calls
-            ]
-        )
-    else:
-        async with anyio.create_task_group() as group:
-            for call, function in calls:
-                run = functools.partial(invoke_call, approved=call.call_id in approved)
-                group.start_soon(run, binding, iteration, call, function)
-
-
-def hold_for_approval(binding: RunBinding, command: InvokeTools) -> Sequence[Content]:
-    """The calls to run now: none when a gated call waits for a human (``ApprovalRequested``
-    names those: the whole batch waits for the answer), else all of them. A gated call waits
-    unless its arguments cannot run and no function middleware could repair them
-    (``RunSpec.awaits_approval``); such a call is rejected when it runs, never shown to a human."""
-    by_name = binding.registry.by_name
-    held = [
-        c.call_id or ""
-        for c in command.calls
-        if c.call_id in command.gated and binding.spec.awaits_approval(by_name[c.name or ""], c)
-    ]
-    if not held:
-        return command.calls
-    binding.recorder.record(ApprovalRequested, call_ids=tuple(held))
-    return ()
 
 
 async def invoke_call(
@@ -267,46 +216,3 @@ def _record_outcome(
         )
     else:
         record(ToolReturned, call_id=call_id, name=name, result=to_json(outcome.result))
-
-
-async def _all_on_asyncio(calls: list[Coroutine[Any, Any, None]]) -> None:
-    """Run a batch's calls as asyncio tasks and wait for all of them.
-
-    Starting a task through an anyio task group costs several times more, and a batch of quick
-    calls is dominated by it. This is safe without a task group: each call records its own
-    failure and never raises, and cancelling the waiting task cancels every call and waits for
-    them to finish before the cancellation goes on.
-    """
-    loop = asyncio.get_running_loop()
-    finished = loop.create_future()
-    remaining = len(calls)
-
-    def one_done(_: object) -> None:
-        nonlocal remaining
-        remaining -= 1
-        if remaining == 0 and not finished.done():
-            finished.set_result(None)
-
-    tasks = [loop.create_task(call) for call in calls]
-    for task in tasks:
-        task.add_done_callback(one_done)
-    try:
-        await finished
-    except BaseException:
-        for task in tasks:
-            task.cancel()
-        with anyio.CancelScope(shield=True):
-            await asyncio.wait(tasks)
-        raise
-    for task in tasks:
-        error = None if task.cancelled() else task.exception()
-        if error is not None:  # a bug in the call's own handling, not a tool's failure
-            raise error
-
-
-def _on_asyncio() -> bool:
-    """Whether the running event loop is asyncio's (anyio also runs on trio)."""
-    try:
-        return asyncio.current_task() is not None
-    except RuntimeError:  # no asyncio loop in this thread
-        return False

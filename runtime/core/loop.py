@@ -1,0 +1,301 @@
+"""The run loop: one owner per run, the same for every driver.
+
+Theory of operation. A run has one owner, ``RunLoop``. It holds the run's ``RunMachine`` and its
+log, and it is the only code that numbers events and feeds them to the machine. Everything else
+records into a ``StepLog``: each model call and each tool call gets its own, and hands its events
+back when it is over. The owner stamps them with the next ``seq`` and feeds them to the machine
+in the model's order (the order of the calls in the model's answer), whatever order concurrent
+calls finished in, so the same run always leaves the same log.
+
+``RunLoop.drive(executor)`` is the loop: take the machine's next command, carry it out through
+the driver's ``Executor``, feed back what was recorded, and go round until the machine finishes
+the run. The local driver and the Temporal workflow are two executors of this one loop; neither
+numbers an event, orders a batch or decides whether a batch waits for approval.
+
+The step at the head of the model's order (a model call, a call of a sequential batch, the first
+unfinished call of a concurrent one) is *live*: what code on the owner's thread records into it
+is fed at once, so sinks see it as it happens (a tool call's span opens when the call starts, and
+a sub-agent's run nests in it). The events of a later concurrent call wait in its step until
+every call before it is fed, and anything recorded from another thread (a sync tool's worker)
+waits until the step is fed, so the order of the log never depends on timing.
+
+A step cut off (cancelled, or failed with an error of the driver's own) still hands back what
+it recorded: the owner feeds it before the error goes on, so a tool call that started and did
+not finish is in the log as ``ToolCalled`` without a result, never silently gone.
+
+The loop never awaits anything but the executor, and reads time only from the clock it is given;
+it imports nothing beyond the core, so a Temporal workflow runs it in its sandbox.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Protocol
+
+import msgspec
+
+from .commands import CallModel, Command, FinishRun, InvokeTools
+from .errors import TransitionError
+from .events import ApprovalRequested, Event, EventBase
+from .limits import check_event
+from .machine import RunMachine, Step
+
+__all__ = ("Executor", "RunLoop", "StepLog")
+
+Observer = Callable[[Sequence[Event]], None]
+"""Told of every event the owner keeps (inputs with what the machine derived), in log order."""
+
+_set_field = msgspec.structs.force_setattr
+
+
+class StepLog:
+    """What one step (a model call, a tool call) records, kept until its owner feeds it.
+
+    ``record`` builds and checks an input event (``check_event``: one the log could not give
+    back raises ``UnrecordableError`` and is not kept). Its ``seq`` is the step's own count until
+    the owner renumbers it. A live step (the head of the model's order) hands what the owner's
+    thread records to the owner at once; a record from another thread ends that until the step
+    is fed, so the step's own order holds. Once fed, the step is closed: a late record (a task
+    the step left running) goes to the owner at once, so nothing recorded is ever dropped; one
+    from another thread raises ``TransitionError`` (the owner feeds on its own thread only).
+    """
+
+    __slots__ = ("at", "closed", "events", "live", "lock", "owner", "run_id", "threaded")
+
+    def __init__(self, run_id: str, at: Callable[[], int], owner: RunLoop | None = None) -> None:
+        self.run_id = run_id
+        self.at = at
+        self.owner = owner
+        self.events: list[Event] = []
+        self.closed = False
+        self.live = False
+        self.threaded = False  # another thread recorded into it: never live again
+        self.lock = threading.Lock()  # between another thread's records and the owner taking them
+
+    def record(self, cls: type[EventBase], **fields: Any) -> Event:
+        """Record one input event of ``cls`` with ``fields``; returns it."""
+        owner = self.owner
+        if owner is not None and owner.live:
+            if threading.get_ident() != owner.thread:
+                return self._from_thread(cls, fields)
+            if self.live or self.closed:
+                return owner.record(cls, **fields)
+        event: Any = cls(run_id=self.run_id, seq=len(self.events), at=self.at(), **fields)
+        check_event(event)
+        self.events.append(event)
+        return event  # type: ignore[no-any-return]
+
+    def _from_thread(self, cls: type[EventBase], fields: dict[str, Any]) -> Event:
+        with self.lock:
+            if self.closed:
+                raise TransitionError(
+                    f"a thread recorded {cls.__name__} into a step of run {self.run_id!r} after the "
+                    "step ended; record from the call itself, before it returns",
+                    run_id=self.run_id,
+                )
+            self.threaded, self.live = True, False  # in order, with what the thread records
+            event: Any = cls(run_id=self.run_id, seq=len(self.events), at=self.at(), **fields)
+            check_event(event)
+            self.events.append(event)
+        return event  # type: ignore[no-any-return]
+
+    def take(self, *, close: bool = False) -> list[Event]:
+        """Hand over what the step holds (and, with ``close``, end it)."""
+        with self.lock:
+            events, self.events = self.events, []
+            if close:
+                self.closed, self.live = True, False
+        return events
+
+    def extend(self, events: Sequence[Event]) -> None:
+        """Keep events a step recorded elsewhere (an activity on another worker)."""
+        self.events.extend(events)
+
+
+class Executor(Protocol):
+    """How a driver carries out the machine's commands; the loop decides everything else."""
+
+    @property
+    def sequential(self) -> bool:
+        """Whether a batch's calls run one after another rather than concurrently."""
+        ...
+
+    async def before(self, command: Command) -> None:
+        """What the driver does before a command: store the log so far, continue as new..."""
+        ...
+
+    async def call_model(self, command: CallModel, step: StepLog) -> None:
+        """Make the model call, recording its outcome in ``step``."""
+        ...
+
+    async def awaiting_approval(self, command: InvokeTools) -> Sequence[str]:
+        """Of the batch's gated calls, those that would wait for a human (their arguments can
+        run, or middleware could repair them); a gated call that cannot run is not shown."""
+        ...
+
+    def tool_calls(self, command: InvokeTools) -> Sequence[Callable[[StepLog], Awaitable[None]]]:
+        """One runner per call of the batch, in the model's order, resolved now (a tool removed
+        by an earlier call of the batch still runs in it); each records its outcome in a step."""
+        ...
+
+    async def gather(self, calls: Sequence[Awaitable[None]]) -> None:
+        """Run ``calls`` concurrently and wait for all of them; cancelled, cancel them all."""
+        ...
+
+
+class RunLoop:
+    """The owner of one run: numbers and feeds its events, keeps its log, drives its loop."""
+
+    def __init__(
+        self,
+        machine: RunMachine,
+        run_id: str,
+        clock: Callable[[], int],
+        *,
+        observer: Observer | None = None,
+        restamp: bool = False,
+        live: bool = True,
+        log: Sequence[Event] = (),
+    ) -> None:
+        self.machine = machine
+        self.run_id = run_id
+        self.clock = clock
+        self.observer = observer
+        self.restamp = restamp
+        """Whether fed events take the owner's time (a workflow's clock) instead of their own."""
+        self.live = live
+        """Whether the step at the head of the model's order is fed as it records (off for a
+        workflow: its steps report back whole)."""
+        self.thread = threading.get_ident() if live else 0
+        """The thread the owner runs on: the only one whose records are fed at once."""
+        self.log: list[Event] = list(log)
+        self.commands: collections.deque[Command] = collections.deque()
+
+    # -- events -------------------------------------------------------------------------------
+
+    def record(self, cls: type[EventBase], **fields: Any) -> Event:
+        """Record one input event of the owner's own (outside any step) and feed it at once."""
+        event: Any = cls(run_id=self.run_id, seq=self.machine.next_seq, at=self.clock(), **fields)
+        check_event(event)
+        self._take(self.machine.handle(event))
+        return event  # type: ignore[no-any-return]
+
+    def step(self, *, live: bool = False) -> StepLog:
+        """A new step of this run, for the driver to record one model or tool call into."""
+        step = StepLog(self.run_id, self.clock, self)
+        if live and self.live:
+            step.live = True
+        return step
+
+    def promote(self, step: StepLog) -> None:
+        """The step is now the head of the model's order: feed what it holds, then go live
+        (unless another thread records into it)."""
+        if self.live and not step.closed:
+            self._feed(step.take())
+            with step.lock:
+                step.live = not step.threaded and not step.closed
+
+    def feed(self, step: StepLog) -> None:
+        """Number the step's events from the next ``seq`` and feed them; the step closes."""
+        self._feed(step.take(close=True))
+
+    def _feed(self, events: list[Event]) -> None:
+        machine = self.machine
+        at = self.clock() if self.restamp and events else 0
+        for event in events:
+            _set_field(event, "seq", machine.next_seq)
+            if self.restamp:
+                _set_field(event, "at", at)
+            self._take(machine.handle(event))
+
+    def adopt(self, events: Sequence[Event]) -> None:
+        """Feed events already numbered as the log keeps them (a start step stored them)."""
+        for event in events:
+            self._take(self.machine.handle(event))
+
+    def begin(self) -> None:
+        """Hand over to the loop (after agent middleware): the machine's first command."""
+        self._take(self.machine.begin())
+
+    def finish(self, **result: Any) -> None:
+        """Record how the loop ended (``RunMachine.finish``)."""
+        self._take(self.machine.finish(self.clock(), **result))
+
+    def fail(self, error_type: str, message: str) -> bool:
+        """Record ``RunFailed`` unless the run already ended; whether it was recorded."""
+        if not self.machine.is_open:
+            return False
+        self._take(self.machine.fail(self.clock(), error_type, message))
+        return True
+
+    def take_finish(self) -> FinishRun:
+        """The ``FinishRun`` the machine just issued outside the loop (agent middleware ended it)."""
+        command = self.commands.pop()
+        assert isinstance(command, FinishRun), command
+        return command
+
+    def _take(self, step: Step) -> None:
+        events, commands = step
+        self.log.extend(events)
+        if commands:
+            self.commands.extend(commands)
+        if self.observer is not None:
+            self.observer(events)
+
+    # -- the loop -----------------------------------------------------------------------------
+
+    async def drive(self, executor: Executor) -> FinishRun:
+        """Carry out the machine's commands until it finishes the run."""
+        next_command = self.commands.popleft
+        while True:
+            command = next_command()
+            if type(command) is FinishRun:
+                return command
+            await executor.before(command)
+            if type(command) is CallModel:
+                step = self.step(live=True)
+                try:
+                    await executor.call_model(command, step)
+                finally:
+                    self.feed(step)
+            else:
+                assert type(command) is InvokeTools
+                await self._batch(executor, command)
+
+    async def _batch(self, executor: Executor, command: InvokeTools) -> None:
+        """Hold the batch for approval when a gated call waits, else run its calls."""
+        if command.gated:
+            held = tuple(await executor.awaiting_approval(command))
+            if held:  # the whole batch waits for the answer
+                self.record(ApprovalRequested, call_ids=held)
+                return
+        runners = executor.tool_calls(command)
+        if executor.sequential or len(runners) < 2:
+            for runner in runners:
+                step = self.step(live=True)
+                try:
+                    await runner(step)
+                finally:
+                    self.feed(step)
+            return
+        steps = [self.step(live=i == 0) for i in range(len(runners))]
+        done = [False] * len(steps)
+        fed = 0
+
+        async def one(index: int) -> None:
+            nonlocal fed
+            await runners[index](steps[index])
+            done[index] = True
+            while fed < len(steps) and done[fed]:  # in the model's order, as soon as it can
+                fed += 1
+                self.feed(steps[fed - 1])
+            if fed < len(steps):
+                self.promote(steps[fed])
+
+        try:
+            await executor.gather([one(i) for i in range(len(steps))])
+        finally:  # cut off: what the unfinished calls recorded is kept, in the model's order
+            for step in steps[fed:]:
+                self.feed(step)
