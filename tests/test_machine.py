@@ -605,6 +605,25 @@ def test_approval_requested_for_an_ungated_call_is_refused(call_ids: tuple[str, 
     assert snapshot(run.machine) == before
 
 
+@pytest.mark.parametrize(
+    ("calls", "problem"),
+    [
+        ((Content.from_function_call("", "t", arguments="{}"),), "no call id"),
+        ((call("c1"), call("c1", "u")), "appears twice"),
+    ],
+)
+def test_a_response_with_calls_that_cannot_run_is_refused(calls: tuple[Content, ...], problem: str) -> None:
+    """A ``ModelResponded`` whose calls have no id, or share one, is refused and changes nothing:
+    such an answer is a failed model call, so a log that holds one is not a log of this machine."""
+    run = Run()
+    run.start()
+    before = snapshot(run.machine)
+    message = assistant(*calls)
+    with pytest.raises(TransitionError, match=problem):
+        run.machine.handle(run.make(ModelResponded, iteration=1, message=message))
+    assert snapshot(run.machine) == before
+
+
 # -- limits ----------------------------------------------------------------------------------------
 
 

@@ -136,6 +136,10 @@ class RunStarted(EventBase, frozen=True, kw_only=True):
     """The tools given to this ``run()`` itself (``tools=``), beside the agent's own."""
     middleware: tuple[str, ...] | None = None
     """The run's middleware as ``"kind:name"``, outermost first; None in older logs."""
+    calls_in_model_order: bool = False
+    """Whether the log keeps each batch call by call, in the model's order of the calls (every
+    log written since the run loop has one owner); False in older logs, whose concurrent calls'
+    events interleave as they happened."""
 
 
 class RunInputRewritten(EventBase, frozen=True, kw_only=True):

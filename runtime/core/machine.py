@@ -33,6 +33,7 @@ from .events import (
     IterationLimitReached,
     MiddlewareShortCircuit,
     ModelCalled,
+    ModelResponded,
     RunCompleted,
     RunConfig,
     RunFailed,
@@ -46,7 +47,7 @@ from .events import (
     ToolsAdded,
     ToolsRemoved,
 )
-from .messages import Content, Message, Usage
+from .messages import Content, Message, Usage, malformed_calls
 from .projections import TRANSCRIPT_FOLDS, ModelCall, ToolsProjection, TranscriptProjection
 from .transitions import BY_PHASE, TRANSITIONS, Transitions
 
@@ -258,6 +259,13 @@ class RunMachine(Transitions):
         if self.claimed_by is not None and event.after_run_id != self.claimed_by:
             raise self._refuse(f"the batch is claimed by run {self.claimed_by!r} already", event)
 
+    def _check_answer(self, event: ModelResponded) -> None:
+        """A model answer whose calls cannot be run (no call id, one id twice) is a failed model
+        call, never a response: the rule a step applies before recording one."""
+        problem = malformed_calls(event.message.contents) if event.message.contents else None
+        if problem is not None:
+            raise self._refuse(f"ModelResponded cannot carry such calls: {problem}", event)
+
     def _check_gated(self, event: ApprovalRequested) -> None:
         gated = self._batch.gated if self._batch is not None else ()
         stray = [c for c in event.call_ids if c not in gated]
@@ -316,6 +324,7 @@ _GUARDS: dict[type, Any] = {
         RunMachine._check_call,
     ),
     ApprovalRequested: RunMachine._check_gated,
+    ModelResponded: RunMachine._check_answer,
     BatchClaimed: RunMachine._check_claim,
 }
 """Checks an input must pass before it changes anything (besides its phase and seq)."""

@@ -1,12 +1,15 @@
 """Comparing a rerun's events with the recorded ones: aligned by iteration and call, every
 difference listed.
 
-Both logs are put in canonical order first (within a batch, call by call in the model's order,
-each call's own events in order: how concurrent calls interleave is not part of a run's meaning),
-then aligned event by event on (event type, call), so that one missing or extra event does not
-make everything after it differ. Each aligned pair is compared field by field. Differences in
-what the run is configured with (``RunStarted``'s instructions, options, tool specs, middleware
-and limits; the specs of tools added during the run) are drift, everything else a divergence.
+Both logs are in canonical order: within a batch, call by call in the model's order, each call's
+own events in order (how concurrent calls interleave is not part of a run's meaning). A log says
+so in ``RunStarted.calls_in_model_order``, and two such logs are compared as they are; an older
+log, whose concurrent calls interleave as they happened, is put in that order first (and the log
+it is compared with, so both are ordered alike). Then they are aligned event by event on (event
+type, call), so that one missing or extra event does not make everything after it differ. Each
+aligned pair is compared field by field. Differences in what the run is configured with
+(``RunStarted``'s instructions, options, tool specs, middleware and limits; the specs of tools
+added during the run) are drift, everything else a divergence.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from ..core.events import (
     Event,
     MiddlewareShortCircuit,
     ModelResponded,
+    RunStarted,
     RunTerminated,
     SessionUpdated,
     ToolCalled,
@@ -39,7 +43,7 @@ from ..core.events import (
 from ..errors import ReplayDivergence
 from .findings import Finding, FindingKind, text_diff
 
-__all__ = ("call_of", "canonical", "compare", "diff_runs", "differences")
+__all__ = ("call_of", "canonical", "compare", "diff_runs", "differences", "in_model_order")
 
 
 _IGNORED = frozenset({"at", "seq", "child_run_id", "origin_run_id", "origin_seq"})
@@ -110,8 +114,16 @@ def _opens_batch(event: Event) -> tuple[str | None, ...] | None:
     return None
 
 
+def in_model_order(events: Sequence[Event]) -> bool:
+    """Whether a log keeps its batches call by call in the model's order (it says so when it
+    starts: ``RunStarted.calls_in_model_order``); an empty log has nothing to order."""
+    first = events[0] if events else None
+    return first is None or (type(first) is RunStarted and first.calls_in_model_order)
+
+
 def canonical(events: Sequence[Event]) -> list[Event]:
-    """The log with each batch's events grouped by call (model order), each call's kept in order."""
+    """The log with each batch's events grouped by call (model order), each call's kept in order
+    (for logs written before ``RunStarted.calls_in_model_order``)."""
     children = {e.child_run_id: e.call_id for e in events if type(e) is ChildRunStarted}
     out: list[Event] = []
     batch: list[Event] = []
@@ -173,8 +185,10 @@ def _renamed(value: Any, names: Mapping[str, str]) -> Any:
 class _Side:
     """One log, ready to align: canonical order, an alignment key and JSON values per event."""
 
-    def __init__(self, events: Sequence[Event], *, anonymous: bool) -> None:
-        self.events = canonical(events)
+    def __init__(self, events: Sequence[Event], *, anonymous: bool, ordered: bool) -> None:
+        self.events = (
+            [e for e in events if type(e) is not BatchClaimed] if ordered else canonical(events)
+        )
         children = {e.child_run_id: e.call_id for e in self.events if type(e) is ChildRunStarted}
         lanes = [_lane(e, children) for e in self.events]
         self.fields = [_fields(e) for e in self.events]
@@ -307,7 +321,9 @@ def differences(
     recorded: Sequence[Event], rerun: Sequence[Event], *, path: tuple[str, ...] = ()
 ) -> list[Finding]:
     """Every difference between a recorded run's events and its rerun's, in log order."""
-    left, right = _Side(recorded, anonymous=False), _Side(rerun, anonymous=False)
+    ordered = in_model_order(recorded) and in_model_order(rerun)
+    left = _Side(recorded, anonymous=False, ordered=ordered)
+    right = _Side(rerun, anonymous=False, ordered=ordered)
     run_id = left.events[0].run_id if left.events else (right.events[0].run_id if right.events else "")
     return _align(left, right, _Findings(run_id, path or (run_id,)))
 
@@ -319,7 +335,8 @@ def diff_runs(a: Sequence[Event], b: Sequence[Event]) -> list[Finding]:
     response and conversation ids), and calls are matched by their place in the run, since each
     model names its calls its own way. ``seq`` is run A's, ``rerun_seq`` run B's.
     """
-    left, right = _Side(a, anonymous=True), _Side(b, anonymous=True)
+    ordered = in_model_order(a) and in_model_order(b)
+    left, right = _Side(a, anonymous=True, ordered=ordered), _Side(b, anonymous=True, ordered=ordered)
     first = left.events[0].run_id if left.events else ""
     second = right.events[0].run_id if right.events else ""
     return _align(left, right, _Findings(first, (f"{first} vs {second}",)))
