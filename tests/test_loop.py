@@ -315,50 +315,75 @@ async def test_the_head_of_a_batch_is_live_the_calls_after_it_wait() -> None:
     assert [lane for lane in seen if lane[0] == "ToolCalled"] == [("ToolCalled", "c1"), ("ToolCalled", "c2")]
 
 
-def test_a_record_from_another_thread_waits_for_the_step_to_be_fed() -> None:
-    """A live step recorded into from a worker thread keeps that event, and every later one, until
-    it is fed: the step's own order holds whatever thread recorded what."""
-    import threading
-
+def test_a_held_record_keeps_the_step_back_until_it_is_fed() -> None:
+    """A live step feeds what it records at once; once it holds a record (one from another
+    thread), that and every later record wait until the step is fed, in the step's order."""
     owner = RunLoop(RunMachine(), RUN, Clock())
     owner.record(RunStarted, agent_id="a", tools=TOOLS, config=RunConfig())
     step = owner.step(live=True)
-    step.record(SessionUpdated, session_id="s", by="loop", changes=())  # the owner's thread: fed now
+    step.record(SessionUpdated, session_id="s", by="loop", changes=())
     assert len(owner.log) == 2
-    worker = threading.Thread(
-        target=lambda: step.record(SessionUpdated, session_id="s", by="thread", changes=())
-    )
-    worker.start()
-    worker.join()
+    step.hold(SessionUpdated, session_id="s", by="thread", changes=())
     step.record(SessionUpdated, session_id="s", by="after", changes=())
     assert len(owner.log) == 2
-    assert [getattr(e, "by", None) for e in step.events] == ["thread", "after"]
-    owner.feed(step)
+    owner.promote(step)  # even at the head again, a step that held a record stays held back
+    step.record(SessionUpdated, session_id="s", by="last", changes=())
     assert [getattr(e, "by", None) for e in owner.log[1:]] == ["loop", "thread", "after"]
+    owner.feed(step)
+    assert [getattr(e, "by", None) for e in owner.log[1:]] == ["loop", "thread", "after", "last"]
 
 
-def test_a_thread_recording_into_an_ended_step_is_refused() -> None:
-    """The owner feeds on its own thread only: a thread recording after its step was fed gets
-    ``TransitionError`` (the event cannot silently go anywhere)."""
-    import threading
-
+def test_a_record_held_after_the_step_ended_is_refused() -> None:
+    """The owner feeds from its own thread only: a record held for another thread after its step
+    was fed gets ``TransitionError``; the event goes nowhere silently."""
     from agentledger.core import TransitionError
 
     owner = RunLoop(RunMachine(), RUN, Clock())
     owner.record(RunStarted, agent_id="a", tools=TOOLS, config=RunConfig())
     step = owner.step()
     owner.feed(step)
+    with pytest.raises(TransitionError, match="after the step ended"):
+        step.hold(SessionUpdated, session_id="s", by="late", changes=())
+    assert len(owner.log) == 1
+
+
+def test_a_run_recorder_holds_what_other_threads_record() -> None:
+    """In this process, a record from a worker thread (a sync tool's) into its call's step is
+    held in the step; one from a thread outside any step is held for the owner, which feeds it
+    before anything else; once the run has ended such a record is refused. The owner never
+    feeds from two threads."""
+    import threading
+
+    from agentledger.core import TransitionError
+    from agentledger.run import RunRecorder
+
+    recorder = RunRecorder(RunMachine(), RUN, Clock(), [])
+    recorder.record(RunStarted, agent_id="a", tools=TOOLS, config=RunConfig())
+    step = recorder.loop.step(live=True)
     errors: list[BaseException] = []
 
-    def late() -> None:
+    def in_thread(into_step: bool) -> None:
         try:
-            step.record(SessionUpdated, session_id="s", by="late", changes=())
+            if into_step:
+                with recorder.into(step):
+                    recorder.record(SessionUpdated, session_id="s", by="worker", changes=())
+            else:
+                recorder.record(SessionUpdated, session_id="s", by="stray", changes=())
         except TransitionError as exc:
             errors.append(exc)
 
-    worker = threading.Thread(target=late)
+    for into_step in (True, False):
+        worker = threading.Thread(target=in_thread, args=(into_step,))
+        worker.start()
+        worker.join()
+    assert len(recorder.log) == 1
+    assert [getattr(e, "by", None) for e in step.events] == ["worker"]
+    recorder.loop.feed(step)
+    assert [getattr(e, "by", None) for e in recorder.log[1:]] == ["stray", "worker"]
+    assert errors == []
+    assert recorder.fail("Cancelled", "stop")
+    worker = threading.Thread(target=in_thread, args=(False,))
     worker.start()
     worker.join()
     assert len(errors) == 1
     assert "after the step ended" in str(errors[0])
-    assert len(owner.log) == 1

@@ -13,11 +13,11 @@ the run. The local driver and the Temporal workflow are two executors of this on
 numbers an event, orders a batch or decides whether a batch waits for approval.
 
 The step at the head of the model's order (a model call, a call of a sequential batch, the first
-unfinished call of a concurrent one) is *live*: what code on the owner's thread records into it
-is fed at once, so sinks see it as it happens (a tool call's span opens when the call starts, and
-a sub-agent's run nests in it). The events of a later concurrent call wait in its step until
-every call before it is fed, and anything recorded from another thread (a sync tool's worker)
-waits until the step is fed, so the order of the log never depends on timing.
+unfinished call of a concurrent one) is *live*: what it records is fed at once, so sinks see it
+as it happens (a tool call's span opens when the call starts, and a sub-agent's run nests in
+it). The events of a later concurrent call wait in its step until every call before it is fed,
+and what a step holds for another thread (``StepLog.hold``: a sync tool's worker) waits until
+the step is fed, so the order of the log never depends on timing.
 
 A step cut off (cancelled, or failed with an error of the driver's own) still hands back what
 it recorded: the owner feeds it before the error goes on, so a tool call that started and did
@@ -30,7 +30,6 @@ it imports nothing beyond the core, so a Temporal workflow runs it in its sandbo
 from __future__ import annotations
 
 import collections
-import threading
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
@@ -55,14 +54,14 @@ class StepLog:
 
     ``record`` builds and checks an input event (``check_event``: one the log could not give
     back raises ``UnrecordableError`` and is not kept). Its ``seq`` is the step's own count until
-    the owner renumbers it. A live step (the head of the model's order) hands what the owner's
-    thread records to the owner at once; a record from another thread ends that until the step
-    is fed, so the step's own order holds. Once fed, the step is closed: a late record (a task
-    the step left running) goes to the owner at once, so nothing recorded is ever dropped; one
-    from another thread raises ``TransitionError`` (the owner feeds on its own thread only).
+    the owner renumbers it. A live step (the head of the model's order) hands what it records to
+    the owner at once. ``hold`` keeps a record from code the owner cannot feed from (another
+    thread) and ends that until the step is fed, so the step's own order holds. Once fed, the
+    step is closed: a late record (a task the step left running) goes to the owner at once, so
+    nothing recorded is ever dropped, and a late ``hold`` raises ``TransitionError``.
     """
 
-    __slots__ = ("at", "closed", "events", "live", "lock", "owner", "run_id", "threaded")
+    __slots__ = ("at", "closed", "events", "live", "owner", "run_id", "threaded")
 
     def __init__(self, run_id: str, at: Callable[[], int], owner: RunLoop | None = None) -> None:
         self.run_id = run_id
@@ -71,43 +70,44 @@ class StepLog:
         self.events: list[Event] = []
         self.closed = False
         self.live = False
-        self.threaded = False  # another thread recorded into it: never live again
-        self.lock = threading.Lock()  # between another thread's records and the owner taking them
+        self.threaded = False  # held a record from elsewhere: never live again
 
     def record(self, cls: type[EventBase], **fields: Any) -> Event:
         """Record one input event of ``cls`` with ``fields``; returns it."""
         owner = self.owner
-        if owner is not None and owner.live:
-            if threading.get_ident() != owner.thread:
-                return self._from_thread(cls, fields)
-            if self.live or self.closed:
-                return owner.record(cls, **fields)
+        if owner is not None and (self.live or self.closed):
+            return owner.record(cls, **fields)
+        return self._keep(cls, fields)
+
+    def hold(self, cls: type[EventBase], **fields: Any) -> Event:
+        """Record an event the owner must not feed now (it comes from another thread): kept
+        until the step is fed, and so is everything the step records after it."""
+        if self.closed:
+            raise TransitionError(
+                f"{cls.__name__} was recorded into a step of run {self.run_id!r} from another "
+                "thread after the step ended; record from the call itself, before it returns",
+                run_id=self.run_id,
+            )
+        self.threaded, self.live = True, False
+        return self._keep(cls, fields)
+
+    def _keep(self, cls: type[EventBase], fields: dict[str, Any]) -> Event:
         event: Any = cls(run_id=self.run_id, seq=len(self.events), at=self.at(), **fields)
         check_event(event)
         self.events.append(event)
         return event  # type: ignore[no-any-return]
 
-    def _from_thread(self, cls: type[EventBase], fields: dict[str, Any]) -> Event:
-        with self.lock:
-            if self.closed:
-                raise TransitionError(
-                    f"a thread recorded {cls.__name__} into a step of run {self.run_id!r} after the "
-                    "step ended; record from the call itself, before it returns",
-                    run_id=self.run_id,
-                )
-            self.threaded, self.live = True, False  # in order, with what the thread records
-            event: Any = cls(run_id=self.run_id, seq=len(self.events), at=self.at(), **fields)
-            check_event(event)
-            self.events.append(event)
-        return event  # type: ignore[no-any-return]
-
     def take(self, *, close: bool = False) -> list[Event]:
         """Hand over what the step holds (and, with ``close``, end it)."""
-        with self.lock:
-            events, self.events = self.events, []
-            if close:
-                self.closed, self.live = True, False
+        events, self.events = self.events, []
+        if close:
+            self.closed, self.live = True, False
         return events
+
+    def go_live(self) -> None:
+        """The step heads the model's order: what it records from now on is fed at once
+        (unless it has held a record from elsewhere)."""
+        self.live = not self.threaded and not self.closed
 
     def extend(self, events: Sequence[Event]) -> None:
         """Keep events a step recorded elsewhere (an activity on another worker)."""
@@ -157,6 +157,7 @@ class RunLoop:
         observer: Observer | None = None,
         restamp: bool = False,
         live: bool = True,
+        step_type: type[StepLog] = StepLog,
         log: Sequence[Event] = (),
     ) -> None:
         self.machine = machine
@@ -168,8 +169,11 @@ class RunLoop:
         self.live = live
         """Whether the step at the head of the model's order is fed as it records (off for a
         workflow: its steps report back whole)."""
-        self.thread = threading.get_ident() if live else 0
-        """The thread the owner runs on: the only one whose records are fed at once."""
+        self.step_type = step_type
+        """What ``step()`` makes (a driver with threads gives a step that locks)."""
+        self.strays: StepLog | None = None
+        """Where a driver holds records from threads outside any step; fed before anything else
+        the owner feeds, closed when the run ends."""
         self.log: list[Event] = list(log)
         self.commands: collections.deque[Command] = collections.deque()
 
@@ -177,6 +181,7 @@ class RunLoop:
 
     def record(self, cls: type[EventBase], **fields: Any) -> Event:
         """Record one input event of the owner's own (outside any step) and feed it at once."""
+        self._drain()
         event: Any = cls(run_id=self.run_id, seq=self.machine.next_seq, at=self.clock(), **fields)
         check_event(event)
         self._take(self.machine.handle(event))
@@ -184,9 +189,9 @@ class RunLoop:
 
     def step(self, *, live: bool = False) -> StepLog:
         """A new step of this run, for the driver to record one model or tool call into."""
-        step = StepLog(self.run_id, self.clock, self)
+        step = self.step_type(self.run_id, self.clock, self)
         if live and self.live:
-            step.live = True
+            step.go_live()
         return step
 
     def promote(self, step: StepLog) -> None:
@@ -194,14 +199,22 @@ class RunLoop:
         (unless another thread records into it)."""
         if self.live and not step.closed:
             self._feed(step.take())
-            with step.lock:
-                step.live = not step.threaded and not step.closed
+            step.go_live()
 
     def feed(self, step: StepLog) -> None:
         """Number the step's events from the next ``seq`` and feed them; the step closes."""
         self._feed(step.take(close=True))
 
     def _feed(self, events: list[Event]) -> None:
+        self._drain()
+        self._number(events)
+
+    def _drain(self) -> None:
+        strays = self.strays
+        if strays is not None and strays.events:
+            self._number(strays.take())
+
+    def _number(self, events: list[Event]) -> None:
         machine = self.machine
         at = self.clock() if self.restamp and events else 0
         for event in events:
@@ -217,18 +230,29 @@ class RunLoop:
 
     def begin(self) -> None:
         """Hand over to the loop (after agent middleware): the machine's first command."""
+        self._drain()
         self._take(self.machine.begin())
 
     def finish(self, **result: Any) -> None:
         """Record how the loop ended (``RunMachine.finish``)."""
+        self._drain()
         self._take(self.machine.finish(self.clock(), **result))
+        self._end_strays()
 
     def fail(self, error_type: str, message: str) -> bool:
         """Record ``RunFailed`` unless the run already ended; whether it was recorded."""
         if not self.machine.is_open:
             return False
+        self._drain()
         self._take(self.machine.fail(self.clock(), error_type, message))
+        self._end_strays()
         return True
+
+    def _end_strays(self) -> None:
+        """The run ended: a thread recording into it from now on is told so (``hold`` raises).
+        What it held in between reaches the machine, which refuses it as after the end."""
+        if self.strays is not None:
+            self._number(self.strays.take(close=True))
 
     def take_finish(self) -> FinishRun:
         """The ``FinishRun`` the machine just issued outside the loop (agent middleware ended it)."""
@@ -288,6 +312,8 @@ class RunLoop:
             nonlocal fed
             await runners[index](steps[index])
             done[index] = True
+            if index != fed:
+                return  # a call before it is still running: it waits its turn
             while fed < len(steps) and done[fed]:  # in the model's order, as soon as it can
                 fed += 1
                 self.feed(steps[fed - 1])

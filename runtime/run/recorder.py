@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import logging
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -98,7 +99,7 @@ class Sinks:
 class RunRecorder:
     """The ``Recorder`` of a run in this process: into the current step, else to the owner."""
 
-    __slots__ = ("loop", "parent", "run_id", "session", "sinks")
+    __slots__ = ("loop", "parent", "run_id", "session", "sinks", "thread")
 
     def __init__(
         self,
@@ -118,7 +119,10 @@ class RunRecorder:
         self.parent = parent if session is not None else None
         """A caller sharing the session (a sub-agent's): given a copy of each write as it is kept."""
         observer = self._observe if session is not None else self.sinks
-        self.loop = RunLoop(machine, run_id, clock, observer=observer)
+        self.loop = RunLoop(machine, run_id, clock, observer=observer, step_type=LocalStep)
+        self.thread = threading.get_ident()
+        """The thread the run's owner feeds on (its event loop's)."""
+        self.loop.strays = LocalStep(run_id, clock, self.loop)
         """The run's owner: its machine, its log, its commands."""
 
     def _observe(self, events: Sequence[Event]) -> None:
@@ -150,18 +154,18 @@ class RunRecorder:
 
     def record(self, cls: type[EventBase], **fields: Any) -> Event:
         step = _steps.get().get(self)
+        here = threading.get_ident() == self.thread
         if step is not None:
-            return step.record(cls, **fields)
+            return step.record(cls, **fields) if here else step.hold(cls, **fields)
+        if not here:  # a thread that did not inherit a call's context: held for the owner
+            strays = self.loop.strays
+            assert strays is not None
+            return strays.hold(cls, **fields)
         return self.loop.record(cls, **fields)
 
-    @contextlib.contextmanager
-    def into(self, step: StepLog) -> Iterator[StepLog]:
+    def into(self, step: StepLog) -> contextlib.AbstractContextManager[StepLog]:
         """Inside the block (and the tasks it starts), this run records into ``step``."""
-        token = _steps.set({**_steps.get(), self: step})
-        try:
-            yield step
-        finally:
-            _steps.reset(token)
+        return _Into(self, step)
 
     def begin(self) -> None:
         """Hand over to the loop (after agent middleware): the machine's first command."""
@@ -186,3 +190,45 @@ class RunRecorder:
     def take_finish(self) -> FinishRun:
         """The ``FinishRun`` the machine just issued outside the loop (agent middleware ended it)."""
         return self.loop.take_finish()
+
+
+class _Into:
+    """``RunRecorder.into``: a plain context manager (one per model call and per tool call)."""
+
+    __slots__ = ("recorder", "step", "token")
+
+    def __init__(self, recorder: RunRecorder, step: StepLog) -> None:
+        self.recorder = recorder
+        self.step = step
+        self.token: contextvars.Token[dict[RunRecorder, StepLog]] | None = None
+
+    def __enter__(self) -> StepLog:
+        self.token = _steps.set({**_steps.get(), self.recorder: self.step})
+        return self.step
+
+    def __exit__(self, *exc_info: object) -> None:
+        assert self.token is not None
+        _steps.reset(self.token)
+
+
+class LocalStep(StepLog):
+    """A step in this process: a sync tool's worker thread may hold records in it while the
+    owner takes them, so both go through a lock (one per step, never the run's)."""
+
+    __slots__ = ("lock",)
+
+    def __init__(self, run_id: str, at: Callable[[], int], owner: RunLoop | None = None) -> None:
+        super().__init__(run_id, at, owner)
+        self.lock = threading.Lock()
+
+    def hold(self, cls: type[EventBase], **fields: Any) -> Event:
+        with self.lock:
+            return super().hold(cls, **fields)
+
+    def take(self, *, close: bool = False) -> list[Event]:
+        with self.lock:
+            return super().take(close=close)
+
+    def go_live(self) -> None:
+        with self.lock:
+            super().go_live()
