@@ -208,7 +208,7 @@ class TranscriptProjection:
     message, in the model's call order, once every call of the batch has a result.
     """
 
-    __slots__ = ("_results", "batch", "calls", "config", "history_length", "messages", "rewritten")
+    __slots__ = ("_open", "_results", "batch", "calls", "config", "history_length", "messages", "rewritten")
 
     def __init__(self) -> None:
         self.messages: list[Message] = []
@@ -217,7 +217,13 @@ class TranscriptProjection:
         self.history_length = 0
         self.config = RunConfig()
         self.batch: tuple[str, ...] = ()
+        self._open: set[str] = set()  # the batch's call ids, for O(1) membership
         self._results: dict[str, Content] = {}
+
+    def _open_batch(self, call_ids: tuple[str, ...]) -> None:
+        self.batch = call_ids
+        self._open = set(call_ids)
+        self._results = {}
 
     @property
     def pending(self) -> tuple[str, ...]:
@@ -226,7 +232,7 @@ class TranscriptProjection:
 
     def awaits(self, call_id: str) -> bool:
         """Whether ``call_id`` is a call of the open batch with no result yet (no copy made)."""
-        return call_id not in self._results and call_id in self.batch
+        return call_id in self._open and call_id not in self._results
 
     def apply(self, event: Event) -> None:
         handler = TRANSCRIPT_FOLDS.get(type(event))
@@ -246,8 +252,7 @@ class TranscriptProjection:
 
     def _responded(self, event: ModelResponded) -> None:
         self.messages.append(event.message)
-        self.batch = tuple(c.call_id or "" for c in event.message.contents if c.type == "function_call")
-        self._results = {}
+        self._open_batch(tuple(c.call_id or "" for c in event.message.contents if c.type == "function_call"))
 
     def _returned(self, event: ToolReturned | MiddlewareShortCircuit) -> None:
         if event.call_id is not None:
@@ -266,28 +271,26 @@ class TranscriptProjection:
         if not any(c.type == "text" and c.text for c in kept):
             kept = (Content.from_text(LIMIT_REACHED),)
         self.messages[-1] = Message("assistant", kept)
-        self.batch = ()
-        self._results = {}
+        self._open_batch(())
 
     def _approval_requested(self, event: ApprovalRequested) -> None:
         """The whole batch waits for the answer: none of its calls has a result yet."""
-        self.batch = ()
-        self._results = {}
+        self._open_batch(())
 
     def _batch_resumed(self, event: BatchResumed) -> None:
-        self.batch = event.call_ids
-        self._results = {}
+        self._open_batch(event.call_ids)
 
     def _approval_resolved(self, event: ApprovalResolved) -> None:
-        if event.call_id not in self.batch:
+        if event.call_id not in self._open:
             self.batch = (*self.batch, event.call_id)
+            self._open.add(event.call_id)
         if not event.approved:
             self.resolve(event.call_id, REJECTED_BY_USER)
 
     def resolve(self, call_id: str, text: str, exception: str | None = None) -> None:
         """Give ``call_id`` its result (``exception`` marks a failed call); the batch's tool
         message is appended when it is whole."""
-        if call_id not in self.batch:
+        if call_id not in self._open:
             return
         self._results[call_id] = Content("function_result", call_id=call_id, result=text, exception=exception)
         if len(self._results) >= len(self.batch):
@@ -298,8 +301,7 @@ class TranscriptProjection:
             return
         if self._results:
             self.messages.append(Message("tool", tuple(self._results[c] for c in self.batch)))
-        self.batch = ()
-        self._results = {}
+        self._open_batch(())
 
     def call_at(self, iteration: int) -> ModelCall:
         for call in self.calls:

@@ -8,6 +8,8 @@ import msgspec
 
 __all__ = ("to_json",)
 
+_PLAIN = frozenset({str, int, float, bool, type(None)})
+
 
 def to_json(value: Any) -> Any:
     """A value as JSON-ready builtins, the one rule for every recorded value: msgspec's rules
@@ -15,6 +17,8 @@ def to_json(value: Any) -> Any:
     pydantic model as its JSON mode dump, at any depth. A value with no JSON form (too deep, or of
     a type neither knows) becomes its ``str``. Bytes that are UTF-8 text (a tool returning a file's
     contents, say) are that text; other bytes are base64."""
+    if type(value) in _PLAIN:  # already what msgspec would give back
+        return value
     if isinstance(value, bytes | bytearray):  # UTF-8 text a model can read, as text
         try:
             return bytes(value).decode("utf-8")
