@@ -214,13 +214,14 @@ class RunSpec(msgspec.Struct, frozen=True, kw_only=True):
 
     def awaits_approval(self, function: FunctionTool, call: Content) -> bool:
         """Whether a call of a gated tool waits for a human: unless its arguments cannot run and
-        no function middleware could repair them (then it is rejected when its batch runs)."""
+        no function middleware could repair them (then it is rejected when its batch runs).
+        Middleware sees any argument text (text that is no JSON object as ``{"raw": text}``)."""
         if arguments_valid(function, call):
             return True
         if not self.layers["function"]:
             return False
-        try:  # middleware sees arguments only once they are a JSON object
-            function.parse_arguments(call.arguments)
+        try:  # only text nested too deep to record never reaches middleware
+            function.sent_arguments(call.arguments)
         except ArgumentsError:
             return False
         return True
