@@ -18,7 +18,7 @@ from ..chat import ChatClient
 from ..context import current_run_context, replaying
 from ..core.errors import TransitionError
 from ..core.events import Event, SessionUpdated, ToolFailed, ToolReturned
-from ..errors import AgentLedgerError, ReplayDrift, RunError
+from ..errors import AgentLedgerError, MiddlewareFailure, ReplayDrift, RunError
 from ..response import AgentResponse
 from ..run.lifecycle import AgentRun
 from ..run.recorder import watching
@@ -276,7 +276,7 @@ async def _drive(
     with watching(events.append), running_children_with(children):
         try:
             response: AgentResponse | None = await run.execute(list(started.messages))
-        except (RunError, TransitionError):
+        except (RunError, MiddlewareFailure, TransitionError):  # the log says how it ended
             response = None
         finally:
             replaying.reset(token)

@@ -30,7 +30,7 @@ from ..core.events import (
 )
 from ..core.limits import safe_text
 from ..core.messages import Content
-from ..errors import ApprovalMismatchError, MiddlewareTermination
+from ..errors import ApprovalMismatchError, MiddlewareFailure, MiddlewareTermination
 from ..middleware import ChainOutcome, run_chain
 from ..session import writer
 from ..tools import ArgumentsError, FunctionTool, arguments_valid
@@ -85,10 +85,13 @@ async def invoke_tools(binding: RunBinding, command: InvokeTools) -> None:
             ]
         )
     else:
-        async with anyio.create_task_group() as group:
-            for call, function in calls:
-                run = functools.partial(invoke_call, approved=call.call_id in approved)
-                group.start_soon(run, binding, iteration, call, function)
+        try:
+            async with anyio.create_task_group() as group:
+                for call, function in calls:
+                    run = functools.partial(invoke_call, approved=call.call_id in approved)
+                    group.start_soon(run, binding, iteration, call, function)
+        except* MiddlewareFailure as failed:  # the first one aborts the run, as on asyncio
+            raise failed.exceptions[0] from None
 
 
 def hold_for_approval(binding: RunBinding, command: InvokeTools) -> Sequence[Content]:
@@ -153,6 +156,8 @@ async def invoke_call(
                 )
                 outcome.value = await function.execute(arguments, context)
                 outcome.returned = True
+        except MiddlewareFailure:
+            raise  # fail closed: never an answer to the model; the run ends with RunFailed
         except Exception as exc:
             outcome.error = exc
         record_outcome(binding, iteration, call_id, function.name, outcome)
@@ -282,10 +287,15 @@ async def _all_on_asyncio(calls: list[Coroutine[Any, Any, None]]) -> None:
     finished = loop.create_future()
     remaining = len(calls)
 
-    def one_done(_: object) -> None:
+    def one_done(task: asyncio.Task[None]) -> None:
         nonlocal remaining
         remaining -= 1
-        if remaining == 0 and not finished.done():
+        if finished.done():
+            return
+        error = None if task.cancelled() else task.exception()
+        if error is not None:  # a call that raises (MiddlewareFailure) stops the others at once
+            finished.set_exception(error)
+        elif remaining == 0:
             finished.set_result(None)
 
     tasks = [loop.create_task(call) for call in calls]
