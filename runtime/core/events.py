@@ -288,6 +288,9 @@ class MiddlewareShortCircuit(EventBase, frozen=True, kw_only=True):
     middleware: str
     result: Any = None
     scope: Literal["call", "model", "run"] = "call"
+    leaves_history: bool = False
+    """Agent middleware answered before the run's loop began, and the session's history stays as
+    it was (False in older logs, where such a run added its input and answer)."""
 
 
 class ToolsAdded(EventBase, frozen=True, kw_only=True):
@@ -351,6 +354,9 @@ class RunTerminated(EventBase, frozen=True, kw_only=True):
     iteration: int
     reason: str
     by: str = ""
+    leaves_history: bool = False
+    """Agent middleware ended the run before its loop began, and the session's history stays as
+    it was (False in older logs, where such a run added its input)."""
 
 
 class RunCompleted(EventBase, frozen=True, kw_only=True):
