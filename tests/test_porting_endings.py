@@ -36,10 +36,11 @@ from agentledger.core.events import (
     MiddlewareShortCircuit,
     RunCompleted,
     RunFailed,
+    RunStarted,
     RunTerminated,
     ToolCalled,
 )
-from agentledger.replay import load, rerun
+from agentledger.replay import RecordedRun, load, rerun
 from agentledger.testing import FixedClock, SequentialIds, event_types, events_of
 
 pytestmark = pytest.mark.anyio
@@ -410,3 +411,136 @@ async def test_an_older_log_of_a_short_circuited_run_still_grows_the_history() -
     ]
     rebuilt = AgentSession.from_events(older, session.session_id)
     assert [m.text for m in rebuilt.history] == ["first", "We are closed."]
+
+
+# -- a run's instructions and None options --------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("agent_options", "run_instructions", "sent"),
+    [
+        ({"instructions": "Be brief."}, "Answer in French.", "Be brief.\nAnswer in French."),
+        ({}, "Answer in French.", "Answer in French."),
+        (
+            {"instructions": "Be brief.", "default_options": {"instructions": "Be kind."}},
+            "Answer in French.",
+            "Be kind.\nAnswer in French.",
+        ),
+        ({"instructions": "Be brief."}, None, "Be brief."),
+        ({"instructions": "Be brief."}, "", "Be brief."),
+    ],
+    ids=["appended", "alone", "to-default-options", "none", "empty"],
+)
+async def test_a_runs_instructions_are_appended_to_the_agents(
+    agent_options: dict[str, Any], run_instructions: str | None, sent: str
+) -> None:
+    """options={"instructions": ...} adds to the agent's instructions, as on the reference (None
+    or "" adds nothing). RunStarted records both the instructions sent and the run's own, so a
+    rerun appends them once, to the agent's current instructions."""
+    agent, client = _agent(["ok"], **agent_options)
+    response = await agent.run("go", options={"instructions": run_instructions})
+    assert client.requests[0].options["instructions"] == sent
+    [started] = events_of(response.events, RunStarted)
+    assert started.instructions == sent
+    assert started.run_instructions == (run_instructions or None)
+    await _rerun_last(agent)
+
+
+async def test_none_in_run_options_keeps_the_agents_default() -> None:
+    """A None value in a run's options is unset, as on the reference: default_options stay."""
+    agent, client = _agent(["ok"], default_options={"temperature": 0.5, "tool_choice": "none"})
+    response = await agent.run("go", options={"temperature": None, "tool_choice": None})
+    assert client.requests[0].options["temperature"] == 0.5
+    assert client.requests[0].tool_choice == "none"
+    [started] = events_of(response.events, RunStarted)
+    assert started.run_option_keys == ()
+    await _rerun_last(agent)
+
+
+async def test_an_older_log_whose_run_replaced_the_instructions_reruns_as_it_ran() -> None:
+    """A log of an older version has no run_instructions: its run's instructions replaced the
+    agent's, and a rerun repeats that rather than appending them to the agent's."""
+    agent, _ = _agent(["ok"])  # no instructions of its own: the run's stand alone either way
+    await agent.run("go", options={"instructions": "Answer in French."})
+    log = await _log(agent)
+    started = log[0]
+    assert isinstance(started, RunStarted)
+    older = [msgspec.structs.replace(started, run_instructions=None), *log[1:]]
+    now, _ = _agent([], instructions="Be brief.")  # the agent's code has instructions today
+    response = await rerun(RecordedRun(older), now)
+    assert response is not None
+    [again] = events_of(response.events, RunStarted)
+    assert (again.instructions, again.run_instructions) == ("Answer in French.", None)
+
+
+# -- where agentledger keeps its own behaviour (docs/differences.md, "How middleware ends a run") --
+
+
+@pytest.mark.parametrize("middleware", [silent, stop_here], ids=lambda m: m.__name__)
+async def test_a_run_ended_without_an_answer_still_returns_a_response(middleware: Any) -> None:
+    """The reference's run() returns None here; agentledger an empty response naming the run."""
+    agent, _ = _agent([], middleware=[middleware])
+    response = await agent.run("go")
+    assert isinstance(response, AgentResponse)
+    assert (response.text, response.messages) == ("", [])
+    assert response.finish_reason == ("short_circuit" if middleware is silent else "terminated")
+    assert response.run_id == (await _log(agent))[0].run_id
+
+
+async def test_agent_middleware_termination_result_is_the_answer() -> None:
+    """MiddlewareTermination(result=...) from agent middleware answers (the reference ignores it)."""
+
+    @agent_middleware
+    async def refuse(context: AgentContext, call_next: CallNext) -> None:
+        raise MiddlewareTermination("closed", result="We are closed today.")
+
+    agent, _ = _agent([], middleware=[refuse])
+    response = await agent.run("go")
+    assert response.text == "We are closed today."
+    await _rerun_last(agent)
+
+
+async def test_chat_middleware_terminating_without_an_answer_ends_the_run() -> None:
+    """No answer to give (the reference raises AttributeError): RunTerminated, no text."""
+
+    @chat_middleware
+    async def stop(context: ChatContext, call_next: CallNext) -> None:
+        raise MiddlewareTermination("no model today")
+
+    agent, client = _agent(["unused"], middleware=[stop])
+    response = await agent.run("go")
+    assert (response.finish_reason, response.text, client.requests) == ("terminated", "", [])
+    [terminated] = events_of(response.events, RunTerminated)
+    assert (terminated.by, terminated.leaves_history) == ("chat_middleware", False)
+
+
+async def test_the_history_holds_the_answer_agent_middleware_gave() -> None:
+    """Replaced after call_next(): the reference's history keeps the model's own answer, here the
+    one the caller got (what RunCompleted records)."""
+
+    @agent_middleware
+    async def polish(context: AgentContext, call_next: CallNext) -> None:
+        await call_next()
+        context.result = _answer("polished")
+
+    agent, _ = _agent(["raw answer"], middleware=[polish])
+    session = agent.create_session()
+    await agent.run("go", session=session)
+    assert [m.text for m in session.history] == ["go", "polished"]
+
+
+async def test_agent_middleware_failing_after_call_next_adds_nothing_to_the_history() -> None:
+    """The run failed after its loop: the reference has stored the turn by then, here a failed
+    run adds nothing."""
+
+    @agent_middleware
+    async def audit(context: AgentContext, call_next: CallNext) -> None:
+        await call_next()
+        raise MiddlewareFailure("audit log unavailable")
+
+    agent, client = _agent(["answer"], middleware=[audit])
+    session = agent.create_session()
+    with pytest.raises(MiddlewareFailure):
+        await agent.run("go", session=session)
+    assert len(client.requests) == 1
+    assert session.history == []

@@ -136,6 +136,10 @@ class RunStarted(EventBase, frozen=True, kw_only=True):
     """The tools given to this ``run()`` itself (``tools=``), beside the agent's own."""
     middleware: tuple[str, ...] | None = None
     """The run's middleware as ``"kind:name"``, outermost first; None in older logs."""
+    run_instructions: str | None = None
+    """The instructions given to this ``run()`` itself, appended to the agent's (``instructions``
+    holds both); None without any, and in older logs, where a run's instructions replaced the
+    agent's."""
 
 
 class RunInputRewritten(EventBase, frozen=True, kw_only=True):
