@@ -280,8 +280,9 @@ async def _all_on_asyncio(calls: list[Coroutine[Any, Any, None]]) -> None:
 
     Starting a task through an anyio task group costs several times more, and a batch of quick
     calls is dominated by it. This is safe without a task group: each call records its own
-    failure and never raises, and cancelling the waiting task cancels every call and waits for
-    them to finish before the cancellation goes on.
+    failure and raises only to abort the run (``MiddlewareFailure``, or a bug in the call's own
+    handling), which cancels the other calls at once, as cancelling the waiting task does; both
+    wait for every call to finish before the exception goes on.
     """
     loop = asyncio.get_running_loop()
     finished = loop.create_future()
