@@ -30,6 +30,7 @@ from .run.spec import (
     check_option_names,
     check_run_limit,
     check_tool_choice,
+    given_options,
     merge_options,
     run_config,
 )
@@ -359,7 +360,8 @@ class Agent:
             sinks=self.event_sinks,
             parent=parent,
             share_history=share_history,
-            run_option_keys=tuple(k for k in options or {} if isinstance(k, str)),
+            run_option_keys=tuple(k for k in given_options(options) if isinstance(k, str)),
+            run_instructions=given_options(options).get("instructions"),
             run_tool_names=tuple(t.name for t in given),
         )
 

@@ -34,6 +34,8 @@
     ├── ExportError                             an OTLP receiver refused an export (status_code)
     └── TransitionError                         an input the run machine does not accept
 
+    ├── MiddlewareFailure                       raised by middleware (or a tool) to abort the run,
+    │                                           fail-closed: RunFailed is recorded, run() raises it
     MiddlewareTermination                       raised by middleware to end the run (not an error)
     ExperimentalWarning (a FutureWarning)       an experimental API was used
     TornTailWarning (a RuntimeWarning)          a log's torn last record was cut off on open
@@ -66,6 +68,7 @@ __all__ = (
     "ExperimentalWarning",
     "LogCorruptError",
     "MiddlewareError",
+    "MiddlewareFailure",
     "MiddlewareTermination",
     "ModelCallError",
     "ModelResponseError",
@@ -270,6 +273,23 @@ class ReplayDrift(ReplayDivergence):
     """The rerun did what the log says, but the agent is configured otherwise than when the run
     was recorded (instructions, options, tool specs, middleware): the model's recorded answers
     may not be what it would answer now. ``findings`` lists the drift."""
+
+
+class MiddlewareFailure(AgentLedgerError):
+    """Raise from middleware (function, chat or agent) to abort the run: fail closed.
+
+    Any other exception of function middleware or of a tool becomes the call's error result and
+    the loop goes on, which is right for a failed tool and wrong for a guardrail. This one is
+    never an answer to the model: no other call of the batch starts (calls already running are
+    cancelled), no model call follows, ``RunFailed`` is recorded with ``error_type``
+    ``"MiddlewareFailure"`` and this message, and ``run()`` raises the exception itself. A tool
+    that raises it (a sub-agent whose own middleware failed, say) aborts the run the same way.
+    Chain the cause (``raise MiddlewareFailure("policy check failed") from exc``); do not catch
+    it in middleware around ``call_next()``.
+    """
+
+    def __init__(self, message: str = "Middleware failed.") -> None:
+        super().__init__(message)
 
 
 class MiddlewareTermination(AgentLedgerError):

@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Literal, TypeVar
 
 from .context import AgentContext, ChatContext, FunctionInvocationContext
-from .errors import MiddlewareError
+from .errors import MiddlewareError, MiddlewareTermination
 
 __all__ = (
     "AgentMiddleware",
@@ -159,13 +159,15 @@ def split_middleware(items: Sequence[Any] | None) -> dict[str, list[Layer]]:
 
 
 class ChainOutcome:
-    """What happened in a chain: who short-circuited, who last replaced the result."""
+    """What happened in a chain: who short-circuited, who last replaced the result, and who
+    raised ``MiddlewareTermination`` (the innermost layer it came from)."""
 
-    __slots__ = ("overridden_by", "short_circuited_by")
+    __slots__ = ("overridden_by", "short_circuited_by", "terminated_by")
 
     def __init__(self) -> None:
         self.short_circuited_by: str | None = None
         self.overridden_by: str | None = None
+        self.terminated_by: str | None = None
 
 
 async def run_chain(
@@ -173,10 +175,14 @@ async def run_chain(
     context: Any,
     final: CallNext,
     after_layer: Callable[[], None] | None = None,
+    *,
+    outcome: ChainOutcome | None = None,
 ) -> ChainOutcome:
     """Run ``layers`` outermost first around ``final``; ``after_layer()`` runs after each layer
-    (a session checkpoint: what the layer changed in place is recorded as its own write)."""
-    outcome = ChainOutcome()
+    (a session checkpoint: what the layer changed in place is recorded as its own write).
+    ``outcome`` is filled in as the chain runs, so a caller catching ``MiddlewareTermination``
+    still learns which layer raised it."""
+    outcome = ChainOutcome() if outcome is None else outcome
 
     async def call(index: int) -> None:
         if index == len(layers):
@@ -192,7 +198,12 @@ async def run_chain(
             await call(index + 1)
             inner_result = context.result
 
-        await layer.call(context, call_next)
+        try:
+            await layer.call(context, call_next)
+        except MiddlewareTermination:
+            if outcome.terminated_by is None:
+                outcome.terminated_by = layer.name
+            raise
         if after_layer is not None:
             after_layer()
         if not reached:

@@ -146,20 +146,50 @@ class FunctionTool:
             raise ArgumentsError(f"arguments must be a JSON object, got {type(value).__name__}")
         return value
 
+    def sent_arguments(self, raw: str | Mapping[str, Any] | None) -> dict[str, Any]:
+        """The model's argument text as function middleware first sees it: a JSON object as it
+        is; text that is no JSON object as ``{"raw": text}`` (a JSON value that is no object as
+        ``{"raw": value}``), for middleware to repair. Only text nested too deep to record is
+        refused (``ArgumentsError``)."""
+        try:
+            return self.parse_arguments(raw)
+        except ArgumentsError:
+            assert isinstance(raw, str)
+            _check_depth(raw)
+            try:
+                return {"raw": msgspec.json.decode(raw)}
+            except (msgspec.DecodeError, RecursionError):
+                return {"raw": raw}
+
     def arguments_from(self, raw: str | Mapping[str, Any] | None) -> dict[str, Any]:
-        """Parse and validate the model's raw arguments in one step (what a run does)."""
+        """Parse and validate the model's raw arguments in one step (what a run does). Text that
+        is no JSON object still runs a tool whose parameters all have defaults (it is taken as
+        ``{"raw": text}``, which names no parameter); for any other tool it is refused."""
         if self._args_type is None or not isinstance(raw, str) or not raw:
-            return self.validate(self.parse_arguments(raw))
+            try:
+                arguments = self.parse_arguments(raw)
+            except ArgumentsError as exc:
+                return self._defaults_only(raw, exc)
+            return self.validate(arguments)
         _check_depth(raw)
         try:
             obj = msgspec.json.decode(raw, type=self._args_type, strict=False)
         except msgspec.ValidationError as exc:
             if raw.lstrip()[:1] != "{":
-                raise ArgumentsError(f"arguments must be a JSON object: {exc}") from exc
+                return self._defaults_only(raw, ArgumentsError(f"arguments must be a JSON object: {exc}"))
             raise ArgumentsError(str(exc)) from exc
         except (msgspec.DecodeError, RecursionError) as exc:
-            raise ArgumentsError(f"arguments are not valid JSON: {exc}") from exc
+            return self._defaults_only(raw, ArgumentsError(f"arguments are not valid JSON: {exc}"))
         return {name: getattr(obj, name) for name in self._fields}
+
+    def _defaults_only(self, raw: Any, problem: ArgumentsError) -> dict[str, Any]:
+        """Arguments that are no JSON object, as a run takes them: ``{"raw": ...}`` validated
+        (a tool with nothing required runs on its defaults), else ``problem`` (why the text
+        cannot be read as arguments)."""
+        try:
+            return self.validate(self.sent_arguments(raw))
+        except ArgumentsError:
+            raise problem from None
 
     def validate(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
         """Check ``arguments`` against the schema; return them typed, with defaults filled in."""

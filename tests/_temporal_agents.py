@@ -28,6 +28,7 @@ from agentledger import (
     Content,
     FunctionInvocationContext,
     Message,
+    MiddlewareFailure,
     chat_middleware,
     function_middleware,
     tool,
@@ -355,3 +356,28 @@ def wire_agent() -> Agent:
 def wire_down_agent() -> Agent:
     """One gated call; the model call after its result fails."""
     return Agent(client=_scripted(_wire_then_down), name="WireDown", tools=[wire])
+
+
+@function_middleware
+async def _deny_secret(context: FunctionInvocationContext, call_next: Callable[[], Awaitable[None]]) -> None:
+    if context.arguments.get("key") == "secret":
+        raise MiddlewareFailure("the secret is not to be looked up")
+    await call_next()
+
+
+def _nosy(request: ScriptedRequest) -> Any:
+    if not tool_turns(request):
+        return [Call("lookup", {"key": "secret"}, call_id="s1")]
+    return "unreachable"
+
+
+@REGISTRY.register("nosy")
+def nosy_agent() -> Agent:
+    """Function middleware that fails closed on one call: the run fails, nothing answers it."""
+    return Agent(client=_scripted(_nosy), name="Nosy", tools=[lookup], middleware=[_deny_secret])
+
+
+@REGISTRY.register("brief")
+def brief_agent() -> Agent:
+    """The memo agent with instructions of its own, which a run's instructions follow."""
+    return Agent(client=_scripted(_memo), name="Brief", tools=[remember], instructions="Be brief.")

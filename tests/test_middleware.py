@@ -526,7 +526,7 @@ async def test_agent_middleware_short_circuit_answers_without_a_model_call(
     assert short.result == "We are down for maintenance."
     (completed,) = only(response.events, RunCompleted)
     assert (completed.text, completed.reason) == ("We are down for maintenance.", "short_circuit")
-    assert [m.text for m in session.history] == ["Hello!", "We are down for maintenance."]
+    assert session.history == []  # the loop never ran: the conversation is as it was
 
 
 @pytest.mark.anyio

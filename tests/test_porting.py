@@ -406,17 +406,22 @@ def test_approval_mode_none_means_never_require() -> None:
     assert tool(approval_mode=unset)(plain).approval_mode == "never_require"
 
 
-async def test_a_gated_call_whose_arguments_are_no_json_is_not_asked_about() -> None:
-    """Even with function middleware, a gated call whose arguments are no JSON object is rejected."""
+async def test_a_gated_call_whose_arguments_are_no_json_waits_only_if_middleware_may_repair() -> None:
+    """A gated call whose arguments are no JSON object is rejected unasked without function
+    middleware; with it, middleware gets them as {"raw": text} to repair, so a human is asked."""
 
     @function_middleware
     async def passthrough(context: FunctionInvocationContext, call_next: CallNext) -> None:
         await call_next()
 
-    agent, _ = _agent([Call("pay", "{not json"), "ok"], [pay], middleware=[passthrough])
+    agent, _ = _agent([Call("pay", "{not json"), "ok"], [pay])
     response = await agent.run("pay")
     assert response.finish_reason == "completed"
     assert events_of(response.events, ArgumentsRejected)
+    agent, _ = _agent([Call("pay", "{not json"), "ok"], [pay], middleware=[passthrough])
+    response = await agent.run("pay")
+    assert response.finish_reason == "awaiting_approval"
+    assert ran == []
 
 
 async def test_a_failed_resume_does_not_run_the_approved_call_twice() -> None:

@@ -16,8 +16,16 @@ from typing import Any
 import anyio
 import pytest
 
-from agentledger import AgentResponse, AgentSession, ApprovalError, Message, ModelCallError, RunError
-from agentledger.core.events import ModelCalled, ToolCalled
+from agentledger import (
+    AgentResponse,
+    AgentSession,
+    ApprovalError,
+    Message,
+    MiddlewareFailure,
+    ModelCallError,
+    RunError,
+)
+from agentledger.core.events import ModelCalled, RunFailed, RunStarted, ToolCalled
 from agentledger.replay import compare
 from agentledger.store import MemoryEventStore
 from agentledger.testing import capture_events, event_types, events_of
@@ -264,3 +272,37 @@ async def test_two_concurrent_resumes_on_temporal_run_the_call_once(temporal: Te
                     group.start_soon(wait, handle, copy)
             assert sorted(outcomes) == ["ran", "refused"], round_
             assert _wire_runs() == before + 1
+
+
+async def test_middleware_failure_fails_the_run_alike(temporal: TemporalServer) -> None:
+    """Function middleware raising MiddlewareFailure: no retry, no answer to the model; both
+    drivers raise it and log RunFailed naming it, with equal logs and untouched histories."""
+    remote_session, local_session = AgentSession("session_m"), AgentSession("session_m")
+    local_agent = agents.REGISTRY.build("nosy")
+    async with _runner(temporal) as runner:
+        with pytest.raises(MiddlewareFailure, match="not to be looked up"):
+            await runner.run("nosy", "Look up the secret.", session=remote_session)
+        [run_id] = await runner.store.streams()
+        local_agent.ids = _Ids(run_id)
+        with capture_events() as local_events, pytest.raises(MiddlewareFailure, match="not to be looked up"):
+            await local_agent.run("Look up the secret.", session=local_session)
+        remote_events = await runner.store.read(run_id)
+        compare(local_events, remote_events)
+    [failed] = events_of(remote_events, RunFailed)
+    assert failed.error_type == "MiddlewareFailure"
+    assert remote_session.history == local_session.history == []
+
+
+async def test_run_instructions_are_appended_alike(temporal: TemporalServer) -> None:
+    """A run's own instructions follow the agent's, recorded apart, on both drivers."""
+    remote_session, local_session = AgentSession("session_i"), AgentSession("session_i")
+    local_agent = agents.REGISTRY.build("brief")
+    options = {"instructions": "Answer in French.", "temperature": None}
+    async with _runner(temporal) as runner:
+        remote = await runner.run("brief", "Remember tea.", session=remote_session, options=options)
+        local_agent.ids = _Ids(remote.run_id)
+        local = await local_agent.run("Remember tea.", session=local_session, options=options)
+        compare(local.events, remote.events)
+    [started] = events_of(remote.events, RunStarted)
+    assert started.instructions == "Be brief.\nAnswer in French."
+    assert started.run_instructions == "Answer in French."

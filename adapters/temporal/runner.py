@@ -25,6 +25,7 @@ from agentledger.errors import (
     ApprovalError,
     ApprovalMismatchError,
     CallOutcomeUnknownError,
+    MiddlewareFailure,
     ModelCallError,
     ModelResponseError,
     RunError,
@@ -198,6 +199,8 @@ class TemporalRunner:
                 raise refused(getattr(cause, "message", None) or str(cause)) from exc
             if session is not None:  # a cancelled or failed run: what it recorded still counts
                 _apply_session(session, await self.store.read(handle.id))
+            if getattr(cause, "type", None) == "MiddlewareFailure":  # raised as a local run raises it
+                raise MiddlewareFailure(getattr(cause, "message", None) or str(cause)) from exc
             raise RunError(f"run {handle.id} failed on Temporal: {cause}", run_id=handle.id) from exc
         events = await self.store.read(result.run_id)
         if session is not None:

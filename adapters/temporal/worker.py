@@ -28,7 +28,7 @@ from temporalio.exceptions import ApplicationError
 
 from agentledger.agent import Agent
 from agentledger.core.events import Event, RunCompleted, ToolFailed, ToolReturned
-from agentledger.errors import AgentLedgerError, ApprovalError, ConflictError
+from agentledger.errors import AgentLedgerError, ApprovalError, ConflictError, MiddlewareFailure
 from agentledger.run import claim_batches
 from agentledger.store import EventStore
 from agentledger.subagents import AgentTool
@@ -262,7 +262,7 @@ class Activities:
             if len(events) != version:
                 raise StepError(f"run {view.run_id} holds {len(events)} events; the workflow wrote {version}")
             return await model_step(self._agent(view.agent).agent, view, events, request.iteration)
-        except StepError as exc:
+        except (StepError, MiddlewareFailure) as exc:  # a MiddlewareFailure fails closed, no retry
             raise _final(exc) from exc
 
     async def _call(self, request: ToolRequest) -> StepOutcome:
@@ -277,9 +277,12 @@ class Activities:
             return _decode_outcome(recorded)
         interrupted = attempts > 1 and not self.rerun_interrupted
         approved = request.approved
-        outcome = await tool_step(
-            built.agent, view, request.iteration, call, tools, interrupted=interrupted, approved=approved
-        )
+        try:
+            outcome = await tool_step(
+                built.agent, view, request.iteration, call, tools, interrupted=interrupted, approved=approved
+            )
+        except MiddlewareFailure as exc:  # fail closed: the workflow records RunFailed, no retry
+            raise _final(exc) from exc
         outcome = _fit(outcome, view.limits.payload_bytes)
         return _decode_outcome(await self.ledger.complete_call(key, msgspec.json.encode(outcome)))
 

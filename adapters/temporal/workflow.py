@@ -87,6 +87,13 @@ def _error_type(cause: BaseException | None) -> str:
     return type(cause).__name__
 
 
+def _error_message(cause: BaseException | None) -> str:
+    """The failure's own message, as a local run records it (without the type in front)."""
+    if isinstance(cause, ApplicationError) and cause.type:
+        return cause.message
+    return str(cause)
+
+
 class _WorkflowRun:
     """The run's owner on Temporal: the shared loop, with activities for IO and the workflow's
     clock for time (the ``Executor`` of ``RunLoop``)."""
@@ -131,7 +138,7 @@ class _WorkflowRun:
             if is_cancelled_exception(exc):
                 await self._record_failure("Cancelled", "the run's workflow was cancelled")
             elif isinstance(exc, ActivityError):
-                await self._record_failure(_error_type(exc.cause), str(exc.cause))
+                await self._record_failure(_error_type(exc.cause), _error_message(exc.cause))
             raise
 
     async def _record_failure(self, error_type: str, message: str) -> None:

@@ -40,6 +40,7 @@ from .events import (
     RunFailed,
     RunInputRewritten,
     RunStarted,
+    RunTerminated,
     ToolCalled,
     ToolFailed,
     ToolNotFound,
@@ -304,8 +305,11 @@ def history_growth(
     """How a session's history grows after the run whose log is ``events`` (the one rule).
 
     A completed run adds its input as conversation and the messages it produced; a paused run's
-    calls are noted as waiting. A failed run adds nothing, except a run resuming an approved
-    batch: the batch ran, so its results stay (an approval allows one execution, and a retry of
+    calls are noted as waiting. A run that agent middleware ended before its loop began (it
+    answered, or terminated, without ``call_next()``) adds nothing, as in the reference
+    framework (a log that says so with ``leaves_history``; older logs grew the history). A
+    failed run adds nothing, except a run resuming an approved batch: the batch ran, so its
+    results stay (an approval allows one execution, and a retry of
     the same answers is refused instead of running the calls again). A driver that holds the
     live transcript passes it with ``input_count`` (how many of its messages are the input);
     otherwise the log is folded for it.
@@ -324,6 +328,8 @@ def history_growth(
                 count = len(projection.messages)
         transcript, input_count = projection.messages, count
     if isinstance(end, RunCompleted):
+        if end.reason in _BEFORE_LOOP and _left_history(events):
+            return HistoryGrowth()  # agent middleware ended it before its loop: nothing to add
         paused: dict[str, str] = {}
         if end.reason == AWAITING:
             for event in events:
@@ -341,6 +347,15 @@ def history_growth(
         if transcript[index].role == "tool":
             return HistoryGrowth(messages=tuple(transcript[: index + 1]))
     return HistoryGrowth()
+
+
+_BEFORE_LOOP = frozenset({"short_circuit", "terminated"})
+
+
+def _left_history(events: Sequence[Event]) -> bool:
+    """Whether agent middleware ended the run before its loop began and the log says the history
+    stays as it was (``leaves_history``; older logs grew it by the input and the answer)."""
+    return any(isinstance(e, MiddlewareShortCircuit | RunTerminated) and e.leaves_history for e in events)
 
 
 def _answers(events: Sequence[Event]) -> bool:

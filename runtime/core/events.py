@@ -140,6 +140,10 @@ class RunStarted(EventBase, frozen=True, kw_only=True):
     """Whether the log keeps each batch call by call, in the model's order of the calls (every
     log written since the run loop has one owner); False in older logs, whose concurrent calls'
     events interleave as they happened."""
+    run_instructions: str | None = None
+    """The instructions given to this ``run()`` itself, appended to the agent's (``instructions``
+    holds both); None without any, and in older logs, where a run's instructions replaced the
+    agent's."""
 
 
 class RunInputRewritten(EventBase, frozen=True, kw_only=True):
@@ -292,6 +296,9 @@ class MiddlewareShortCircuit(EventBase, frozen=True, kw_only=True):
     middleware: str
     result: Any = None
     scope: Literal["call", "model", "run"] = "call"
+    leaves_history: bool = False
+    """Agent middleware answered before the run's loop began, and the session's history stays as
+    it was (False in older logs, where such a run added its input and answer)."""
 
 
 class ToolsAdded(EventBase, frozen=True, kw_only=True):
@@ -355,6 +362,9 @@ class RunTerminated(EventBase, frozen=True, kw_only=True):
     iteration: int
     reason: str
     by: str = ""
+    leaves_history: bool = False
+    """Agent middleware ended the run before its loop began, and the session's history stays as
+    it was (False in older logs, where such a run added its input)."""
 
 
 class RunCompleted(EventBase, frozen=True, kw_only=True):

@@ -18,7 +18,7 @@ from ..chat import ChatClient
 from ..context import current_run_context, replaying
 from ..core.errors import TransitionError
 from ..core.events import Event, SessionUpdated, ToolFailed, ToolReturned
-from ..errors import AgentLedgerError, ReplayDrift, RunError
+from ..errors import AgentLedgerError, MiddlewareFailure, ReplayDrift, RunError
 from ..response import AgentResponse
 from ..run.lifecycle import AgentRun
 from ..run.recorder import watching
@@ -77,7 +77,9 @@ def _run_options(recorded: RecordedRun, agent: Any) -> dict[str, Any]:
     keys = (*keys, "conversation_id")
     options = {k: started.options[k] for k in keys if k in started.options}
     if "instructions" in keys and started.instructions is not None:
-        options["instructions"] = started.instructions
+        # The run's own instructions, appended to the agent's current ones again; an older log
+        # did not record them apart (its run replaced the agent's: ``_replay_spec`` repeats that).
+        options["instructions"] = started.run_instructions or started.instructions
     return options
 
 
@@ -110,6 +112,10 @@ def _replay_spec(
     )
     # A rerun is not a new run: no store, and live exporters must not see it.
     spec = spec.replace(client=client, store=None, sinks=())
+    if spec.run_instructions is not None and started.run_instructions is None:
+        # An older log: the instructions given to that run() replaced the agent's.
+        options = {**spec.options, "instructions": started.instructions}
+        spec = spec.replace(options=options, run_instructions=None)
     if tools == "recorded" or upto is not None:
         spec = spec.replace(tools=(*(helper.stand_in(t.name) for t in agent.tools), *given))
     return spec
@@ -276,7 +282,7 @@ async def _drive(
     with watching(events.append), running_children_with(children):
         try:
             response: AgentResponse | None = await run.execute(list(started.messages))
-        except (RunError, TransitionError):
+        except (RunError, MiddlewareFailure, TransitionError):  # the log says how it ended
             response = None
         finally:
             replaying.reset(token)

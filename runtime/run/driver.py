@@ -22,7 +22,7 @@ from ..core.commands import CallModel, Command, FinishRun, InvokeTools
 from ..core.events import Event
 from ..core.loop import StepLog
 from ..core.messages import Content
-from ..errors import ConflictError, RunIdTakenError
+from ..errors import ConflictError, MiddlewareFailure, RunIdTakenError
 from ..store import EventStore, SupportsAppendNowait
 from ..tools import FunctionTool
 from .binding import RunBinding
@@ -97,9 +97,12 @@ class LocalDriver:
         if _on_asyncio():
             await _all_on_asyncio(typing.cast("list[Coroutine[Any, Any, None]]", list(calls)))
             return
-        async with anyio.create_task_group() as group:
-            for call in calls:
-                group.start_soon(_awaited, call)
+        try:
+            async with anyio.create_task_group() as group:
+                for call in calls:
+                    group.start_soon(_awaited, call)
+        except* MiddlewareFailure as failed:  # the first one aborts the run, as on asyncio
+            raise failed.exceptions[0] from None
 
     async def _invoke(
         self, iteration: int, call: Content, function: FunctionTool, approved: bool, step: StepLog
@@ -165,17 +168,23 @@ async def _all_on_asyncio(calls: list[Coroutine[Any, Any, None]]) -> None:
 
     Starting a task through an anyio task group costs several times more, and a batch of quick
     calls is dominated by it. This is safe without a task group: each call records its own
-    failure and never raises, and cancelling the waiting task cancels every call and waits for
-    them to finish before the cancellation goes on.
+    failure and raises only to abort the run (``MiddlewareFailure``, or a bug in the call's own
+    handling), which cancels the other calls at once, as cancelling the waiting task does; both
+    wait for every call to finish before the exception goes on.
     """
     loop = asyncio.get_running_loop()
     finished = loop.create_future()
     remaining = len(calls)
 
-    def one_done(_: object) -> None:
+    def one_done(task: asyncio.Task[None]) -> None:
         nonlocal remaining
         remaining -= 1
-        if remaining == 0 and not finished.done():
+        if finished.done():
+            return
+        error = None if task.cancelled() else task.exception()
+        if error is not None:  # a call that raises (MiddlewareFailure) stops the others at once
+            finished.set_exception(error)
+        elif remaining == 0:
             finished.set_result(None)
 
     tasks = [loop.create_task(call) for call in calls]

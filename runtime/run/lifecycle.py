@@ -164,9 +164,14 @@ class AgentRun:
             outcome = await run_chain(self.spec.layers["agent"], context, inner, binding.checkpoint)
         except MiddlewareTermination as exc:
             if not finish:
-                recorder.record(RunTerminated, iteration=0, reason=str(exc), by="agent_middleware")
+                recorder.record(
+                    RunTerminated, iteration=0, reason=str(exc), by="agent_middleware", leaves_history=True
+                )
                 finish.append(recorder.take_finish())
-            context.result = exc.result if exc.result is not None else self._response(recorder, finish[0])
+            # The answer: the exception's result, else what context.result holds (the run's own
+            # response after call_next(), or what the middleware set), else the empty response.
+            given = exc.result if exc.result is not None else context.result
+            context.result = given if given is not None else self._response(recorder, finish[0])
             outcome = None
         except BaseException as exc:
             await self._failed(driver, exc)
@@ -177,7 +182,12 @@ class AgentRun:
             text = to_json(_text_of(context.result))
             middleware = outcome.short_circuited_by
             recorder.record(
-                MiddlewareShortCircuit, call_id=None, middleware=middleware, result=text, scope="run"
+                MiddlewareShortCircuit,
+                call_id=None,
+                middleware=middleware,
+                result=text,
+                scope="run",
+                leaves_history=True,
             )
             finish.append(recorder.take_finish())
         return await self._complete(binding, driver, context.result, own[0] if own else None)

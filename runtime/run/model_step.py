@@ -32,8 +32,8 @@ from ..core.events import (
 )
 from ..core.limits import INT64_MAX, safe_text
 from ..core.messages import Content, Message, Usage, malformed_calls
-from ..errors import MiddlewareTermination, ModelCallError, ModelResponseError, RunError
-from ..middleware import run_chain
+from ..errors import MiddlewareFailure, MiddlewareTermination, ModelCallError, ModelResponseError, RunError
+from ..middleware import ChainOutcome, run_chain
 from ..session import writer
 from .binding import RunBinding
 from .spec import RUN_LIMITS
@@ -82,6 +82,8 @@ async def call_model(binding: RunBinding, command: CallModel) -> None:
             RunTerminated, iteration=command.iteration, reason=str(exc), by="chat_middleware"
         )
         return
+    except MiddlewareFailure:
+        raise  # fail closed: not a failed model call; the run ends with RunFailed
     except Exception as exc:
         _model_failed(binding, command.iteration, exc, ModelCallError)
         return
@@ -93,14 +95,29 @@ async def call_model(binding: RunBinding, command: CallModel) -> None:
 async def _through_middleware(
     binding: RunBinding, command: CallModel, context: ChatContext, layers: Sequence[Any]
 ) -> None:
-    """Chat middleware around the client; what it changed or answered is recorded."""
+    """Chat middleware around the client; what it changed or answered is recorded.
+
+    ``MiddlewareTermination`` with an answer (``context.result``, or the exception's ``result``,
+    a ``ChatResponse``) makes that the model call's answer, as in the reference framework;
+    without one it ends the run (the caller records ``RunTerminated``)."""
     sent = dict(context.options)
+    called: list[bool] = []
 
     async def final() -> None:
         _record_request_changes(binding, command, context, sent)
+        called.append(True)
         context.result = await _get_response(binding, context, command.final)
 
-    outcome = await run_chain(layers, context, final, binding.checkpoint)
+    outcome = ChainOutcome()
+    try:
+        await run_chain(layers, context, final, binding.checkpoint, outcome=outcome)
+    except MiddlewareTermination as exc:
+        answer = exc.result if isinstance(exc.result, ChatResponse) else context.result
+        if not isinstance(answer, ChatResponse):
+            raise
+        context.result = answer
+        if not called:  # answered in the model's place
+            outcome.short_circuited_by = outcome.terminated_by
     if outcome.short_circuited_by is not None:
         text = context.result.text if isinstance(context.result, ChatResponse) else None
         binding.recorder.record(

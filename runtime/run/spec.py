@@ -38,6 +38,7 @@ __all__ = (
     "check_option_names",
     "check_run_limit",
     "check_tool_choice",
+    "given_options",
     "merge_options",
     "middleware_names",
     "options_record",
@@ -52,12 +53,26 @@ _RUN_OPTION_KEYS = ("tools", "instructions")
 def merge_options(
     defaults: Mapping[str, Any], instructions: str | None, options: Mapping[str, Any] | None
 ) -> dict[str, Any]:
-    """A run's options: the agent's defaults, the run's own on top, the agent's instructions
-    unless the run gives its own."""
-    merged = {**defaults, **(options or {})}
-    if instructions and "instructions" not in merged:
-        merged["instructions"] = instructions
+    """A run's options, as the reference framework merges them: the agent's defaults, the run's
+    own on top (a ``None`` there is unset: the default stays), and the instructions: the agent's
+    (``default_options["instructions"]``, else ``instructions``), then the run's own appended on
+    a new line."""
+    own = given_options(options)
+    merged = {**defaults, **own}
+    base = defaults.get("instructions") or instructions
+    added = own.get("instructions")
+    if base and added:
+        merged["instructions"] = f"{base}\n{added}"
+    elif base or added:
+        merged["instructions"] = base or added
     return merged
+
+
+def given_options(options: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The options a ``run()`` itself sets: those given, without the ``None`` values (unset) and
+    an empty ``instructions``."""
+    given = options or {}
+    return {k: v for k, v in given.items() if v is not None and not (k == "instructions" and v == "")}
 
 
 _MODES = ("auto", "required", "none")
@@ -207,6 +222,8 @@ class RunSpec(msgspec.Struct, frozen=True, kw_only=True):
     client gets them as keyword arguments of each model call."""
     run_option_keys: tuple[str, ...] = ()
     """The keys of the options given to ``run()`` itself, on top of the agent's defaults."""
+    run_instructions: str | None = None
+    """The instructions given to ``run()`` itself, appended to the agent's."""
     run_tool_names: tuple[str, ...] = ()
     """The names of the tools given to ``run()`` itself, beside the agent's own."""
     price: Callable[[str, Usage, int], float | None] | None = None
@@ -214,13 +231,14 @@ class RunSpec(msgspec.Struct, frozen=True, kw_only=True):
 
     def awaits_approval(self, function: FunctionTool, call: Content) -> bool:
         """Whether a call of a gated tool waits for a human: unless its arguments cannot run and
-        no function middleware could repair them (then it is rejected when its batch runs)."""
+        no function middleware could repair them (then it is rejected when its batch runs).
+        Middleware sees any argument text (text that is no JSON object as ``{"raw": text}``)."""
         if arguments_valid(function, call):
             return True
         if not self.layers["function"]:
             return False
-        try:  # middleware sees arguments only once they are a JSON object
-            function.parse_arguments(call.arguments)
+        try:  # only text nested too deep to record never reaches middleware
+            function.sent_arguments(call.arguments)
         except ArgumentsError:
             return False
         return True
@@ -267,6 +285,7 @@ class RunSpec(msgspec.Struct, frozen=True, kw_only=True):
             "run_tool_names": self.run_tool_names,
             "middleware": middleware_names(self.layers),
             "calls_in_model_order": True,
+            "run_instructions": self.run_instructions,
         }
 
     def run_started(

@@ -22,7 +22,7 @@ from ..core.events import (
 )
 from ..core.limits import safe_text
 from ..core.messages import Content
-from ..errors import ApprovalMismatchError, MiddlewareTermination
+from ..errors import ApprovalMismatchError, MiddlewareFailure, MiddlewareTermination
 from ..middleware import ChainOutcome, run_chain
 from ..session import writer
 from ..tools import ArgumentsError, FunctionTool, arguments_valid
@@ -102,6 +102,8 @@ async def invoke_call(
                 )
                 outcome.value = await function.execute(arguments, context)
                 outcome.returned = True
+        except MiddlewareFailure:
+            raise  # fail closed: never an answer to the model; the run ends with RunFailed
         except Exception as exc:
             outcome.error = exc
         record_outcome(binding, iteration, call_id, function.name, outcome)
@@ -112,9 +114,9 @@ async def invoke_call(
 
 def _as_sent(function: FunctionTool, call: Content) -> dict[str, Any]:
     """The arguments function middleware sees: what the model sent, typed where it is valid, with
-    no defaults filled in; as sent (to be repaired) where it is not. Only text that is no JSON
-    object is rejected before middleware runs."""
-    sent = function.parse_arguments(call.arguments)
+    no defaults filled in; as sent (to be repaired) where it is not, text that is no JSON object
+    as ``{"raw": text}``. Only text nested too deep to record is rejected before middleware."""
+    sent = function.sent_arguments(call.arguments)
     try:
         valid = function.validate(sent)
     except ArgumentsError:
@@ -135,7 +137,8 @@ async def _run_chain(
     assert context is not None
 
     async def final() -> None:
-        values = context.arguments = function.validate(context.arguments)  # defaults filled in
+        # The tool gets the defaults filled in; context.arguments stays what middleware handed on.
+        values = function.validate(context.arguments)
         if approved is not None and not _as_approved(function, approved, values):
             raise ApprovalMismatchError(
                 f"call {call_id!r} was approved with other arguments than middleware hands on: "
