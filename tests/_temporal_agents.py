@@ -352,6 +352,34 @@ def wire_agent() -> Agent:
     return Agent(client=_scripted(_wire), name="Wire", tools=[wire], middleware=[_held_after_tools])
 
 
+TOOL_GATE: anyio.Event | None = None
+"""When set, ``slow_wire`` waits for it after it started (a test cancels the run there)."""
+TOOL_ARRIVED: anyio.Event | None = None
+
+
+@tool(approval_mode="always_require")
+async def slow_wire(amount: int, ctx: FunctionInvocationContext) -> str:
+    """Send money slowly (a person approves first)."""
+    _executed(ctx)
+    if TOOL_GATE is not None:
+        if TOOL_ARRIVED is not None:
+            TOOL_ARRIVED.set()
+        await TOOL_GATE.wait()
+    return f"sent {amount}"
+
+
+def _slow_wire(request: ScriptedRequest) -> Any:
+    if not tool_turns(request):
+        return Call("slow_wire", {"amount": 7}, call_id="w1")
+    return "Sent."
+
+
+@REGISTRY.register("slow_wire")
+def slow_wire_agent() -> Agent:
+    """One gated call whose tool waits at TOOL_GATE when a test sets it."""
+    return Agent(client=_scripted(_slow_wire), name="SlowWire", tools=[slow_wire])
+
+
 @REGISTRY.register("wire_down")
 def wire_down_agent() -> Agent:
     """One gated call; the model call after its result fails."""

@@ -255,9 +255,7 @@ async def test_two_concurrent_resumes_on_temporal_run_the_call_once(temporal: Te
             paused = await runner.run("wire", "Send 7.", session=session)
             twin = AgentSession.from_events(await runner.store.read(paused.run_id), session.session_id)
             before = _wire_runs()
-            handles = [
-                await runner.start("wire", _approve(paused), session=s) for s in (session, twin)
-            ]
+            handles = [await runner.start("wire", _approve(paused), session=s) for s in (session, twin)]
             outcomes: list[str] = []
 
             async def wait(handle: Any, copy: AgentSession, outcomes: list[str] = outcomes) -> None:
@@ -306,3 +304,42 @@ async def test_run_instructions_are_appended_alike(temporal: TemporalServer) -> 
     [started] = events_of(remote.events, RunStarted)
     assert started.instructions == "Be brief.\nAnswer in French."
     assert started.run_instructions == "Answer in French."
+
+
+async def test_a_resume_cut_off_inside_the_tool_is_not_run_again_on_temporal(
+    temporal: TemporalServer,
+) -> None:
+    """Cancelled while the approved tool runs in its activity: the log says the call started,
+    so resuming again reports its outcome as unknown instead of running it; allow_rerun runs it
+    once more, and the permission is used up, as after a local resume."""
+    from agentledger.errors import CallOutcomeUnknownError
+    from agentledger.core.events import BatchClaimed
+
+    session = AgentSession("session_t")
+    async with _runner(temporal) as runner:
+        paused = await runner.run("slow_wire", "Send 7.", session=session)
+        agents.TOOL_GATE = anyio.Event()
+        try:
+            agents.TOOL_ARRIVED = arrived = anyio.Event()
+            handle = await runner.start("slow_wire", _approve(paused), session=session)
+            await arrived.wait()  # the tool started; its activity waits
+            await handle.cancel()
+            with pytest.raises(RunError):
+                await runner.result(handle, session=session)
+        finally:
+            agents.TOOL_GATE = agents.TOOL_ARRIVED = None
+        cut = await runner.store.read(handle.id)
+        assert [e.call_id for e in events_of(cut, ToolCalled)] == ["w1"]
+        assert isinstance(cut[-1], RunFailed)
+        runs = sum(1 for _, _, name in agents.EXECUTED if name == "slow_wire")
+        with pytest.raises(CallOutcomeUnknownError):
+            await runner.run("slow_wire", _approve(paused), session=session)
+        session.allow_rerun("w1")
+        resumed = await runner.run("slow_wire", _approve(paused), session=session)
+        assert resumed.text == "Sent."
+        assert sum(1 for _, _, name in agents.EXECUTED if name == "slow_wire") == runs + 1
+        assert session.rerun_allowed == set()
+        claims = [e for e in await runner.store.read(paused.run_id) if type(e) is BatchClaimed]
+        assert claims[-1].rerun == ("w1",)
+        with pytest.raises(ApprovalError):
+            await runner.run("slow_wire", _approve(paused), session=session)

@@ -19,7 +19,7 @@ except ImportError:  # pragma: no cover - exercised only without the extra
     ) from None
 
 from agentledger.clients import normalize_messages
-from agentledger.core.events import Event, ModelFailed, RunCompleted
+from agentledger.core.events import BatchClaimed, Event, ModelFailed, RunCompleted
 from agentledger.core.messages import Content, Message
 from agentledger.errors import (
     ApprovalError,
@@ -188,6 +188,7 @@ class TemporalRunner:
         self, handle: WorkflowHandle[Any, RunResult], *, session: AgentSession | None = None
     ) -> AgentResponse:
         """Wait for the run, read its log, update ``session``; see the class docstring."""
+        granted = _granted_reruns(session)
         try:
             result = await handle.result()
         except WorkflowFailureError as exc:
@@ -198,12 +199,14 @@ class TemporalRunner:
             if refused is not None:  # the run was refused before anything of it was recorded
                 raise refused(getattr(cause, "message", None) or str(cause)) from exc
             if session is not None:  # a cancelled or failed run: what it recorded still counts
+                await self._spend_reruns(session, granted, handle.id)
                 _apply_session(session, await self.store.read(handle.id))
             if getattr(cause, "type", None) == "MiddlewareFailure":  # raised as a local run raises it
                 raise MiddlewareFailure(getattr(cause, "message", None) or str(cause)) from exc
             raise RunError(f"run {handle.id} failed on Temporal: {cause}", run_id=handle.id) from exc
         events = await self.store.read(result.run_id)
         if session is not None:
+            await self._spend_reruns(session, granted, result.run_id)
             _apply_session(session, events)
         if result.status == "failed":
             raise _run_error(result, events)
@@ -218,6 +221,16 @@ class TemporalRunner:
             finish_reason=result.reason,
             session_id=session.session_id if session is not None else None,
         )
+
+    async def _spend_reruns(self, session: AgentSession, granted: set[str], run_id: str) -> None:
+        """A permission to run a call again (``allow_rerun``) is used once: the ones the run's
+        claim took (``BatchClaimed.rerun`` in the paused run's stream) leave the session, as
+        after a local resume."""
+        for paused_run in granted:
+            for event in reversed(await self.store.read(paused_run)):
+                if type(event) is BatchClaimed and event.by_run_id == run_id:
+                    session.rerun_allowed.difference_update(event.rerun)
+                    break
 
     async def run(
         self,
@@ -245,6 +258,13 @@ def _with_conversation(options: Mapping[str, Any] | None, session: AgentSession 
     if session is not None and session.service_session_id and not merged.get("conversation_id"):
         merged["conversation_id"] = session.service_session_id
     return merged
+
+
+def _granted_reruns(session: AgentSession | None) -> set[str]:
+    """The paused runs whose calls the session allows to run again."""
+    if session is None or not session.rerun_allowed:
+        return set()
+    return {session.paused_runs[c] for c in session.rerun_allowed if c in session.paused_runs}
 
 
 def _session_input(session: AgentSession) -> SessionInput:

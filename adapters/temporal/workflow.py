@@ -36,7 +36,7 @@ with workflow.unsafe.imports_passed_through():
     import msgspec
 
     from agentledger.core.commands import CallModel, Command, FinishRun, InvokeTools
-    from agentledger.core.events import Event
+    from agentledger.core.events import Event, ToolCalled
     from agentledger.core.loop import RunLoop, StepLog
     from agentledger.core.machine import RunMachine, refold
     from agentledger.core.messages import Content
@@ -85,6 +85,21 @@ def _error_type(cause: BaseException | None) -> str:
     if isinstance(cause, ApplicationError) and cause.type:
         return cause.type
     return type(cause).__name__
+
+
+def _started(run_id: str, call: Content) -> ToolCalled:
+    """``ToolCalled`` for a call whose activity was cut off, with its arguments as sent."""
+    arguments: Any = call.arguments
+    if isinstance(arguments, str):
+        try:
+            arguments = msgspec.json.decode(arguments) if arguments else {}
+        except msgspec.DecodeError:
+            arguments = {"raw": arguments}
+    if not isinstance(arguments, dict):
+        arguments = {"raw": arguments}
+    return ToolCalled(
+        run_id=run_id, seq=0, at=0, call_id=call.call_id or "", name=call.name or "", arguments=arguments
+    )
 
 
 def _error_message(cause: BaseException | None) -> str:
@@ -243,7 +258,15 @@ class _WorkflowRun:
         await asyncio.gather(*calls)
 
     async def _run_call(self, iteration: int, call: Content, approved: bool, step: StepLog) -> None:
-        step.extend((await self._tool(iteration, call, approved=approved)).events)
+        try:
+            step.extend((await self._tool(iteration, call, approved=approved)).events)
+        except BaseException:
+            if approved and not step.events:
+                # Cut off while its activity may have been running it (the workflow cancelled, or
+                # the activity failed for good): the log says the approved call started, so a
+                # later resume reports its outcome as unknown instead of running it again.
+                step.extend([_started(self.run_id, call)])
+            raise
 
     async def _tool(
         self, iteration: int, call: Content, *, gated: bool = False, approved: bool = False
