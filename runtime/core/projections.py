@@ -19,6 +19,7 @@ from .events import (
     ArgumentsRejected,
     BatchResumed,
     CallsSkipped,
+    ContextProvided,
     Event,
     MiddlewareShortCircuit,
     ModelCalled,
@@ -81,7 +82,8 @@ def conversation_after(events: Iterable[Event]) -> str | None:
 
 
 class ToolsProjection:
-    """The tools offered to the model: ``RunStarted.tools``, then ``ToolsAdded``/``ToolsRemoved``."""
+    """The tools offered to the model: ``RunStarted.tools``, then ``ToolsAdded``/``ToolsRemoved``
+    and the tools context providers added (``ContextProvided``)."""
 
     __slots__ = ("gated", "specs")
 
@@ -99,7 +101,7 @@ class ToolsProjection:
             return
         if type(event) is RunStarted:
             self.specs = {spec.name: spec for spec in event.tools}
-        elif type(event) is ToolsAdded:
+        elif type(event) is ToolsAdded or type(event) is ContextProvided:
             for spec in event.tools:
                 self.specs.setdefault(spec.name, spec)
         elif type(event) is ToolsRemoved:
@@ -115,7 +117,7 @@ class ToolsProjection:
         return view
 
 
-_TOOL_EVENTS = frozenset({RunStarted, ToolsAdded, ToolsRemoved})
+_TOOL_EVENTS = frozenset({RunStarted, ToolsAdded, ToolsRemoved, ContextProvided})
 
 
 class SessionProjection:
@@ -204,17 +206,22 @@ class TranscriptProjection:
     """What the model saw: the run's own messages and, per model call, how many of them.
 
     History that a session brought into the run is counted (``history_length``) but lives in the
-    logs of earlier runs. Function results are collected per batch and appended as one ``tool``
-    message, in the model's call order, once every call of the batch has a result.
+    logs of earlier runs. Messages context providers added (``ContextProvided``) come first among
+    the run's messages, before its input; ``provided`` counts them. Function results are
+    collected per batch and appended as one ``tool`` message, in the model's call order, once
+    every call of the batch has a result.
     """
 
-    __slots__ = ("_results", "batch", "calls", "config", "history_length", "messages", "rewritten")
+    __slots__ = (
+        "_results", "batch", "calls", "config", "history_length", "messages", "provided", "rewritten",
+    )  # fmt: skip
 
     def __init__(self) -> None:
         self.messages: list[Message] = []
         self.rewritten: dict[int, tuple[Message, ...]] = {}
         self.calls: list[ModelCall] = []
         self.history_length = 0
+        self.provided = 0
         self.config = RunConfig()
         self.batch: tuple[str, ...] = ()
         self._results: dict[str, Content] = {}
@@ -236,10 +243,18 @@ class TranscriptProjection:
     def _started(self, event: RunStarted) -> None:
         self.messages = conversation(event.messages)
         self.history_length = event.history_length
+        self.provided = 0
         self.config = event.config
 
     def _rewritten(self, event: RunInputRewritten) -> None:
         self.messages = conversation(event.messages)
+        self.provided = 0
+
+    def _context_provided(self, event: ContextProvided) -> None:
+        """A provider's messages go after those of the providers before it, before the input."""
+        at = self.provided
+        self.messages[at:at] = event.messages
+        self.provided = at + len(event.messages)
 
     def _called(self, event: ModelCalled) -> None:
         self.calls.append(ModelCall.of(event))
@@ -334,6 +349,7 @@ class TranscriptProjection:
 TRANSCRIPT_FOLDS: dict[type, Any] = {
     RunStarted: TranscriptProjection._started,
     RunInputRewritten: TranscriptProjection._rewritten,
+    ContextProvided: TranscriptProjection._context_provided,
     ModelCalled: TranscriptProjection._called,
     ModelResponded: TranscriptProjection._responded,
     ToolReturned: TranscriptProjection._returned,

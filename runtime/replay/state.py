@@ -12,6 +12,7 @@ from ..context import replaying
 from ..core.errors import TransitionError
 from ..core.events import (
     ChildRunStarted,
+    ContextProvided,
     Event,
     MiddlewareShortCircuit,
     ModelFailed,
@@ -25,6 +26,7 @@ from ..core.events import (
 from ..core.machine import RunMachine
 from ..core.messages import Content, Message
 from ..core.projections import SessionProjection
+from ..core.provided import contributions, instructions_after
 from ..errors import (
     AgentLedgerError,
     LogCorruptError,
@@ -55,6 +57,11 @@ class RunState(msgspec.Struct, frozen=True, kw_only=True):
     session: dict[str, Any]
     transcript: tuple[Message, ...]
     pending_calls: tuple[Content, ...]
+    instructions: str | None = None
+    """The instructions the run's model calls are given: the run's own, then what context
+    providers appended."""
+    provided: tuple[ContextProvided, ...] = ()
+    """What each context provider contributed, as recorded (``ContextProvided``)."""
 
 
 class RecordedRun:
@@ -139,6 +146,8 @@ class RecordedRun:
             session=dict(session.state),
             transcript=tuple(machine.history) + tuple(transcript.messages),
             pending_calls=calls,
+            instructions=instructions_after(self.events[: seq + 1]),
+            provided=tuple(contributions(self.events[: seq + 1])),
         )
 
     def model_responses(self) -> list[ModelResponded]:

@@ -24,6 +24,7 @@ from ..core.messages import Content, Message, Usage
 from ..errors import ApprovalError, ArgumentsError, OptionsError
 from ..logs import warn
 from ..middleware import Layer
+from ..providers import provider_names
 from ..store import EventStore
 from ..structured import schema_option
 from ..tools import FunctionTool, arguments_valid
@@ -211,6 +212,9 @@ class RunSpec(msgspec.Struct, frozen=True, kw_only=True):
     """The names of the tools given to ``run()`` itself, beside the agent's own."""
     price: Callable[[str, Usage, int], float | None] | None = None
     """The price table each model call is priced with (``ModelResponded.cost``), if any."""
+    context_providers: tuple[Any, ...] = ()
+    """The run's context providers (``agentledger.providers``), or in a rerun the stand-in that
+    repeats their recorded contributions."""
 
     def awaits_approval(self, function: FunctionTool, call: Content) -> bool:
         """Whether a call of a gated tool waits for a human: unless its arguments cannot run and
@@ -266,6 +270,7 @@ class RunSpec(msgspec.Struct, frozen=True, kw_only=True):
             "run_option_keys": tuple(k for k in self.run_option_keys if k != "conversation_id"),
             "run_tool_names": self.run_tool_names,
             "middleware": middleware_names(self.layers),
+            "context_providers": provider_names(self.context_providers),
         }
 
     def run_started(
