@@ -87,7 +87,11 @@ class SessionContext:
         return self._response
 
     def extend_messages(
-        self, source: str | object, messages: Sequence[Any], *, origin_session_ids: Sequence[str] | None = None
+        self,
+        source: str | object,
+        messages: Sequence[Any],
+        *,
+        origin_session_ids: Sequence[str] | None = None,
     ) -> None:
         """Add messages from ``source`` (a ``source_id`` or a provider): they go before the input."""
         source_id = source if isinstance(source, str) else str(getattr(source, "source_id", source))
@@ -325,7 +329,9 @@ def _apply(binding: Any, provider: str, added: _Contribution, names: tuple[str, 
     for tool in added.tools:
         existing = registry.by_name.get(tool.name)
         if existing is not None and existing is not tool and existing.func is not tool.func:
-            raise ToolDefinitionError(f"a different tool named {tool.name!r} is already available in this run")
+            raise ToolDefinitionError(
+                f"a different tool named {tool.name!r} is already available in this run"
+            )
     binding.recorder.record(
         ContextProvided,
         provider=provider,
@@ -354,7 +360,9 @@ class _ProviderRun:
         self.providers = providers
         session = binding.session
         # Without a session the providers get one of their own, which nothing records or keeps.
-        self.session: AgentSession = session if session is not None else AgentSession(f"{binding.run_id}/context")
+        self.session: AgentSession = (
+            session if session is not None else AgentSession(f"{binding.run_id}/context")
+        )
         self.context = SessionContext(
             session_id=self.session.session_id,
             service_session_id=self.session.service_session_id,
@@ -434,7 +442,9 @@ class RecordedContributions:
 def _is_provided(event: Event) -> bool:
     if type(event) is ContextProvided:
         return True
-    return type(event) is SessionUpdated and event.origin_run_id is None and event.by.startswith(PROVIDER_WRITER)
+    return (
+        type(event) is SessionUpdated and event.origin_run_id is None and event.by.startswith(PROVIDER_WRITER)
+    )
 
 
 def _repeat_write(binding: Any, event: Event) -> None:
@@ -501,4 +511,3 @@ def check_providers(providers: Any) -> list[ContextProvider]:
                 "agentledger.ContextProvider (a source_id, before_run and after_run)"
             )
     return items
-

@@ -48,7 +48,9 @@ _IGNORED_BY_TYPE: Mapping[str, frozenset[str]] = {
     "RunStarted": frozenset({"library_version"}),
 }
 _DRIFT_FIELDS: Mapping[str, frozenset[str]] = {
-    "RunStarted": frozenset({"instructions", "options", "tools", "middleware", "config", "context_providers"}),
+    "RunStarted": frozenset(
+        {"instructions", "options", "tools", "middleware", "config", "context_providers"}
+    ),
     "ToolsAdded": frozenset({"tools"}),
 }
 _MISSING = msgspec.UNSET

@@ -16,10 +16,10 @@ from typing import Any, Literal
 from ..agent import Agent
 from ..chat import ChatClient
 from ..context import current_run_context, replaying
-from ..providers import RecordedContributions, provider_names
 from ..core.errors import TransitionError
 from ..core.events import Event, SessionUpdated, ToolFailed, ToolReturned
 from ..errors import AgentLedgerError, ReplayDrift, RunError
+from ..providers import RecordedContributions, provider_names
 from ..response import AgentResponse
 from ..run.lifecycle import AgentRun
 from ..run.recorder import watching
@@ -119,7 +119,8 @@ def _replay_spec(
         spec = spec.replace(tools=(*(helper.stand_in(t.name) for t in agent.tools), *given))
     if (providers == "recorded" or upto is not None) and spec.context_providers:
         names = provider_names(spec.context_providers)
-        spec = spec.replace(context_providers=(RecordedContributions(recorded.events, helper.stand_in, names),))
+        stand_in = RecordedContributions(recorded.events, helper.stand_in, names)
+        spec = spec.replace(context_providers=(stand_in,))
     return spec
 
 
