@@ -473,3 +473,33 @@ def test_a_contribution_round_trips_through_the_log() -> None:
         middleware=("function:audit",),
     )
     assert decode_event(encode_event(event)) == event
+
+
+async def test_a_resume_sends_provided_messages_before_the_paused_batch() -> None:
+    """A run resuming a paused batch still runs its providers, but their messages go before the
+    history: the batch's calls stay right before their results, as every chat API requires."""
+
+    @tool(approval_mode="always_require")
+    def pay(amount: int) -> str:
+        """Pay."""
+        return f"paid {amount}"
+
+    agent = _agent([Call("pay", {"amount": 5}), "Paid."], [Retrieval()], tools=[pay])
+    session = agent.create_session()
+    paused = await agent.run("pay 5", session=session)
+    answers = [request.to_approval_response(True) for request in paused.user_input_requests]
+    done = await agent.run(Message("user", answers), session=session)
+    client = agent.client
+    assert isinstance(client, ScriptedChatClient)
+    roles = [(m.role, m.text) for m in client.requests[-1].messages]
+    assert roles == [
+        ("user", "Fact: the sky is green."),
+        ("user", "pay 5"),
+        ("assistant", ""),
+        ("tool", ""),
+    ]
+    assert [m.role for m in session.history] == ["user", "assistant", "tool", "assistant"]
+    recorded = RecordedRun(done.events, prior=paused.events)
+    seq = next(e.seq for e in done.events if type(e) is ContextProvided)
+    assert recorded.state_at(seq).transcript[0].text == "Fact: the sky is green."
+    await rerun(recorded, agent)

@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 
 import msgspec
 
-from .approvals import conversation
+from .approvals import approval_responses, conversation
 from .events import (
     ApprovalRequested,
     ApprovalResolved,
@@ -207,13 +207,16 @@ class TranscriptProjection:
 
     History that a session brought into the run is counted (``history_length``) but lives in the
     logs of earlier runs. Messages context providers added (``ContextProvided``) come first among
-    the run's messages, before its input; ``provided`` counts them. Function results are
+    the run's messages, before its input; ``provided`` counts them. In a run that resumes a
+    paused batch they go before the history instead (``context``), so the batch's calls stay
+    right before their results. Function results are
     collected per batch and appended as one ``tool`` message, in the model's call order, once
     every call of the batch has a result.
     """
 
     __slots__ = (
-        "_results", "batch", "calls", "config", "history_length", "messages", "provided", "rewritten",
+        "_results", "batch", "calls", "config", "context", "history_length", "messages", "provided",
+        "resuming", "rewritten",
     )  # fmt: skip
 
     def __init__(self) -> None:
@@ -222,6 +225,8 @@ class TranscriptProjection:
         self.calls: list[ModelCall] = []
         self.history_length = 0
         self.provided = 0
+        self.context: list[Message] = []
+        self.resuming = False
         self.config = RunConfig()
         self.batch: tuple[str, ...] = ()
         self._results: dict[str, Content] = {}
@@ -244,16 +249,24 @@ class TranscriptProjection:
         self.messages = conversation(event.messages)
         self.history_length = event.history_length
         self.provided = 0
+        self.context = []
+        self.resuming = bool(approval_responses(event.messages))
         self.config = event.config
 
     def _rewritten(self, event: RunInputRewritten) -> None:
         self.messages = conversation(event.messages)
         self.provided = 0
+        self.resuming = self.resuming or bool(approval_responses(event.messages))
 
     def _context_provided(self, event: ContextProvided) -> None:
-        """A provider's messages go after those of the providers before it, before the input."""
+        """A provider's messages go after those of the providers before it, before the input
+        (before the history in a resume: counted with it, kept in ``context``)."""
         at = self.provided
-        self.messages[at:at] = event.messages
+        if self.resuming:
+            self.context.extend(event.messages)
+            self.history_length += len(event.messages)
+        else:
+            self.messages[at:at] = event.messages
         self.provided = at + len(event.messages)
 
     def _called(self, event: ModelCalled) -> None:
@@ -336,7 +349,7 @@ class TranscriptProjection:
         call = self.call_at(iteration)
         if call.conversation_id is not None:
             return self.messages[call.held - self.history_length : call.message_count - self.history_length]
-        return [*history, *self.seen_at(iteration)]
+        return [*self.context, *history, *self.seen_at(iteration)]
 
     @classmethod
     def rebuild(cls, events: Iterable[Event]) -> TranscriptProjection:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from .approvals import approval_responses
 from .events import (
     ApprovalResolved,
     BatchResumed,
@@ -42,8 +43,14 @@ _LOOP = (ModelCalled, ApprovalResolved, BatchResumed, RunCompleted, RunFailed)
 
 
 def on_provided(machine: Any, event: ContextProvided) -> None:
-    """Offer the tools a context provider added (its messages are folded into the transcript)."""
+    """Offer the tools a context provider added; in a resume, send its messages before the history."""
     machine.tools.apply(event)
+    if machine.transcript.resuming and event.messages:
+        at = machine.transcript.provided - len(event.messages)
+        history = machine.history
+        machine.history = (*history[:at], *event.messages, *history[at:])
+        if machine.conversation_id is not None:  # the service holds the conversation: they
+            machine.held += len(event.messages)  # would have to go before it, so are not sent
 
 
 def append_instructions(base: Any, lines: Sequence[str]) -> Any:
@@ -67,8 +74,11 @@ def contributions(events: Iterable[Event]) -> list[ContextProvided]:
     return found
 
 
-def provided_count(events: Iterable[Event]) -> int:
-    """How many of the run's leading transcript messages context providers added."""
+def provided_count(events: Sequence[Event]) -> int:
+    """How many of the run's leading transcript messages context providers added (none in a
+    run resuming a paused batch: there they go before the history, see ``on_provided``)."""
+    if events and type(events[0]) is RunStarted and approval_responses(events[0].messages):
+        return 0
     return sum(len(event.messages) for event in contributions(events))
 
 
