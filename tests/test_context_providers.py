@@ -136,18 +136,18 @@ async def test_provider_state_lives_in_the_session_and_is_recorded_as_its_writes
 
 
 async def test_state_at_shows_what_the_provider_added() -> None:
-    """``state_at`` right after the contribution: the fact in the transcript, the instruction in
-    force, the contribution itself, the provider's state."""
+    """``state_at`` right after the contribution: the fact in the transcript, the provider's
+    state; ``instructions_at`` the instruction in force, ``provided`` the contribution."""
     agent = _agent(["a1"], [Retrieval()])
     response = await agent.run("q1", session=agent.create_session())
     recorded = RecordedRun(response.events)
     seq = next(e.seq for e in response.events if type(e) is ContextProvided)
     state = recorded.state_at(seq)
     assert [m.text for m in state.transcript] == ["Fact: the sky is green.", "q1"]
-    assert state.instructions == "Be brief.\nUse the facts."
-    assert [p.provider for p in state.provided] == ["rag"]
     assert state.session == {"rag": {"calls": 1}}
-    assert recorded.state_at(0).instructions == "Be brief."
+    assert recorded.instructions_at(seq) == "Be brief.\nUse the facts."
+    assert recorded.instructions_at(0) == "Be brief."
+    assert [p.provider for p in recorded.provided()] == ["rag"]
 
 
 async def test_the_projections_rebuilt_from_the_log_match_the_live_run() -> None:

@@ -57,11 +57,6 @@ class RunState(msgspec.Struct, frozen=True, kw_only=True):
     session: dict[str, Any]
     transcript: tuple[Message, ...]
     pending_calls: tuple[Content, ...]
-    instructions: str | None = None
-    """The instructions the run's model calls are given: the run's own, then what context
-    providers appended."""
-    provided: tuple[ContextProvided, ...] = ()
-    """What each context provider contributed, as recorded (``ContextProvided``)."""
 
 
 class RecordedRun:
@@ -146,9 +141,18 @@ class RecordedRun:
             session=dict(session.state),
             transcript=tuple(machine.history) + tuple(transcript.messages),
             pending_calls=calls,
-            instructions=instructions_after(self.events[: seq + 1]),
-            provided=tuple(contributions(self.events[: seq + 1])),
         )
+
+    def instructions_at(self, seq: int) -> str | None:
+        """The instructions in force right after ``seq``: the run's own, then what its context
+        providers appended (``ContextProvided``); no code runs."""
+        if not 0 <= seq < len(self.events):
+            raise IndexError(f"run {self.run_id} has events 0..{len(self.events) - 1}, not {seq}")
+        return instructions_after(self.events[: seq + 1])
+
+    def provided(self) -> list[ContextProvided]:
+        """What each context provider contributed to the run, as recorded, in order."""
+        return contributions(self.events)
 
     def model_responses(self) -> list[ModelResponded]:
         return [e for e in self.events if type(e) is ModelResponded]
