@@ -22,13 +22,13 @@ from __future__ import annotations
 
 import contextlib
 from abc import abstractmethod
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar
 
 from .chat import normalize_messages
 from .core.events import ContextProvided, Event, SessionUpdated
 from .core.machine import DERIVED
-from .core.messages import Message
+from .core.messages import Content, Message
 from .core.provided import PROVIDER_WRITER, append_instructions
 from .errors import MiddlewareError, ToolDefinitionError
 from .middleware import Layer, split_middleware
@@ -95,7 +95,14 @@ class SessionContext:
     ) -> None:
         """Add messages from ``source`` (a ``source_id`` or a provider): they go before the input."""
         source_id = source if isinstance(source, str) else str(getattr(source, "source_id", source))
-        self.context_messages.setdefault(source_id, []).extend(normalize_messages(list(messages)))
+        items = [messages] if isinstance(messages, str | Message) else list(messages)
+        for item in items:
+            if not isinstance(item, str | Content | Message | Mapping):
+                raise TypeError(
+                    "extend_messages takes messages (a Message, a str, a Content or a mapping with "
+                    f"a 'role'), not {type(item).__name__}"
+                )
+        self.context_messages.setdefault(source_id, []).extend(normalize_messages(items))
 
     def extend_instructions(self, source_id: str, instructions: str | Sequence[str]) -> None:
         """Add instructions, appended to the run's own one per line."""

@@ -23,6 +23,7 @@ from agentledger import (
     ReplayDrift,
     SessionContext,
     ToolDefinitionError,
+    UnrecordableError,
     agent_middleware,
     function_middleware,
     tool,
@@ -503,3 +504,21 @@ async def test_a_resume_sends_provided_messages_before_the_paused_batch() -> Non
     seq = next(e.seq for e in done.events if type(e) is ContextProvided)
     assert recorded.state_at(seq).transcript[0].text == "Fact: the sky is green."
     await rerun(recorded, agent)
+
+
+async def test_what_no_log_could_hold_fails_the_run_with_a_typed_error() -> None:
+    """A provider message that is not a message is a ``TypeError`` naming what is taken; one the
+    log cannot hold (a lone surrogate) fails the run with ``UnrecordableError``, recorded."""
+    context = SessionContext(input_messages=[])
+    with pytest.raises(TypeError, match="extend_messages takes messages"):
+        context.extend_messages("p", [42])
+
+    class Broken(ContextProvider):
+        async def before_run(self, *, context: SessionContext, **_: Any) -> None:
+            context.extend_messages(self, [Message("user", ["bad \ud800"])])
+
+    events: list[Any] = []
+    agent = _agent(["a1"], [Broken("broken")], event_sinks=[events.append])
+    with pytest.raises(UnrecordableError):
+        await agent.run("q1")
+    assert event_types(events) == ["RunStarted", "RunFailed"]
