@@ -63,6 +63,7 @@ from .middleware import (
     chat_middleware,
     function_middleware,
 )
+from .providers import ContextProvider, HistoryProvider, InMemoryHistoryProvider, SessionContext
 from .redaction import default_redactor, redact_all, redact_keys
 from .session import AgentSession, SessionState
 from .store import EventStore, MemoryEventStore
@@ -90,12 +91,15 @@ __all__ = (
     "CommitUnknownError",
     "ConflictError",
     "Content",
+    "ContextProvider",
     "Event",
     "EventStore",
     "ExperimentalWarning",
     "FunctionInvocationContext",
     "FunctionMiddleware",
     "FunctionTool",
+    "HistoryProvider",
+    "InMemoryHistoryProvider",
     "LiveTools",
     "LogCorruptError",
     "MemoryEventStore",
@@ -115,6 +119,7 @@ __all__ = (
     "RunIdTakenError",
     "RunNotFoundError",
     "RunStream",
+    "SessionContext",
     "SessionState",
     "SessionStateError",
     "StoreError",

@@ -21,6 +21,7 @@ from .core.messages import Content, Message, Usage
 from .errors import OptionsError
 from .logs import warn
 from .middleware import Layer, split_middleware
+from .providers import ContextProvider, check_providers
 from .redaction import Redactor, default_redactor
 from .response import AgentResponse, AgentResponseUpdate
 from .run.lifecycle import AgentRun
@@ -93,6 +94,8 @@ class Agent:
         terminate_on_unknown_calls: a call of a tool that is not offered fails the run
             (``UnknownToolError``) instead of being answered with an error result.
         event_sinks: live consumers of every event (also of sub-agent runs).
+        context_providers: memory and retrieval for each run (``agentledger.ContextProvider``):
+            what they add before the loop is recorded (``ContextProvided``).
     """
 
     def __init__(
@@ -120,6 +123,7 @@ class Agent:
         sequential_tools: bool = False,
         terminate_on_unknown_calls: bool = False,
         event_sinks: Sequence[Callable[[Event], None]] = (),
+        context_providers: Sequence[ContextProvider] | None = None,
     ) -> None:
         if client is None:
             raise TypeError("Agent needs a chat client: Agent(client=...)")
@@ -160,6 +164,7 @@ class Agent:
             max_cost=check_run_limit("max_cost", max_cost),
         )
         self.price = price
+        self.context_providers: list[ContextProvider] = check_providers(context_providers)
         if self.config.max_cost is not None and price is None:
             raise OptionsError(_NO_PRICE)
 
@@ -363,6 +368,7 @@ class Agent:
             run_option_keys=tuple(k for k in given_options(options) if isinstance(k, str)),
             run_instructions=given_options(options).get("instructions"),
             run_tool_names=tuple(t.name for t in given),
+            context_providers=tuple(self.context_providers),
         )
 
     def _legacy_kwargs(self, given: Mapping[str, Any] | None, kwargs: dict[str, Any]) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from .core.events import (
     BatchResumed,
     CallsSkipped,
     ChildRunStarted,
+    ContextProvided,
     Event,
     IterationLimitReached,
     MiddlewareShortCircuit,
@@ -39,6 +40,20 @@ from .runtree import check_run_tree, group_runs
 __all__ = ("describe", "timeline")
 
 
+def _provided(event: ContextProvided) -> str:
+    parts = [
+        f"{len(items)} {label}{'s' if len(items) != 1 else ''}"
+        for label, items in (
+            ("message", event.messages),
+            ("instruction", event.instructions),
+            ("tool", event.tools),
+            ("middleware", event.middleware),
+        )
+        if items
+    ]
+    return ", ".join(parts) or "nothing"
+
+
 def _short(value: object, limit: int = 60) -> str:
     text = value if isinstance(value, str) else result_text(value)
     return text if len(text) <= limit else text[: limit - 1] + "…"
@@ -55,6 +70,8 @@ def describe(event: Event) -> str:
             return f"run started: agent {event.agent_name or event.agent_id}, tools {names}{parent}"
         case RunInputRewritten():
             return f"input rewritten by {event.by}"
+        case ContextProvided():
+            return f"context from {event.provider}: {_provided(event)}"
         case ModelCalled():
             choice = f", tool_choice={event.tool_choice}" if event.tool_choice is not None else ""
             return f"model call {event.iteration}: offered {list(event.tools)}{choice}"

@@ -29,6 +29,7 @@ from agentledger.core import (
     ClaimedAnswer,
     Command,
     Content,
+    ContextProvided,
     Event,
     EventBase,
     FinishRun,
@@ -193,6 +194,7 @@ def limited(**config: Any) -> Run:
 SAMPLES: dict[type[EventBase], dict[str, Any]] = {
     RunStarted: {"agent_id": "a", "messages": (user("hi"),), "tools": TOOLS},
     RunInputRewritten: {"by": "mw", "messages": (user("rewritten"),)},
+    ContextProvided: {"provider": "rag", "messages": (user("fact"),), "tools": (ToolSpec(name="w"),)},
     ModelCalled: {"iteration": 1},
     ModelRequestRewritten: {"iteration": 1, "by": "mw"},
     ModelResponded: {"iteration": 1, "message": assistant("done")},
@@ -224,6 +226,7 @@ S, A, R, F = Phase.STARTED, Phase.AWAITING_MODEL, Phase.RUNNING_TOOLS, Phase.FIN
 ACCEPTED: dict[tuple[Phase, type[EventBase]], tuple[Phase, tuple[type, ...]]] = {
     (Phase.NEW, RunStarted): (S, ()),
     (S, RunInputRewritten): (S, ()),
+    (S, ContextProvided): (S, ()),
     (S, SessionUpdated): (S, ()),
     (S, MiddlewareShortCircuit): (F, (FinishRun,)),
     (S, RunTerminated): (F, (FinishRun,)),
@@ -368,6 +371,21 @@ def test_run_input_rewritten_without_tool_choice_keeps_it() -> None:
     run.start(begin=False, options={"tool_choice": "required"})
     run.feed(RunInputRewritten, by="mw", messages=(user("a"),))
     assert only(run.begin()[0], ModelCalled).tool_choice == "required"
+
+
+def test_context_provided_goes_before_the_input_and_offers_its_tools() -> None:
+    """A provider's messages are sent after the history and before the input, its tools are
+    offered, and none of them is a message of the run."""
+    run = Run(history=[user("old")])
+    run.start(begin=False)
+    run.feed(ContextProvided, provider="a", messages=(user("fact a"),))
+    run.feed(ContextProvided, provider="b", messages=(user("fact b"),), tools=(ToolSpec(name="w"),))
+    _, commands = run.begin()
+    assert isinstance(commands[0], CallModel)
+    assert list(commands[0].messages) == [user("old"), user("fact a"), user("fact b"), user("hi")]
+    assert "w" in commands[0].tools
+    run.respond("answer")
+    assert run.machine.response_messages() == [assistant("answer")]
 
 
 def test_agent_short_circuit_finishes_the_run() -> None:

@@ -10,6 +10,7 @@ from types import ModuleType
 import agentledger
 import agentledger.chat
 import agentledger.core
+import agentledger.providers
 import agentledger.replay
 import agentledger.run
 import agentledger.session
@@ -23,14 +24,17 @@ EXPECTED = {
     "Agent", "AgentContext", "AgentLedgerError", "AgentMiddleware", "AgentResponse",
     "AgentResponseUpdate", "AgentSession", "ApprovalError", "ArgumentsError", "BaseChatClient",
     "ChatContext", "ChatMiddleware", "ChatOptions", "ChatResponse", "ChatResponseUpdate",
-    "CommitUnknownError", "ConflictError", "Content", "Event", "EventStore", "ExperimentalWarning",
-    "FunctionInvocationContext", "FunctionMiddleware", "FunctionTool", "LiveTools", "LogCorruptError",
+    "CommitUnknownError", "ConflictError", "Content", "ContextProvider", "Event", "EventStore",
+    "ExperimentalWarning",
+    "FunctionInvocationContext", "FunctionMiddleware", "FunctionTool", "HistoryProvider",
+    "InMemoryHistoryProvider", "LiveTools", "LogCorruptError",
     "MemoryEventStore", "Message", "MiddlewareError", "MiddlewareFailure", "MiddlewareTermination",
     "ModelCallError",
     "ModelResponseError", "OptionsError", "ReplayDivergence", "ReplayDrift", "RunContext", "RunCycleError",
     "RunError", "RunEvictedError", "RunIdTakenError", "RunNotFoundError", "RunStream",
     "SCHEMA_VERSION",
-    "SessionState", "SessionStateError", "StoreError", "StructuredOutputError", "SubAgentApprovalError",
+    "SessionContext", "SessionState", "SessionStateError", "StoreError", "StructuredOutputError",
+    "SubAgentApprovalError",
     "SubAgentDepthError",
     "ToolDefinitionError",
     "ToolMode", "ToolSpec", "TornTailWarning", "TransitionError", "UnknownToolError",
@@ -51,6 +55,7 @@ PUBLIC_MODULES = (
     agentledger,
     agentledger.chat,
     agentledger.core,
+    agentledger.providers,
     agentledger.replay,
     agentledger.run,
     agentledger.session,
@@ -66,6 +71,7 @@ DOCUMENTED_MODULES = (
     agentledger.chat,
     agentledger.structured,
     agentledger.core,
+    agentledger.providers,
     agentledger.replay,
     agentledger.run,
     agentledger.store,

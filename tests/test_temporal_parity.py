@@ -312,8 +312,8 @@ async def test_a_resume_cut_off_inside_the_tool_is_not_run_again_on_temporal(
     """Cancelled while the approved tool runs in its activity: the log says the call started,
     so resuming again reports its outcome as unknown instead of running it; allow_rerun runs it
     once more, and the permission is used up, as after a local resume."""
-    from agentledger.errors import CallOutcomeUnknownError
     from agentledger.core.events import BatchClaimed
+    from agentledger.errors import CallOutcomeUnknownError
 
     session = AgentSession("session_t")
     async with _runner(temporal) as runner:

@@ -46,7 +46,8 @@ class StepError(AgentLedgerError):
 
 
 class UnsupportedAgent(AgentLedgerError):
-    """The agent uses something a distributed run cannot carry out (agent middleware)."""
+    """The agent uses something a distributed run cannot carry out (agent middleware, context
+    providers)."""
 
 
 class ToolUnavailable(AgentLedgerError):
@@ -118,6 +119,11 @@ def started_events(agent: Agent, request: StartRequest) -> list[Event]:
         raise UnsupportedAgent(
             f"agent {view.agent!r} has agent middleware, which wraps a whole run in one "
             "process; on Temporal use function or chat middleware"
+        )
+    if spec.context_providers:
+        raise UnsupportedAgent(
+            f"agent {view.agent!r} has context providers, which run around a whole run in one "
+            "process; on Temporal give the run its context as input messages and instructions"
         )
     check_approvals(view.history, request.messages, spec)
     started = spec.run_started(

@@ -33,6 +33,7 @@ from .events import (
     ArgumentsRejected,
     BatchClaimed,
     ClaimedAnswer,
+    ContextProvided,
     Event,
     MiddlewareShortCircuit,
     ModelResponded,
@@ -48,6 +49,7 @@ from .events import (
 )
 from .messages import Content, Message
 from .projections import TranscriptProjection, conversation_after
+from .provided import provided_count
 
 __all__ = (
     "AWAITING",
@@ -324,9 +326,10 @@ def history_growth(
         count = 0
         for event in events:
             projection.apply(event)
-            if type(event) in (RunStarted, RunInputRewritten):
+            if type(event) in (RunStarted, RunInputRewritten, ContextProvided):
                 count = len(projection.messages)
         transcript, input_count = projection.messages, count
+    provided = provided_count(events)  # context for this run only, never the session's history
     if isinstance(end, RunCompleted):
         if end.reason in _BEFORE_LOOP and _left_history(events):
             return HistoryGrowth()  # agent middleware ended it before its loop: nothing to add
@@ -337,7 +340,7 @@ def history_growth(
                     assert isinstance(event, ApprovalRequested)
                     paused.update(dict.fromkeys(event.call_ids, started.run_id))
         return HistoryGrowth(
-            messages=(*transcript[:input_count], *end.messages),
+            messages=(*transcript[provided:input_count], *end.messages),
             conversation_id=conversation_after(events),
             paused=paused,
         )
@@ -345,7 +348,7 @@ def history_growth(
         return HistoryGrowth()
     for index in range(input_count, len(transcript)):
         if transcript[index].role == "tool":
-            return HistoryGrowth(messages=tuple(transcript[: index + 1]))
+            return HistoryGrowth(messages=tuple(transcript[provided : index + 1]))
     return HistoryGrowth()
 
 

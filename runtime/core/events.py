@@ -27,6 +27,7 @@ __all__ = (
     "CallsSkipped",
     "ChildRunStarted",
     "ClaimedAnswer",
+    "ContextProvided",
     "Event",
     "EventBase",
     "IterationLimitReached",
@@ -144,6 +145,8 @@ class RunStarted(EventBase, frozen=True, kw_only=True):
     """The instructions given to this ``run()`` itself, appended to the agent's (``instructions``
     holds both); None without any, and in older logs, where a run's instructions replaced the
     agent's."""
+    context_providers: tuple[str, ...] = ()
+    """The ``source_id`` of each of the run's context providers, in order."""
 
 
 class RunInputRewritten(EventBase, frozen=True, kw_only=True):
@@ -158,6 +161,23 @@ class RunInputRewritten(EventBase, frozen=True, kw_only=True):
     options: dict[str, Any] = msgspec.field(default_factory=dict)
     function_invocation_kwargs: dict[str, Any] | None = None
     client_kwargs_keys: tuple[str, ...] | None = None
+
+
+class ContextProvided(EventBase, frozen=True, kw_only=True):
+    """A context provider's contribution to the run, recorded before the loop began.
+
+    ``provider`` is the provider's ``source_id``. ``messages`` go before the run's input (after
+    the session's history); ``instructions`` are appended to the run's instructions, one line
+    each; ``tools`` are offered from the first model call on; ``middleware`` names the chat and
+    function middleware it added, as ``"kind:name"``. What the provider wrote to session state
+    is recorded as ``SessionUpdated`` with ``by="context_provider:<source_id>"``.
+    """
+
+    provider: str
+    messages: tuple[Message, ...] = ()
+    instructions: tuple[str, ...] = ()
+    tools: tuple[ToolSpec, ...] = ()
+    middleware: tuple[str, ...] = ()
 
 
 class ModelRequestRewritten(EventBase, frozen=True, kw_only=True):
@@ -384,6 +404,7 @@ class RunFailed(EventBase, frozen=True, kw_only=True):
 Event = (
     RunStarted
     | RunInputRewritten
+    | ContextProvided
     | ModelCalled
     | ModelRequestRewritten
     | ModelResponded

@@ -12,13 +12,14 @@ from typing import Any, NamedTuple
 
 import msgspec
 
-from .approvals import conversation
+from .approvals import approval_responses, conversation
 from .events import (
     ApprovalRequested,
     ApprovalResolved,
     ArgumentsRejected,
     BatchResumed,
     CallsSkipped,
+    ContextProvided,
     Event,
     MiddlewareShortCircuit,
     ModelCalled,
@@ -81,7 +82,8 @@ def conversation_after(events: Iterable[Event]) -> str | None:
 
 
 class ToolsProjection:
-    """The tools offered to the model: ``RunStarted.tools``, then ``ToolsAdded``/``ToolsRemoved``."""
+    """The tools offered to the model: ``RunStarted.tools``, then ``ToolsAdded``/``ToolsRemoved``
+    and the tools context providers added (``ContextProvided``)."""
 
     __slots__ = ("gated", "specs")
 
@@ -99,7 +101,7 @@ class ToolsProjection:
             return
         if type(event) is RunStarted:
             self.specs = {spec.name: spec for spec in event.tools}
-        elif type(event) is ToolsAdded:
+        elif type(event) is ToolsAdded or type(event) is ContextProvided:
             for spec in event.tools:
                 self.specs.setdefault(spec.name, spec)
         elif type(event) is ToolsRemoved:
@@ -115,7 +117,7 @@ class ToolsProjection:
         return view
 
 
-_TOOL_EVENTS = frozenset({RunStarted, ToolsAdded, ToolsRemoved})
+_TOOL_EVENTS = frozenset({RunStarted, ToolsAdded, ToolsRemoved, ContextProvided})
 
 
 class SessionProjection:
@@ -204,17 +206,27 @@ class TranscriptProjection:
     """What the model saw: the run's own messages and, per model call, how many of them.
 
     History that a session brought into the run is counted (``history_length``) but lives in the
-    logs of earlier runs. Function results are collected per batch and appended as one ``tool``
-    message, in the model's call order, once every call of the batch has a result.
+    logs of earlier runs. Messages context providers added (``ContextProvided``) come first among
+    the run's messages, before its input; ``provided`` counts them. In a run that resumes a
+    paused batch they go before the history instead (``context``), so the batch's calls stay
+    right before their results. Function results are
+    collected per batch and appended as one ``tool`` message, in the model's call order, once
+    every call of the batch has a result.
     """
 
-    __slots__ = ("_open", "_results", "batch", "calls", "config", "history_length", "messages", "rewritten")
+    __slots__ = (
+        "_open", "_results", "batch", "calls", "config", "context", "history_length", "messages",
+        "provided", "resuming", "rewritten",
+    )  # fmt: skip
 
     def __init__(self) -> None:
         self.messages: list[Message] = []
         self.rewritten: dict[int, tuple[Message, ...]] = {}
         self.calls: list[ModelCall] = []
         self.history_length = 0
+        self.provided = 0
+        self.context: list[Message] = []
+        self.resuming = False
         self.config = RunConfig()
         self.batch: tuple[str, ...] = ()
         self._open: set[str] = set()  # the batch's call ids, for O(1) membership
@@ -242,10 +254,26 @@ class TranscriptProjection:
     def _started(self, event: RunStarted) -> None:
         self.messages = conversation(event.messages)
         self.history_length = event.history_length
+        self.provided = 0
+        self.context = []
+        self.resuming = bool(approval_responses(event.messages))
         self.config = event.config
 
     def _rewritten(self, event: RunInputRewritten) -> None:
         self.messages = conversation(event.messages)
+        self.provided = 0
+        self.resuming = self.resuming or bool(approval_responses(event.messages))
+
+    def _context_provided(self, event: ContextProvided) -> None:
+        """A provider's messages go after those of the providers before it, before the input
+        (before the history in a resume: counted with it, kept in ``context``)."""
+        at = self.provided
+        if self.resuming:
+            self.context.extend(event.messages)
+            self.history_length += len(event.messages)
+        else:
+            self.messages[at:at] = event.messages
+        self.provided = at + len(event.messages)
 
     def _called(self, event: ModelCalled) -> None:
         self.calls.append(ModelCall.of(event))
@@ -323,7 +351,7 @@ class TranscriptProjection:
         call = self.call_at(iteration)
         if call.conversation_id is not None:
             return self.messages[call.held - self.history_length : call.message_count - self.history_length]
-        return [*history, *self.seen_at(iteration)]
+        return [*self.context, *history, *self.seen_at(iteration)]
 
     @classmethod
     def rebuild(cls, events: Iterable[Event]) -> TranscriptProjection:
@@ -336,6 +364,7 @@ class TranscriptProjection:
 TRANSCRIPT_FOLDS: dict[type, Any] = {
     RunStarted: TranscriptProjection._started,
     RunInputRewritten: TranscriptProjection._rewritten,
+    ContextProvided: TranscriptProjection._context_provided,
     ModelCalled: TranscriptProjection._called,
     ModelResponded: TranscriptProjection._responded,
     ToolReturned: TranscriptProjection._returned,

@@ -19,6 +19,7 @@ from .events import (
     BatchResumed,
     CallsSkipped,
     ChildRunStarted,
+    ContextProvided,
     Event,
     EventBase,
     IterationLimitReached,
@@ -43,6 +44,7 @@ from .events import (
 )
 from .messages import Content, Message, MessageView, Usage
 from .projections import ToolsProjection, TranscriptProjection
+from .provided import on_provided
 
 __all__ = ("BY_PHASE", "TRANSITIONS", "Transitions")
 
@@ -371,6 +373,7 @@ def _table() -> dict[tuple[Phase, type], Any]:
     table: dict[tuple[Phase, type], Any] = {
         (Phase.NEW, RunStarted): m._on_started,
         (Phase.STARTED, RunInputRewritten): m._on_rewritten,
+        (Phase.STARTED, ContextProvided): on_provided,
         (Phase.STARTED, SessionUpdated): m._on_noop,
         (Phase.STARTED, MiddlewareShortCircuit): m._on_agent_short_circuit,
         (Phase.STARTED, RunTerminated): m._on_terminated,

@@ -56,7 +56,9 @@ _IGNORED_BY_TYPE: Mapping[str, frozenset[str]] = {
     "RunTerminated": frozenset({"leaves_history"}),
 }
 _DRIFT_FIELDS: Mapping[str, frozenset[str]] = {
-    "RunStarted": frozenset({"instructions", "options", "tools", "middleware", "config"}),
+    "RunStarted": frozenset(
+        {"instructions", "options", "tools", "middleware", "config", "context_providers"}
+    ),
     "ToolsAdded": frozenset({"tools"}),
 }
 _MISSING = msgspec.UNSET

@@ -19,6 +19,7 @@ from ..context import current_run_context, replaying
 from ..core.errors import TransitionError
 from ..core.events import Event, SessionUpdated, ToolFailed, ToolReturned
 from ..errors import AgentLedgerError, MiddlewareFailure, ReplayDrift, RunError
+from ..providers import RecordedContributions, provider_names
 from ..response import AgentResponse
 from ..run.lifecycle import AgentRun
 from ..run.recorder import watching
@@ -93,8 +94,12 @@ def _replay_spec(
     function_invocation_kwargs: Mapping[str, Any] | None,
     parent: tuple[str, str] | None,
     share_history: bool,
+    providers: ToolsMode = "recorded",
 ) -> RunSpec:
-    """The run ``agent``'s current code makes of the recorded run's call, answered from the log."""
+    """The run ``agent``'s current code makes of the recorded run's call, answered from the log.
+
+    Context providers run for real with ``providers="live"``; otherwise (and in a fork) their
+    recorded contributions are repeated without calling them."""
     started = recorded.started
     # The live tools always lend their argument types (defaults, coercion, rejection); their
     # bodies run only where the log has no outcome and the caller asked for live tools.
@@ -118,6 +123,10 @@ def _replay_spec(
         spec = spec.replace(options=options, run_instructions=None)
     if tools == "recorded" or upto is not None:
         spec = spec.replace(tools=(*(helper.stand_in(t.name) for t in agent.tools), *given))
+    if (providers == "recorded" or upto is not None) and spec.context_providers:
+        names = provider_names(spec.context_providers)
+        stand_in = RecordedContributions(recorded.events, helper.stand_in, names)
+        spec = spec.replace(context_providers=(stand_in,))
     return spec
 
 
@@ -128,9 +137,17 @@ def _hop(call_id: str, name: str | None) -> str:
 class _TreeReplay:
     """Answers each sub-agent call of a rerun with the child run's own log (``ChildRunner``)."""
 
-    def __init__(self, root: RecordedRun, root_run_id: str, tools: ToolsMode, upto: int | None) -> None:
+    def __init__(
+        self,
+        root: RecordedRun,
+        root_run_id: str,
+        tools: ToolsMode,
+        upto: int | None,
+        providers: ToolsMode = "recorded",
+    ) -> None:
         self.root_run_id = root_run_id
         self.tools = tools
+        self.providers = providers
         self.upto = upto
         self.nodes: dict[str, RecordedRun] = {root_run_id: root}
         self.paths: dict[str, tuple[str, ...]] = {root_run_id: (root.run_id,)}
@@ -189,6 +206,7 @@ class _TreeReplay:
             function_invocation_kwargs=kwargs,
             parent=link.parent,
             share_history=link.share_history,
+            providers=self.providers,
         )
         run = AgentRun(spec, session, run_id=link.run_id, parent_sink=link.parent_sink)
         return await run.execute(task)
@@ -261,6 +279,7 @@ async def _drive(
     upto: int | None,
     run_id: str | None,
     function_invocation_kwargs: Mapping[str, Any] | None,
+    providers: ToolsMode = "recorded",
 ) -> tuple[AgentResponse | None, dict[str, list[Event]], _TreeReplay]:
     started = recorded.started
     parent = (started.parent_run_id, started.parent_call_id or "") if started.parent_run_id else None
@@ -273,10 +292,11 @@ async def _drive(
         function_invocation_kwargs=function_invocation_kwargs,
         parent=parent,
         share_history=started.session_history,
+        providers=providers,
     )
     own_id = run_id or agent.ids("run")
     run = AgentRun(spec, _session_for(recorded), run_id=own_id)
-    children = _TreeReplay(recorded, own_id, tools, upto)
+    children = _TreeReplay(recorded, own_id, tools, upto, providers)
     token = replaying.set(True)
     events: list[Event] = []  # every run's events of the tree, as they are recorded
     with watching(events.append), running_children_with(children):
@@ -301,17 +321,21 @@ async def replay(
     *,
     tools: ToolsMode = "recorded",
     function_invocation_kwargs: Mapping[str, Any] | None = None,
+    providers: ToolsMode | None = None,
 ) -> ReplayReport:
     """Rerun the recorded run tree against ``agent``'s current code and report every finding.
 
     Model answers come from the log, for the lead run and for every sub-agent run (reached through
     the lead agent's sub-agent tools): no model is called. With ``tools="recorded"`` no tool body
-    runs; with ``tools="live"`` tool bodies run, sub-agents included. Nothing raises for a
-    difference: the report lists divergences, drift and what could not be replayed.
+    runs; with ``tools="live"`` tool bodies run, sub-agents included. Context providers follow
+    ``providers`` (by default the same mode as ``tools``): ``"recorded"`` repeats what they
+    contributed from the log without calling them, ``"live"`` calls them, and a contribution that
+    changed is a divergence. Nothing raises for a difference: the report lists divergences,
+    drift and what could not be replayed.
     """
     client = ReplayClient(recorded.model_outcomes(), provider_name=recorded.started.provider_name)
     response, by_run, children = await _drive(
-        recorded, agent, client, tools, None, recorded.run_id, function_invocation_kwargs
+        recorded, agent, client, tools, None, recorded.run_id, function_invocation_kwargs, providers or tools
     )
     findings = differences(recorded.events, by_run[recorded.run_id], path=(recorded.run_id,))
     for child_id, child in children.replayed.items():
@@ -328,6 +352,7 @@ async def rerun(
     tools: ToolsMode = "recorded",
     function_invocation_kwargs: Mapping[str, Any] | None = None,
     accept_drift: bool = False,
+    providers: ToolsMode | None = None,
 ) -> AgentResponse | None:
     """Run ``agent``'s code against the recorded run tree; raise if anything differs.
 
@@ -337,8 +362,15 @@ async def rerun(
     With ``tools="recorded"`` no tool runs: each call returns (or raises) what it recorded and
     repeats its recorded effects (session writes, tool list changes). With ``tools="live"`` the
     tools run for real; pass ``function_invocation_kwargs`` when the recorded ones were redacted.
+    Context providers follow ``providers`` (see ``replay``).
     """
-    report = await replay(recorded, agent, tools=tools, function_invocation_kwargs=function_invocation_kwargs)
+    report = await replay(
+        recorded,
+        agent,
+        tools=tools,
+        function_invocation_kwargs=function_invocation_kwargs,
+        providers=providers,
+    )
     if report.passed(accept_drift=accept_drift):
         return report.response
     lead = report.events[recorded.run_id]

@@ -11,6 +11,7 @@ from ..context import FunctionInvocationContext, RunContext, current_run_context
 from ..core.events import (
     ArgumentsRejected,
     ChildRunStarted,
+    ContextProvided,
     Event,
     ModelResponded,
     RunStarted,
@@ -181,6 +182,6 @@ def apply_session(session: AgentSession, event: SessionUpdated, caller: RunConte
 def _specs(event: Event) -> tuple[ToolSpec, ...]:
     if type(event) is RunStarted:
         return event.tools
-    if type(event) is ToolsAdded:
+    if type(event) is ToolsAdded or type(event) is ContextProvided:
         return event.tools
     return ()

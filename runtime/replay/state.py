@@ -12,6 +12,7 @@ from ..context import replaying
 from ..core.errors import TransitionError
 from ..core.events import (
     ChildRunStarted,
+    ContextProvided,
     Event,
     MiddlewareShortCircuit,
     ModelFailed,
@@ -25,6 +26,7 @@ from ..core.events import (
 from ..core.machine import RunMachine
 from ..core.messages import Content, Message
 from ..core.projections import SessionProjection
+from ..core.provided import contributions, instructions_after
 from ..errors import (
     AgentLedgerError,
     LogCorruptError,
@@ -140,6 +142,17 @@ class RecordedRun:
             transcript=tuple(machine.history) + tuple(transcript.messages),
             pending_calls=calls,
         )
+
+    def instructions_at(self, seq: int) -> str | None:
+        """The instructions in force right after ``seq``: the run's own, then what its context
+        providers appended (``ContextProvided``); no code runs."""
+        if not 0 <= seq < len(self.events):
+            raise IndexError(f"run {self.run_id} has events 0..{len(self.events) - 1}, not {seq}")
+        return instructions_after(self.events[: seq + 1])
+
+    def provided(self) -> list[ContextProvided]:
+        """What each context provider contributed to the run, as recorded, in order."""
+        return contributions(self.events)
 
     def model_responses(self) -> list[ModelResponded]:
         return [e for e in self.events if type(e) is ModelResponded]

@@ -39,6 +39,7 @@ from ..core.messages import Content, Message, result_text
 from ..core.projections import LIMIT_REACHED, error_text
 from ..errors import MiddlewareError, MiddlewareTermination, RunError, StoreError, UnknownToolError
 from ..middleware import run_chain
+from ..providers import provide_after, provide_before
 from ..response import AgentResponse, AgentResponseUpdate
 from ..session import AgentSession, writer
 from .binding import RunBinding
@@ -121,8 +122,10 @@ class AgentRun:
                     return await self._run_agent_layers(binding, driver, inputs, stream)
                 # The loop alone (no agent middleware): nothing can change the run's input.
                 try:
+                    provided = await provide_before(binding, inputs)
                     recorder.begin()
                     response = self._response(recorder, await driver.drive())
+                    await provide_after(provided, response)
                 except BaseException as exc:
                     await self._failed(driver, exc)
                     raise
@@ -154,9 +157,11 @@ class AgentRun:
             if finish:
                 raise MiddlewareError("agent middleware called call_next() twice: a run runs once")
             self._record_input_changes(binding, context, inputs)
+            provided = await provide_before(binding, normalize_messages(context.messages))
             recorder.begin()
             finish.append(await driver.drive())
             own.append(self._response(recorder, finish[0]))
+            await provide_after(provided, own[0])
             context.result = own[0]
 
         token = writer.set("agent_middleware")

@@ -24,6 +24,7 @@ from ..core.messages import Content, Message, Usage
 from ..errors import ApprovalError, ArgumentsError, OptionsError
 from ..logs import warn
 from ..middleware import Layer
+from ..providers import provider_names
 from ..store import EventStore
 from ..structured import schema_option
 from ..tools import FunctionTool, arguments_valid
@@ -228,6 +229,9 @@ class RunSpec(msgspec.Struct, frozen=True, kw_only=True):
     """The names of the tools given to ``run()`` itself, beside the agent's own."""
     price: Callable[[str, Usage, int], float | None] | None = None
     """The price table each model call is priced with (``ModelResponded.cost``), if any."""
+    context_providers: tuple[Any, ...] = ()
+    """The run's context providers (``agentledger.providers``), or in a rerun the stand-in that
+    repeats their recorded contributions."""
 
     def awaits_approval(self, function: FunctionTool, call: Content) -> bool:
         """Whether a call of a gated tool waits for a human: unless its arguments cannot run and
@@ -286,6 +290,7 @@ class RunSpec(msgspec.Struct, frozen=True, kw_only=True):
             "middleware": middleware_names(self.layers),
             "calls_in_model_order": True,
             "run_instructions": self.run_instructions,
+            "context_providers": provider_names(self.context_providers),
         }
 
     def run_started(

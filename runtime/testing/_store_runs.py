@@ -18,10 +18,12 @@ from agentledger import (
     AgentSession,
     ChatContext,
     Content,
+    ContextProvider,
     ExperimentalWarning,
     FunctionInvocationContext,
     Message,
     MiddlewareTermination,
+    SessionContext,
     tool,
 )
 from agentledger.adapters.chat.scripted import Call, ScriptedChatClient, ScriptedRequest
@@ -113,6 +115,24 @@ async def cool(context: ChatContext, call_next: CallNext) -> None:
     await call_next()
 
 
+class Notes(ContextProvider):
+    """Recalls a note before each run and counts the runs it saw in its own state."""
+
+    def __init__(self) -> None:
+        super().__init__("notes")
+
+    async def before_run(
+        self, *, agent: Any, session: AgentSession, context: SessionContext, state: dict[str, Any]
+    ) -> None:
+        context.extend_messages(self, [Message("user", (Content.from_text("Note: stop means stop."),))])
+        context.extend_instructions(self.source_id, "Follow the notes.")
+
+    async def after_run(
+        self, *, agent: Any, session: AgentSession, context: SessionContext, state: dict[str, Any]
+    ) -> None:
+        state["runs"] = state.get("runs", 0) + 1
+
+
 def _unreachable(request: ScriptedRequest) -> str:
     raise ConnectionError("model unreachable")
 
@@ -125,7 +145,9 @@ class _Scenarios:
         self.clock, self.ids = FixedClock(), SequentialIds()
         self.session = AgentSession(self.ids("session"))
 
-    def agent(self, *script: Any, max_iterations: int = 40, tools: Any = None) -> Agent:
+    def agent(
+        self, *script: Any, max_iterations: int = 40, tools: Any = None, providers: Any = None
+    ) -> Agent:
         return Agent(
             client=ScriptedChatClient(list(script)),
             tools=tools or [lookup, remember, unlock, lock, broken, stop, pay],
@@ -134,6 +156,7 @@ class _Scenarios:
             clock=self.clock,
             ids=self.ids,
             max_iterations=max_iterations,
+            context_providers=providers,
         )
 
     async def plan(self) -> None:
@@ -162,8 +185,9 @@ class _Scenarios:
         await cashier.run(Message("user", (answer,)), session=self.session)
 
     async def terminate(self) -> None:
-        """Middleware that ends the run."""
-        await self.agent(Call("stop", call_id="call_stop"), "unused").run("Stop.", session=self.session)
+        """Middleware that ends the run; a context provider's note and state."""
+        agent = self.agent(Call("stop", call_id="call_stop"), "unused", providers=[Notes()])
+        await agent.run("Stop.", session=self.session)
 
     async def overrun(self) -> None:
         """An iteration limit whose final answer still asks for a call; chat middleware at work."""
