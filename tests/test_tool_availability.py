@@ -412,3 +412,47 @@ async def test_unknown_names_are_ignored_on_removal(clock: FixedClock, ids: Sequ
     response = await Agent(client=client, tools=[remover], clock=clock, ids=ids).run("x")
     assert "ToolsRemoved" not in event_types(response.events)
     assert client.requests[1].tools == ("remover",)
+
+
+@pytest.mark.anyio
+async def test_concurrent_calls_changing_the_tools_leave_the_logs_tools() -> None:
+    """Two concurrent calls: the first removes a tool the second adds, but runs after it in
+    time. The log keeps the changes in the model's order of the calls (removed, then added),
+    and the live tools follow the log: the next model call is offered the tool and can call it."""
+    import anyio
+
+    from agentledger import tool
+
+    added = anyio.Event()
+    ran: list[str] = []
+
+    @tool
+    def extra() -> str:
+        """Only there once unlocked."""
+        ran.append("extra")
+        return "extra ran"
+
+    @tool
+    async def lock(ctx: FunctionInvocationContext) -> str:
+        """Remove extra (after unlock has added it, in time)."""
+        await added.wait()
+        ctx.remove_tools("extra")
+        return "locked"
+
+    @tool
+    async def unlock(ctx: FunctionInvocationContext) -> str:
+        """Add extra."""
+        ctx.add_tools(extra)
+        added.set()
+        return "unlocked"
+
+    client = ScriptedChatClient([[Call("lock"), Call("unlock")], Call("extra"), "done"])
+    agent = client.as_agent(tools=[lock, unlock], clock=FixedClock(), ids=SequentialIds())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        response = await agent.run("go")
+    changes = [type(e).__name__ for e in response.events if isinstance(e, ToolsAdded | ToolsRemoved)]
+    assert changes == ["ToolsRemoved", "ToolsAdded"]
+    assert "extra" in client.requests[1].tools
+    assert ran == ["extra"]
+    assert response.text == "done"

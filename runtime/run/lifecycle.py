@@ -115,6 +115,7 @@ class AgentRun:
             recorder.record(RunStarted, **fields)
             on_update = self._model_update if self.on_update is not None else None
             binding = RunBinding(spec, recorder, session, on_update=on_update)
+            recorder.follow(binding.registry)
             driver = LocalDriver(binding, recorder, spec.store)
             self._binding = binding
             with binding.bound():

@@ -29,12 +29,13 @@ from typing import Any
 
 from ..context import SessionSink
 from ..core.commands import FinishRun
-from ..core.events import Event, EventBase, RunCompleted, SessionUpdated
+from ..core.events import Event, EventBase, RunCompleted, SessionUpdated, ToolsAdded, ToolsRemoved
 from ..core.limits import check_event, safe_text
 from ..core.loop import RunLoop, StepLog
 from ..core.machine import RunMachine
 from ..redaction import scrub_text
 from ..session import AgentSession
+from .registry import ToolRegistry
 
 __all__ = ("RunRecorder", "Sink", "Sinks", "capture_sinks", "watching")
 
@@ -99,7 +100,7 @@ class Sinks:
 class RunRecorder:
     """The ``Recorder`` of a run in this process: into the current step, else to the owner."""
 
-    __slots__ = ("loop", "parent", "run_id", "session", "sinks", "thread")
+    __slots__ = ("loop", "parent", "registry", "run_id", "session", "sinks", "thread")
 
     def __init__(
         self,
@@ -118,26 +119,38 @@ class RunRecorder:
         """The run's session: its live state follows the writes in the order the log keeps them."""
         self.parent = parent if session is not None else None
         """A caller sharing the session (a sub-agent's): given a copy of each write as it is kept."""
-        observer = self._observe if session is not None else self.sinks
-        self.loop = RunLoop(machine, run_id, clock, observer=observer, step_type=LocalStep)
+        self.registry: ToolRegistry | None = None
+        """The run's live tools: they follow the changes in the order the log keeps them."""
+        self.loop = RunLoop(machine, run_id, clock, observer=self._observe, step_type=LocalStep)
+        """The run's owner: its machine, its log, its commands."""
+        self.loop.strays = LocalStep(run_id, clock, self.loop)
         self.thread = threading.get_ident()
         """The thread the run's owner feeds on (its event loop's)."""
-        self.loop.strays = LocalStep(run_id, clock, self.loop)
-        """The run's owner: its machine, its log, its commands."""
+
+    def follow(self, registry: ToolRegistry) -> None:
+        """Keep ``registry`` (the run's live tools) in step with the tool changes as kept."""
+        self.registry = registry
 
     def _observe(self, events: Sequence[Event]) -> None:
         if self.sinks is not None:
             self.sinks(events)
-        session, parent = self.session, self.parent
-        assert session is not None
+        session, registry = self.session, self.registry
         for event in events:
-            if type(event) is not SessionUpdated or event.session_id != session.session_id:
-                continue
-            session.state.settle(event.changes)
-            if parent is not None:
-                origin = event.origin_run_id
-                where = (origin, event.origin_seq or 0) if origin else (event.run_id, event.seq)
-                parent(f"{event.run_id}/{event.by}", event.changes, where)
+            kind = type(event)
+            if kind is SessionUpdated and session is not None:
+                self._settle(session, event)  # type: ignore[arg-type]
+            elif registry is not None and (kind is ToolsAdded or kind is ToolsRemoved):
+                registry.settle(event)  # type: ignore[arg-type]
+
+    def _settle(self, session: AgentSession, event: SessionUpdated) -> None:
+        if event.session_id != session.session_id:
+            return
+        session.state.settle(event.changes)
+        parent = self.parent
+        if parent is not None:
+            origin = event.origin_run_id
+            where = (origin, event.origin_seq or 0) if origin else (event.run_id, event.seq)
+            parent(f"{event.run_id}/{event.by}", event.changes, where)
 
     @property
     def machine(self) -> RunMachine:

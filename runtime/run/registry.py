@@ -22,8 +22,10 @@ class ToolRegistry:
         for item in tools:
             if self.by_name.setdefault(item.name, item) is not item:
                 raise ToolDefinitionError(f"two different tools are named {item.name!r}")
+        self.known: dict[str, FunctionTool] = dict(self.by_name)
+        """Every tool the run has had under each name (what a kept change refers to)."""
         self.recorder = recorder
-        self.lock = threading.Lock()  # sync tools run in worker threads: a change is all or nothing
+        self.lock = threading.RLock()  # sync tools run in worker threads: a change is all or nothing
 
     @property
     def tools(self) -> list[FunctionTool]:
@@ -45,6 +47,7 @@ class ToolRegistry:
                 specs = tuple(t.spec for t in batch.values())
                 self.recorder.record(ToolsAdded, by_call_id=by_call_id, tools=specs)
                 self.by_name.update(batch)
+                self.known.update(batch)
 
     def remove(self, items: Any, by_call_id: str | None) -> None:
         """Remove by name, tool or callable; names not in the list are ignored."""
@@ -56,6 +59,21 @@ class ToolRegistry:
                 self.recorder.record(ToolsRemoved, by_call_id=by_call_id, names=tuple(names))
                 for name in names:
                     del self.by_name[name]
+
+    def settle(self, event: ToolsAdded | ToolsRemoved) -> None:
+        """Follow the log: apply a kept change again, so the live tools are the log's. Changes
+        of concurrent calls reach the log in the model's order of the calls, not in the order
+        they happened (one call removing a tool another adds); settling each as it is kept
+        leaves the tools the next model call is offered, as a rebuild from the log has them."""
+        with self.lock:
+            if isinstance(event, ToolsAdded):
+                for spec in event.tools:
+                    tool = self.known.get(spec.name)
+                    if tool is not None:
+                        self.by_name[spec.name] = tool
+            else:
+                for name in event.names:
+                    self.by_name.pop(name, None)
 
     def _name_of(self, item: Any) -> str:
         if isinstance(item, str):
