@@ -1,4 +1,4 @@
-"""Decoding stored records back into events: typed, with the position of any bad record.
+"""Events to stored records and back: each encoded once, decoded typed, bad records named.
 
 A log read back is untrusted input. Records are decoded with one typed event decoder; a record
 that does not decode raises ``LogCorruptError`` naming where it is (a file and line, or a stream
@@ -19,16 +19,23 @@ from collections.abc import Callable, Sequence
 import msgspec
 
 from agentledger.core.depth import too_deep
-from agentledger.core.events import Event, decode_event
+from agentledger.core.events import Event, decode_event, encode_event
+from agentledger.core.limits import checked_bytes
 from agentledger.errors import LogCorruptError
 
-__all__ = ("EXPECTED", "check_sequence", "decode_block", "decode_records")
+__all__ = ("EXPECTED", "check_sequence", "decode_block", "decode_records", "encode_records")
 
 EXPECTED = 'expected one event: a JSON object tagged with its "type"'
 
 _decoder: msgspec.json.Decoder[Event] = msgspec.json.Decoder(Event)
 _seq = operator.attrgetter("seq")
 _run_id = operator.attrgetter("run_id")
+
+
+def encode_records(events: Sequence[Event]) -> list[bytes]:
+    """The records of ``events``, each encoded once: an input event a recorder checked hands on
+    the bytes its check made (``checked_bytes``); only the others are encoded here."""
+    return [checked_bytes(event) or encode_event(event) for event in events]
 
 
 def decode_block(data: bytes, count: int, where: Callable[[int], str]) -> list[Event]:
