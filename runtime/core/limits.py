@@ -181,7 +181,8 @@ def _flat_reads_back(event: Event, data: bytes, free: tuple[tuple[str, bool], ..
 
     Its typed fields are the run's own (ids and names from events already checked, counters,
     reasons), and encoding has refused text that is not UTF-8; what comes from elsewhere is the
-    clock's ``at`` (and ``seq``, checked alike) and the free values (a tool's result, arguments, a middleware's answer).
+    clock's ``at`` (``seq`` is checked alike) and the free values (a tool's result, arguments,
+    a middleware's answer).
     """
     at, seq = event.at, event.seq
     if type(at) is not int or type(seq) is not int or not INT64_MIN <= at <= INT64_MAX >= seq >= 0:
