@@ -12,12 +12,12 @@ it is decoded (the check is one pass in C over the block), so no reader recurses
 
 from __future__ import annotations
 
-import gc
 import operator
 from collections.abc import Callable, Sequence
 
 import msgspec
 
+from agentledger.core.collector import collector_paused
 from agentledger.core.depth import too_deep
 from agentledger.core.events import Event, decode_event, encode_event
 from agentledger.core.limits import checked_bytes
@@ -47,16 +47,14 @@ def decode_block(data: bytes, count: int, where: Callable[[int], str]) -> list[E
     """
     if too_deep(data):
         return _one_by_one(data.split(b"\n")[:count], where)
-    paused = gc.isenabled() and count > 1000
-    if paused:
-        gc.disable()
     try:
-        events = _decoder.decode_lines(data)
+        if count > 1000:
+            with collector_paused():
+                events = _decoder.decode_lines(data)
+        else:
+            events = _decoder.decode_lines(data)
     except (msgspec.DecodeError, RecursionError, ValueError):  # ValueError: text that is not UTF-8
         events = []
-    finally:
-        if paused:
-            gc.enable()
     if len(events) == count:
         return events
     return _one_by_one(data.split(b"\n")[:count], where)
