@@ -35,7 +35,7 @@ from agentledger.adapters.stores._codec import encode_records
 from agentledger.adapters.stores.jsonl import JsonlEventStore
 from agentledger.adapters.stores.sqlite import SqliteEventStore
 from agentledger.cli import main
-from agentledger.core import MAX_DEPTH, Usage, check_event, checked_bytes
+from agentledger.core import MAX_DEPTH, Usage, check_event, checked_bytes, keep_checked_bytes
 from agentledger.core.events import (
     ArgumentsRejected,
     MiddlewareShortCircuit,
@@ -272,6 +272,7 @@ def test_events_that_are_not_decoded_are_refused_as_the_decoder_would(bad: Any) 
 
 
 def test_a_checked_event_hands_its_bytes_to_the_store_that_writes_it() -> None:
+    keep_checked_bytes()  # what a durable store's first append does
     checked = ToolReturned(run_id="r", seq=3, at=5, call_id="c", name="n", result={"k": [1, "two"]})
     unchecked = ToolReturned(run_id="r", seq=4, at=6, call_id="c", name="n", result="x")
     data = check_event(checked)

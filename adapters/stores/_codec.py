@@ -20,7 +20,7 @@ import msgspec
 from agentledger.core.collector import collector_paused
 from agentledger.core.depth import too_deep
 from agentledger.core.events import Event, decode_event, encode_event
-from agentledger.core.limits import checked_bytes
+from agentledger.core.limits import checked_bytes, keep_checked_bytes
 from agentledger.errors import LogCorruptError
 
 __all__ = ("EXPECTED", "check_sequence", "decode_block", "decode_records", "encode_records")
@@ -34,7 +34,9 @@ _run_id = operator.attrgetter("run_id")
 
 def encode_records(events: Sequence[Event]) -> list[bytes]:
     """The records of ``events``, each encoded once: an input event a recorder checked hands on
-    the bytes its check made (``checked_bytes``); only the others are encoded here."""
+    the bytes its check made (``checked_bytes``, kept from the first call on); only the others
+    are encoded here."""
+    keep_checked_bytes()
     return [checked_bytes(event) or encode_event(event) for event in events]
 
 

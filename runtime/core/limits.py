@@ -22,9 +22,11 @@ integers past 64 bits, and a doubt sends the event the long way. An event that h
 (messages, usage, tool specs, session changes, the run's config, claims) is decoded with the
 typed decoder, since the typed fields of those structs take values from outside.
 
-The bytes a check made are not thrown away: ``check_event`` keeps them for the event (a bounded
-side cache, the most recent few thousand events), and a store that writes the event takes them
-with ``checked_bytes`` instead of encoding it again.
+The bytes a check made are not thrown away once a store that writes events has asked for them
+(``keep_checked_bytes``; the durable stores do when they first write): ``check_event`` keeps
+them for the event (a bounded side cache, the most recent one to two thousand events), and the
+store takes them with ``checked_bytes`` instead of encoding the event again. A process whose
+runs only go to the memory store keeps nothing.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ __all__ = (
     "check_event",
     "check_json",
     "checked_bytes",
+    "keep_checked_bytes",
     "may_overflow",
     "safe_text",
 )
@@ -112,8 +115,15 @@ def check_event(event: Event) -> bytes:
     plan = _FLAT.get(type(event))
     if plan is None or not _flat_reads_back(event, data, plan):
         _read_back(event, data)
-    _keep(event, data)
+    if _keeping[0]:
+        _keep(event, data)
     return data
+
+
+def keep_checked_bytes() -> None:
+    """From now on, ``check_event`` keeps the bytes it makes for ``checked_bytes`` (a store that
+    writes events calls this when it first writes; until then, nothing is kept)."""
+    _keeping[0] = True
 
 
 def checked_bytes(event: Event) -> bytes | None:
@@ -204,6 +214,7 @@ def _flat_reads_back(event: Event, data: bytes, free: tuple[tuple[str, bool], ..
 # -- the bytes a check made, for the store that writes the event ----------------------------------
 
 _KEEP = 1024
+_keeping = [False]  # whether a store that takes the bytes exists in this process
 _kept_now: dict[int, tuple[Event, bytes]] = {}
 _kept_before: dict[int, tuple[Event, bytes]] = {}
 
