@@ -1,8 +1,9 @@
 """What a log can hold, checked before an event is appended and again when one is read back.
 
 A value the run accepts must come back from the log as it went in. ``check_event`` is the gate:
-it encodes an event exactly as a store does and decodes it with the typed event decoder, and
-refuses what would not survive that round trip, with ``UnrecordableError`` naming why:
+it encodes an event exactly as a store does, makes sure it would decode with the typed event
+decoder (decoding it where that is not certain, see below), and refuses what would not survive
+that round trip, with ``UnrecordableError`` naming why:
 
 - text that is not UTF-8 (a lone surrogate such as ``"\\ud800"``);
 - a value nested deeper than ``MAX_DEPTH`` containers (arguments, results, session values);
@@ -16,7 +17,7 @@ What can fail is checked, and only that. Every event is encoded (which refuses l
 and values JSON lacks). An event of flat fields only (text, numbers, flags, tuples of text, free
 JSON values such as a tool's result or a middleware's answer) is not decoded: its typed fields are
 the run's own (ids and names taken from events already checked, counters, reasons), so what can
-go wrong is the clock's ``at`` (checked in place) and its free values, which decode into anything
+go wrong is the clock's ``at`` and ``seq`` (checked in place) and its free values, which decode into anything
 JSON holds; when those hold containers, the encoded text is measured for depth and scanned for
 integers past 64 bits, and a doubt sends the event the long way. An event that holds structs
 (messages, usage, tool specs, session changes, the run's config, claims) is decoded with the
