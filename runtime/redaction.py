@@ -14,6 +14,7 @@ token and a URL's query string) in the error messages a run records.
 from __future__ import annotations
 
 import base64
+import functools
 import itertools
 import json
 import re
@@ -129,8 +130,12 @@ def hidden_values(kwargs: Mapping[str, Any], recorded: Mapping[str, Any]) -> lis
     return [value for value in found if len(value) >= 4]
 
 
+@functools.lru_cache(maxsize=4096)
 def _looks_secret(key: str) -> bool:
-    """A key is secret when one of its words is (``api_key``, ``X-Auth-Token``, ``sessionToken``)."""
+    """A key is secret when one of its words is (``api_key``, ``X-Auth-Token``, ``sessionToken``).
+
+    Memoised: a run's keys are the same run after run, and splitting a key into words is a
+    regular expression."""
     words = [w.lower() for w in _WORDS.findall(key)]
     joined = {a + b for a, b in itertools.pairwise(words)}
     return bool(_SECRET_WORDS.intersection(words) or _SECRET_WORDS.intersection(joined))
@@ -159,6 +164,7 @@ def redact_keys(*patterns: str) -> Redactor:
     """A policy that also redacts keys matching any of ``patterns`` (regular expressions)."""
     extra = re.compile("|".join(f"(?:{p})" for p in patterns), re.I) if patterns else None
 
+    @functools.lru_cache(maxsize=4096)
     def secret(key: str) -> bool:
         return _looks_secret(key) or (extra is not None and extra.search(key) is not None)
 

@@ -53,6 +53,7 @@ DEFAULT_MAX_RUNS = 1_000
 DEFAULT_MAX_EVENTS = 100_000
 """Events the default store of an ``Agent`` keeps (about 30 MiB at 300 bytes an event)."""
 
+_REMEMBER = 100_000  # evicted names a store bounded by events alone remembers
 _FINISHED = frozenset({RunCompleted, RunFailed, BatchClaimed})
 
 
@@ -132,17 +133,20 @@ class MemoryEventStore:
     going is never evicted, so the limits can be exceeded while many runs are in flight. Reading
     or appending to an evicted run raises ``RunEvictedError``; the store remembers the names of
     the last ``remember`` evicted runs (and their sessions) to say so, and reads a run it never
-    had, or forgot, as empty.
+    had, or forgot, as empty. By default ``remember`` is ten times ``max_runs`` (10,000 names,
+    about 1.4 MiB, for an agent's default store), or 100,000 when only ``max_events`` is set.
     """
 
     def __init__(
-        self, *, max_runs: int | None = None, max_events: int | None = None, remember: int = 100_000
+        self, *, max_runs: int | None = None, max_events: int | None = None, remember: int | None = None
     ) -> None:
         for name, limit in (("max_runs", max_runs), ("max_events", max_events), ("remember", remember)):
             if limit is not None and (type(limit) is not int or limit < 0):
                 raise ValueError(f"{name} must be a whole number >= 0 or None, not {limit!r}")
         self.max_runs = max_runs
         self.max_events = max_events
+        if remember is None:
+            remember = 10 * max_runs if max_runs is not None else _REMEMBER
         self.remember = remember
         self.evicted = 0
         """How many runs were evicted so far."""
@@ -165,8 +169,19 @@ class MemoryEventStore:
             if log is None:
                 log = self._streams[stream] = []
             log.extend(events)
-            if self._bounded:
-                self._account(stream, log, len(events))
+            if self._bounded:  # the bookkeeping inline: a run appends before every step
+                self._events += len(events)
+                finished = self._finished
+                if type(log[-1]) in _FINISHED:
+                    finished.pop(stream, None)
+                    finished[stream] = None
+                elif stream in finished:  # a finished run written to again is in flight again
+                    del finished[stream]
+                if finished and (
+                    (self.max_runs is not None and len(finished) > self.max_runs)
+                    or (self.max_events is not None and self._events > self.max_events)
+                ):
+                    self._make_room()
         return current + len(events)
 
     async def append(self, stream: str, events: Sequence[Event], expected_version: int) -> int:
@@ -184,11 +199,8 @@ class MemoryEventStore:
         """Whether a run of ``session_id`` (started in it, or writing its state) was evicted."""
         return session_id in self._evicted_sessions
 
-    def _account(self, stream: str, log: list[Event], added: int) -> None:
-        self._events += added
-        self._finished.pop(stream, None)
-        if type(log[-1]) in _FINISHED:
-            self._finished[stream] = None
+    def _make_room(self) -> None:
+        """Evict finished runs, oldest finished first, until both limits hold (or none is left)."""
         max_runs, max_events = self.max_runs, self.max_events
         while self._finished and (
             (max_runs is not None and len(self._finished) > max_runs)
@@ -202,11 +214,14 @@ class MemoryEventStore:
         self._events -= len(log)
         self.evicted += 1
         sessions: dict[str, None] = {}
-        for event in log:
-            if isinstance(event, RunStarted | SessionUpdated) and event.session_id is not None:
-                sessions[event.session_id] = None
+        first = log[0]
+        if type(first) is RunStarted and first.session_id is not None:
+            sessions[first.session_id] = None
+        if SessionUpdated in map(type, log):  # a scan in C; most runs write no session state
+            sessions.update(dict.fromkeys(e.session_id for e in log if type(e) is SessionUpdated))
         _remember(self._evicted, [stream], self.remember)
-        _remember(self._evicted_sessions, list(sessions), self.remember)
+        if sessions:
+            _remember(self._evicted_sessions, list(sessions), self.remember)
 
     async def read(self, stream: str, after: int = -1) -> list[Event]:
         return self.read_nowait(stream, after)

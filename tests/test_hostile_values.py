@@ -31,15 +31,19 @@ from agentledger.adapters.chat._openai_chat import chat_response
 from agentledger.adapters.chat._openai_responses import responses_response
 from agentledger.adapters.chat.openai import MalformedResponseError
 from agentledger.adapters.chat.scripted import Call, ScriptedChatClient
+from agentledger.adapters.stores._codec import encode_records
 from agentledger.adapters.stores.jsonl import JsonlEventStore
 from agentledger.adapters.stores.sqlite import SqliteEventStore
 from agentledger.cli import main
-from agentledger.core import MAX_DEPTH, Usage, check_event
+from agentledger.core import MAX_DEPTH, Usage, check_event, checked_bytes, keep_checked_bytes
 from agentledger.core.events import (
     ArgumentsRejected,
+    MiddlewareShortCircuit,
+    ModelCalled,
     ModelFailed,
     RunCompleted,
     RunFailed,
+    ToolCalled,
     ToolFailed,
     ToolReturned,
 )
@@ -247,6 +251,39 @@ def test_the_gate_refuses_what_the_decoder_would_refuse() -> None:
     ):
         with pytest.raises(UnrecordableError):
             check_event(bad)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        ToolReturned(run_id="r", seq=0, at=1.5, call_id="c", name="n"),  # type: ignore[arg-type]
+        ToolReturned(run_id="r", seq=0, at=2**63, call_id="c", name="n"),
+        ToolReturned(run_id="r", seq=0, at=0, call_id="c", name="n", result=2**63),
+        ToolReturned(run_id="r", seq=0, at=0, call_id="c", name="n", tool_result={"a": [-(2**63) - 1]}),
+        ToolReturned(run_id="r", seq=0, at=0, call_id="c", name="n", result={"a": nested(MAX_DEPTH)}),
+        ToolCalled(run_id="r", seq=0, at=0, call_id="c", name="n", arguments=[1, 2]),  # type: ignore[arg-type]
+        MiddlewareShortCircuit(run_id="r", seq=0, at=0, call_id="c", middleware="m", result=[2**64]),
+        ModelCalled(run_id="r", seq=0, at=0, iteration=1, tool_choice=3),  # type: ignore[arg-type]
+    ],
+)
+def test_events_that_are_not_decoded_are_refused_as_the_decoder_would(bad: Any) -> None:
+    with pytest.raises(UnrecordableError):
+        check_event(bad)
+
+
+def test_a_checked_event_hands_its_bytes_to_the_store_that_writes_it() -> None:
+    keep_checked_bytes()  # what a durable store's first append does
+    checked = ToolReturned(run_id="r", seq=3, at=5, call_id="c", name="n", result={"k": [1, "two"]})
+    unchecked = ToolReturned(run_id="r", seq=4, at=6, call_id="c", name="n", result="x")
+    data = check_event(checked)
+    records = encode_records([checked, unchecked])
+    assert records[0] is data  # the bytes of the check, not a second encoding
+    assert records == [msgspec.json.encode(checked), msgspec.json.encode(unchecked)]
+    assert checked_bytes(checked) is None  # taken once
+    twin = ToolReturned(run_id="r", seq=3, at=5, call_id="c", name="n", result={"k": [1, "two"]})
+    check_event(twin)
+    assert checked_bytes(checked) is None
+    assert checked_bytes(twin) is not None
 
 
 # -- what an OpenAI-compatible server reports ------------------------------------------------------

@@ -116,6 +116,19 @@ async def test_the_store_forgets_evicted_names_past_remember() -> None:
             await store.read(name)
 
 
+@pytest.mark.anyio
+async def test_a_store_bounded_by_runs_remembers_ten_times_as_many_evicted_names() -> None:
+    """The names of evicted runs stay within the store's budget: 10 x ``max_runs`` of them."""
+    store = MemoryEventStore(max_runs=2)
+    for index in range(25):
+        await store.append(f"run_{index}", finished(f"run_{index}", 1), 0)
+    assert store.remember == 20
+    assert await store.read("run_2") == []  # forgotten: 23 were evicted, the last 20 remembered
+    with pytest.raises(RunEvictedError):
+        await store.read("run_3")
+    assert MemoryEventStore(max_events=5).remember == 100_000
+
+
 class WaitingClient(BaseChatClient):
     """Answers once ``runs`` model calls are waiting at once: every run is in flight by then."""
 

@@ -1,4 +1,4 @@
-"""Decoding stored records back into events: typed, with the position of any bad record.
+"""Events to stored records and back: each encoded once, decoded typed, bad records named.
 
 A log read back is untrusted input. Records are decoded with one typed event decoder; a record
 that does not decode raises ``LogCorruptError`` naming where it is (a file and line, or a stream
@@ -12,23 +12,32 @@ it is decoded (the check is one pass in C over the block), so no reader recurses
 
 from __future__ import annotations
 
-import gc
 import operator
 from collections.abc import Callable, Sequence
 
 import msgspec
 
+from agentledger.core.collector import collector_paused
 from agentledger.core.depth import too_deep
-from agentledger.core.events import Event, decode_event
+from agentledger.core.events import Event, decode_event, encode_event
+from agentledger.core.limits import checked_bytes, keep_checked_bytes
 from agentledger.errors import LogCorruptError
 
-__all__ = ("EXPECTED", "check_sequence", "decode_block", "decode_records")
+__all__ = ("EXPECTED", "check_sequence", "decode_block", "decode_records", "encode_records")
 
 EXPECTED = 'expected one event: a JSON object tagged with its "type"'
 
 _decoder: msgspec.json.Decoder[Event] = msgspec.json.Decoder(Event)
 _seq = operator.attrgetter("seq")
 _run_id = operator.attrgetter("run_id")
+
+
+def encode_records(events: Sequence[Event]) -> list[bytes]:
+    """The records of ``events``, each encoded once: an input event a recorder checked hands on
+    the bytes its check made (``checked_bytes``, kept from the first call on); only the others
+    are encoded here."""
+    keep_checked_bytes()
+    return [checked_bytes(event) or encode_event(event) for event in events]
 
 
 def decode_block(data: bytes, count: int, where: Callable[[int], str]) -> list[Event]:
@@ -40,16 +49,14 @@ def decode_block(data: bytes, count: int, where: Callable[[int], str]) -> list[E
     """
     if too_deep(data):
         return _one_by_one(data.split(b"\n")[:count], where)
-    paused = gc.isenabled() and count > 1000
-    if paused:
-        gc.disable()
     try:
-        events = _decoder.decode_lines(data)
+        if count > 1000:
+            with collector_paused():
+                events = _decoder.decode_lines(data)
+        else:
+            events = _decoder.decode_lines(data)
     except (msgspec.DecodeError, RecursionError, ValueError):  # ValueError: text that is not UTF-8
         events = []
-    finally:
-        if paused:
-            gc.enable()
     if len(events) == count:
         return events
     return _one_by_one(data.split(b"\n")[:count], where)

@@ -16,7 +16,6 @@ joins a group) and ``commit_group``.
 from __future__ import annotations
 
 import abc
-import gc
 import threading
 from collections.abc import Sequence
 from types import TracebackType
@@ -24,6 +23,7 @@ from typing import Self
 
 import anyio
 
+from agentledger.core.collector import collector_paused
 from agentledger.core.events import Event
 from agentledger.errors import StoreError
 
@@ -88,14 +88,10 @@ class ThreadedStore(abc.ABC):
         runs are many small containers in no cycle, and collections triggered by their number
         would scan the heap again and again.
         """
-        paused = gc.isenabled() and len(streams) > 1
-        if paused:
-            gc.disable()
-        try:
+        if len(streams) <= 1:
             return {stream: self.read_sync(stream) for stream in streams}
-        finally:
-            if paused:
-                gc.enable()
+        with collector_paused():
+            return {stream: self.read_sync(stream) for stream in streams}
 
     async def read_many(self, streams: Sequence[str]) -> dict[str, list[Event]]:
         """Several whole streams in one trip to a worker thread (for rebuilding many runs)."""

@@ -33,11 +33,11 @@ from urllib.parse import quote, unquote
 import anyio
 import msgspec
 
-from agentledger.core.events import Event, encode_event
+from agentledger.core.events import Event
 from agentledger.errors import ConflictError, LogCorruptError, StoreError
 from agentledger.listing import RunQuery, RunSummary
 
-from ._codec import check_sequence, decode_block
+from ._codec import check_sequence, decode_block, encode_records
 from ._group import Append, appending
 from ._jsonl_journal import Journal
 from ._lines import LineFile, OpenLineFile, TornTailWarning, edge_lines, make_directory
@@ -80,7 +80,7 @@ class JsonlEventStore(ThreadedStore):
         self._check_open()
         if self.read_only:
             raise StoreError(f"{self.path}: opened read-only; appending to {stream!r} is refused")
-        records = [encode_event(event) for event in self._layout.check(stream, events)]
+        records = encode_records(self._layout.check(stream, events))
         return Append(stream, records, expected_version)
 
     def commit_group(self, group: list[Append[bytes]]) -> None:

@@ -44,11 +44,11 @@ from typing import Any, NamedTuple, Self
 
 import anyio
 
-from agentledger.core.events import Event, encode_event
+from agentledger.core.events import Event
 from agentledger.errors import CommitUnknownError, ConflictError, LogCorruptError, StoreError
 from agentledger.listing import RunQuery, RunSummary
 
-from ._codec import check_sequence, decode_records
+from ._codec import check_sequence, decode_records, encode_records
 from ._group import Append, LoopGroups, appending, remember
 from ._listing import report
 
@@ -165,7 +165,7 @@ class PostgresEventStore:
         if self._closed:
             raise StoreError(f"{self!r} is closed")
         self._refuse_read_only("append to it")
-        rows = [(type(event).__name__, encode_event(event).decode()) for event in events]
+        rows = [(type(e).__name__, r.decode()) for e, r in zip(events, encode_records(events), strict=True)]
         return await self._groups.run(Append(stream, rows, expected_version))
 
     async def read(self, stream: str, after: int = -1) -> list[Event]:

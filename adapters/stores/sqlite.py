@@ -36,12 +36,12 @@ from urllib.parse import quote
 
 import anyio
 
-from agentledger.core.events import Event, encode_event
+from agentledger.core.events import Event
 from agentledger.errors import LogCorruptError, StoreError
 from agentledger.listing import RunQuery, RunSummary
 
 from . import _sqlite_runs
-from ._codec import check_sequence, decode_block, decode_records
+from ._codec import check_sequence, decode_block, decode_records, encode_records
 from ._group import Append, appending
 from ._listing import report
 from ._sqlite_append import StreamVersions, insert_each
@@ -131,7 +131,7 @@ class SqliteEventStore(ThreadedStore):
 
     def prepare(self, stream: str, events: Sequence[Event], expected_version: int) -> Append[bytes]:
         self._check_open()
-        return Append(stream, [encode_event(event) for event in events], expected_version)
+        return Append(stream, encode_records(events), expected_version)
 
     def commit_group(self, group: list[Append[bytes]]) -> None:
         """One transaction, one commit (one sync) for the whole group; each append checked alone.

@@ -8,6 +8,8 @@ from .approvals import *  # noqa: F403
 from .approvals import __all__ as _approvals_all
 from .claims import *  # noqa: F403
 from .claims import __all__ as _claims_all
+from .collector import *  # noqa: F403
+from .collector import __all__ as _collector_all
 from .commands import *  # noqa: F403
 from .commands import __all__ as _commands_all
 from .depth import *  # noqa: F403
@@ -30,6 +32,7 @@ from .projections import __all__ as _projections_all
 __all__ = (
     *_approvals_all,
     *_claims_all,
+    *_collector_all,
     *_commands_all,
     *_errors_all,
     *_depth_all,

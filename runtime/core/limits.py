@@ -1,8 +1,9 @@
 """What a log can hold, checked before an event is appended and again when one is read back.
 
 A value the run accepts must come back from the log as it went in. ``check_event`` is the gate:
-it encodes an event exactly as a store does and decodes it with the typed event decoder, and
-refuses what would not survive that round trip, with ``UnrecordableError`` naming why:
+it encodes an event exactly as a store does, makes sure it would decode with the typed event
+decoder (decoding it where that is not certain, see below), and refuses what would not survive
+that round trip, with ``UnrecordableError`` naming why:
 
 - text that is not UTF-8 (a lone surrogate such as ``"\\ud800"``);
 - a value nested deeper than ``MAX_DEPTH`` containers (arguments, results, session values);
@@ -11,13 +12,30 @@ refuses what would not survive that round trip, with ``UnrecordableError`` namin
 
 Readers use ``too_deep`` on stored bytes before decoding them, so no record sends a reader into
 Python's recursion limit. Nothing here recurses: depth is measured on the JSON text.
+
+What can fail is checked, and only that. Every event is encoded (which refuses lone surrogates
+and values JSON lacks). An event of flat fields only (text, numbers, flags, tuples of text, free
+JSON values such as a tool's result or a middleware's answer) is not decoded: its typed fields are
+the run's own (ids and names taken from events already checked, counters, reasons), so what can
+go wrong is the clock's ``at`` and ``seq`` (checked in place) and its free values, which decode into anything
+JSON holds; when those hold containers, the encoded text is measured for depth and scanned for
+integers past 64 bits, and a doubt sends the event the long way. An event that holds structs
+(messages, usage, tool specs, session changes, the run's config, claims) is decoded with the
+typed decoder, since the typed fields of those structs take values from outside.
+
+The bytes a check made are not thrown away once a store that writes events has asked for them
+(``keep_checked_bytes``; the durable stores do when they first write): ``check_event`` keeps
+them for the event (a bounded side cache, the most recent one to two thousand events), and the
+store takes them with ``checked_bytes`` instead of encoding the event again. A process whose
+runs only go to the memory store keeps nothing.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, get_args
 
 import msgspec
+import msgspec.inspect as mi
 
 from .depth import MAX_DEPTH, too_deep
 from .errors import UnrecordableError
@@ -28,6 +46,8 @@ __all__ = (
     "INT64_MIN",
     "check_event",
     "check_json",
+    "checked_bytes",
+    "keep_checked_bytes",
     "may_overflow",
     "safe_text",
 )
@@ -83,15 +103,41 @@ def check_json(data: bytes, what: str = "the value") -> None:
 
 def check_event(event: Event) -> bytes:
     """The event as a store writes it, if it reads back; ``UnrecordableError`` naming why not."""
-    kind = type(event).__name__
     try:
         data = encode_event(event)
     except UnicodeEncodeError as exc:
-        raise UnrecordableError(f"{kind} holds text that is not UTF-8 (a lone surrogate): {exc}") from exc
+        raise UnrecordableError(
+            f"{type(event).__name__} holds text that is not UTF-8 (a lone surrogate): {exc}"
+        ) from exc
     except RecursionError as exc:
-        raise UnrecordableError(f"{kind} is nested deeper than {MAX_DEPTH} levels") from exc
+        raise UnrecordableError(f"{type(event).__name__} is nested deeper than {MAX_DEPTH} levels") from exc
     except (TypeError, ValueError, msgspec.EncodeError) as exc:
-        raise UnrecordableError(f"{kind} holds a value JSON cannot hold: {exc}") from exc
+        raise UnrecordableError(f"{type(event).__name__} holds a value JSON cannot hold: {exc}") from exc
+    plan = _FLAT.get(type(event))
+    if plan is None or not _flat_reads_back(event, data, plan):
+        _read_back(event, data)
+    if _keeping[0]:
+        _keep(event, data)
+    return data
+
+
+def keep_checked_bytes() -> None:
+    """From now on, ``check_event`` keeps the bytes it makes for ``checked_bytes`` (a store that
+    writes events calls this when it first writes; until then, nothing is kept)."""
+    _keeping[0] = True
+
+
+def checked_bytes(event: Event) -> bytes | None:
+    """The bytes ``check_event`` made for this very event (taken: a second call gives None), or
+    None when it was not checked or too long ago; a store writes them instead of encoding again."""
+    key = id(event)
+    kept = _kept_now.pop(key, None) or _kept_before.pop(key, None)
+    return kept[1] if kept is not None and kept[0] is event else None
+
+
+def _read_back(event: Event, data: bytes) -> None:
+    """The long way: depth on the text, the typed decoder, then integers on the decoded values."""
+    kind = type(event).__name__
     check_json(data, kind)
     try:
         decoded = _decoder.decode(data)
@@ -99,7 +145,88 @@ def check_event(event: Event) -> bytes:
         raise UnrecordableError(f"{kind} would not read back from the log: {exc}") from exc
     if may_overflow(data):
         _check_ints(decoded, kind)
-    return data
+
+
+# -- the flat path: per event type, which fields hold free JSON values ------------------------------
+
+_LEAVES = frozenset({str, bool, float, type(None)})
+_SCALARS = (mi.StrType, mi.IntType, mi.BoolType, mi.NoneType, mi.LiteralType)
+
+
+def _free_json(info: Any) -> bool:
+    """Whether a field of this type holds a free JSON value (``Any``, or an object of them)."""
+    if isinstance(info, mi.UnionType):
+        return any(map(_free_json, info.types))
+    if isinstance(info, mi.DictType):
+        return isinstance(info.key_type, mi.StrType) and isinstance(info.value_type, mi.AnyType)
+    return isinstance(info, mi.AnyType)
+
+
+def _flat(info: Any) -> bool:
+    """Whether a field of this type holds no struct: scalars, tuples of text, free JSON values."""
+    if isinstance(info, mi.UnionType):  # a float only if optional: NaN and infinity are null
+        optional = any(isinstance(m, mi.NoneType) for m in info.types)
+        return all(optional if isinstance(m, mi.FloatType) else _flat(m) for m in info.types)
+    if isinstance(info, mi.VarTupleType):
+        return isinstance(info.item_type, mi.StrType)
+    return isinstance(info, _SCALARS) or _free_json(info)
+
+
+def _plan(cls: type[Any]) -> tuple[tuple[str, bool], ...] | None:
+    """The free fields of a flat event type, each with whether it must be a JSON object; None
+    for a type holding structs or a union with a free value (``ToolChoice``: the long way)."""
+    fields = mi.type_info(cls).fields  # type: ignore[attr-defined]
+    union_of_free = any(isinstance(f.type, mi.UnionType) and _free_json(f.type) for f in fields)
+    if union_of_free or not all(_flat(f.type) for f in fields):
+        return None
+    return tuple((f.name, isinstance(f.type, mi.DictType)) for f in fields if _free_json(f.type))
+
+
+_FLAT: dict[type[Any], tuple[tuple[str, bool], ...]] = {
+    cls: plan for cls in get_args(Event) if (plan := _plan(cls)) is not None
+}
+
+
+def _flat_reads_back(event: Event, data: bytes, free: tuple[tuple[str, bool], ...]) -> bool:
+    """Whether an event of flat fields certainly reads back; False sends it the long way.
+
+    Its typed fields are the run's own (ids and names from events already checked, counters,
+    reasons), and encoding has refused text that is not UTF-8; what comes from elsewhere is the
+    clock's ``at`` (``seq`` is checked alike) and the free values (a tool's result, arguments,
+    a middleware's answer).
+    """
+    at, seq = event.at, event.seq
+    if type(at) is not int or type(seq) is not int or not INT64_MIN <= at <= INT64_MAX >= seq >= 0:
+        return False
+    containers = False
+    for name, must_be_object in free:
+        value = getattr(event, name)
+        kind = type(value)
+        if must_be_object and kind is not dict:
+            return False
+        if kind is int:
+            if not INT64_MIN <= value <= INT64_MAX:
+                return False
+        elif kind not in _LEAVES:  # containers: their depth and their integers, on the text
+            containers = True
+    return not containers or (not too_deep(data) and not may_overflow(data))
+
+
+# -- the bytes a check made, for the store that writes the event ----------------------------------
+
+_KEEP = 1024
+_keeping = [False]  # whether a store that takes the bytes exists in this process
+_kept_now: dict[int, tuple[Event, bytes]] = {}
+_kept_before: dict[int, tuple[Event, bytes]] = {}
+
+
+def _keep(event: Event, data: bytes) -> None:
+    """Keep the bytes of the last ``_KEEP`` to ``2 * _KEEP`` checked events (two generations: no
+    scan, no order to keep; an entry holds its event, so its id is not reused while it is kept)."""
+    global _kept_now, _kept_before
+    _kept_now[id(event)] = (event, data)
+    if len(_kept_now) >= _KEEP:
+        _kept_before, _kept_now = _kept_now, {}
 
 
 def _check_ints(event: Event, kind: str) -> None:

@@ -38,7 +38,7 @@ import msgspec
 from .commands import CallModel, Command, FinishRun, InvokeTools
 from .errors import TransitionError
 from .events import ApprovalRequested, Event, EventBase
-from .limits import check_event
+from .limits import check_event, checked_bytes
 from .machine import RunMachine, Step
 
 __all__ = ("Executor", "RunLoop", "StepLog")
@@ -218,9 +218,11 @@ class RunLoop:
         machine = self.machine
         at = self.clock() if self.restamp and events else 0
         for event in events:
-            _set_field(event, "seq", machine.next_seq)
-            if self.restamp:
-                _set_field(event, "at", at)
+            if event.seq != machine.next_seq or self.restamp:
+                checked_bytes(event)  # the bytes the gate kept carry the step's numbering: drop them
+                _set_field(event, "seq", machine.next_seq)
+                if self.restamp:
+                    _set_field(event, "at", at)
             self._take(machine.handle(event))
 
     def adopt(self, events: Sequence[Event]) -> None:

@@ -13,6 +13,7 @@ from typing import Any, NamedTuple
 import msgspec
 
 from .approvals import approval_responses, conversation
+from .collector import collector_paused
 from .events import (
     ApprovalRequested,
     ApprovalResolved,
@@ -391,18 +392,20 @@ class Views(NamedTuple):
 def fold_views(events: Iterable[Event], session_id: str | None = None) -> Views:
     """Fold a log into all three projections in one pass (what a rebuild after a restart does).
 
-    The same folds as each projection's ``apply``, dispatched once per event.
+    The same folds as each projection's ``apply``, dispatched once per event, with the cycle
+    collector paused through the fold (``collector_paused``): a fold allocates in no cycle.
     """
     views = Views(ToolsProjection(), SessionProjection(session_id), TranscriptProjection())
     apply_tools, apply_session, transcript = views.tools.apply, views.session.apply, views.transcript
     tool_events, folds = _TOOL_EVENTS, TRANSCRIPT_FOLDS
-    for event in events:
-        kind = type(event)
-        if kind in tool_events:
-            apply_tools(event)
-        elif kind is SessionUpdated:
-            apply_session(event)
-        fold = folds.get(kind)
-        if fold is not None:
-            fold(transcript, event)
+    with collector_paused():
+        for event in events:
+            kind = type(event)
+            if kind in tool_events:
+                apply_tools(event)
+            elif kind is SessionUpdated:
+                apply_session(event)
+            fold = folds.get(kind)
+            if fold is not None:
+                fold(transcript, event)
     return views

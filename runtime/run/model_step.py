@@ -183,13 +183,12 @@ def _responded(binding: RunBinding, iteration: int, response: Any) -> None:
         _model_failed(binding, iteration, wrong, ModelResponseError)
         return
     try:
-        contents = tuple(_content(c) for m in response.messages for c in m.contents)
+        contents, problem = _contents(response.messages)
         usage = None if response.usage is None else _usage(response.usage)
     except (msgspec.ValidationError, TypeError, ValueError) as exc:
         error = ValueError(f"the response cannot be recorded: {exc}")
         _model_failed(binding, iteration, error, ModelResponseError)
         return
-    problem = _malformed(contents)
     if problem is not None:
         _model_failed(binding, iteration, ValueError(problem), ModelResponseError)
         return
@@ -271,7 +270,7 @@ def _content(content: Any) -> Content:
     elif (
         content.result is None
         and type(content.arguments) in _TEXT_OR_NONE
-        and type(content.name) is str
+        and (type(content.name) is str or (content.name is None and content.type != "function_call"))
         and type(content.call_id) in _TEXT_OR_NONE
         and type(content.text) in _TEXT_OR_NONE
         and content.exception is None
@@ -299,6 +298,8 @@ def _content(content: Any) -> Content:
     return msgspec.structs.replace(content, **fields) if fields else content  # type: ignore[no-any-return]
 
 
-def _malformed(contents: Sequence[Content]) -> str | None:
-    """Why a response's function calls cannot be run, or None (the core's rule)."""
-    return malformed_calls(contents)
+def _contents(messages: Sequence[Any]) -> tuple[tuple[Content, ...], str | None]:
+    """A response's contents as the log can hold them (``_content``), and why its function
+    calls cannot be run (None when they can: the core's rule, ``malformed_calls``)."""
+    contents = tuple(_content(each) for message in messages for each in message.contents)
+    return contents, malformed_calls(contents)

@@ -124,6 +124,8 @@ def check_option_names(options: Mapping[str, Any]) -> None:
 def middleware_names(layers: Layers) -> tuple[str, ...]:
     """The run's middleware as ``RunStarted`` records it: ``"kind:name"``, kind by kind
     (agent, chat, function), outermost first."""
+    if not (layers.get("agent") or layers.get("chat") or layers.get("function")):
+        return ()
     return tuple(
         f"{kind}:{layer.name}" for kind in ("agent", "chat", "function") for layer in layers.get(kind, ())
     )
@@ -272,7 +274,7 @@ class RunSpec(msgspec.Struct, frozen=True, kw_only=True):
             "agent_name": self.agent_name,
             "instructions": self.options.get("instructions"),
             "messages": tuple(messages),
-            "tools": tuple(t.spec for t in self.tools),
+            "tools": tuple([t.spec for t in self.tools]),
             "options": options_record(self.options),
             "function_invocation_kwargs": self.redact(self.function_invocation_kwargs),
             "client_kwargs_keys": tuple(self.client_kwargs),

@@ -77,6 +77,37 @@ class StoreContract:
             assert await reader.read(stream) == stream_events
 
     @pytest.mark.anyio
+    async def test_concurrent_calls_finishing_out_of_order_read_back_as_kept(self, store: EventStore) -> None:
+        """A batch whose later calls finish first: the run's owner numbers their events when it
+        feeds them, after they were checked, and the store writes them with the numbers the
+        log keeps (read back equal, ``seq`` without a gap)."""
+        from agentledger import Agent, tool
+        from agentledger.adapters.chat.scripted import Call, ScriptedChatClient
+
+        last_done = anyio.Event()
+
+        @tool
+        async def first() -> str:
+            await last_done.wait()
+            return "first"
+
+        @tool
+        async def middle() -> str:
+            return "middle"
+
+        @tool
+        async def last() -> str:
+            last_done.set()
+            return "last"
+
+        client = ScriptedChatClient([[Call("first"), Call("middle"), Call("last")], "done"])
+        agent = Agent(client=client, tools=[first, middle, last], store=store)
+        response = await agent.run("go")
+        stored = await self.another().read(response.run_id)
+        assert stored == response.events
+        assert [e.seq for e in stored] == list(range(len(stored)))
+
+    @pytest.mark.anyio
     async def test_session_state_rebuilds_from_the_store(self, store: EventStore) -> None:
         """Folding the stored runs gives back the live session's state and history."""
         session = await record_runs(store)

@@ -1,0 +1,453 @@
+"""The floor: what one event-sourced run of scenarios (a), (b) and (c) costs in the least code,
+timed beside agentledger and agent-framework-core in process CPU time.
+
+Theory of operation. ``FloorRunner`` does the work agentledger does for a run, organised the same
+way and nothing more: msgspec events (tagged, frozen, untracked by the cycle collector); a
+recorder that stamps each input event with ``run_id``, ``seq`` and ``at``, encodes it once and
+decodes it once (the gate: it must read back) and feeds it to a machine; a machine that looks the
+pair (phase, event type) up in a transition table, checks ``seq``, folds the event into a
+transcript and answers with the events it derives and the commands the driver carries out next;
+a driver that runs those commands (one model call; the calls of a batch, concurrently when there
+are several); and an in-memory store appended to, with its expected version, before each model
+call and each batch of calls and at the end. A run writes exactly the events agentledger's run of
+the same scenario writes: 4 for (a), 44 for (b), 106 for (c) (``RunStarted``, a ``ModelCalled``
+and ``ModelResponded`` per model call, a ``ToolCalled`` and ``ToolReturned`` per tool call,
+``RunCompleted``), and the scripted model answers with a fresh response on every call, as the
+other two benchmarks' clients do (``benchmarks/_scenarios.py``).
+
+Timing is interleaved as in ``bench_overhead``: each round times one batch per runner (floor,
+agentledger, the reference), the order rotating between rounds, each batch on a fresh runner after
+``gc.collect()``. A batch is timed in process CPU time (``time.process_time_ns``), which moves
+much less than the wall clock when other work shares the machine. The figure per runner is the
+median over rounds of the CPU time per run; the ratios divide a runner's median by the floor's,
+and the per-round ratio divides two batches of the same round.
+
+Run ``python -m benchmarks.bench_floor`` (``--help`` for options). Without agent-framework-core
+installed (``pip install -e '.[bench]'``) the reference is left out and the output says so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import enum
+import gc
+import itertools
+import json
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import msgspec
+
+from ._ledger import LedgerRunner
+from ._scenarios import PROMPT, SCENARIOS, TOOL_NAME, Counter, Runner, Scenario, Step
+from .bench_overhead import INSTALL_HINT, PEER, _scenario_keys, _us, environment, peer_factory, verify
+
+__all__ = ("FLOOR", "FloorRunner", "main")
+
+FLOOR = "floor"
+LEDGER = "agentledger"
+
+# -- events -------------------------------------------------------------------------------------
+
+
+class Content(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
+    type: str
+    text: str = ""
+    call_id: str = ""
+    name: str = ""
+    arguments: str = ""
+
+
+class Message(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
+    role: str
+    contents: tuple[Content, ...]
+
+
+class ToolSpec(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+
+class Event(msgspec.Struct, frozen=True, kw_only=True, tag=True, omit_defaults=True, gc=False):
+    run_id: str
+    seq: int
+    at: int
+
+
+class RunStarted(Event, frozen=True, kw_only=True):
+    agent_name: str
+    instructions: str
+    messages: tuple[Message, ...]
+    tools: tuple[ToolSpec, ...]
+
+
+class ModelCalled(Event, frozen=True, kw_only=True):
+    iteration: int
+    tools: tuple[str, ...]
+
+
+class ModelResponded(Event, frozen=True, kw_only=True):
+    iteration: int
+    message: Message
+    model: str
+
+
+class ToolCalled(Event, frozen=True, kw_only=True):
+    call_id: str
+    name: str
+    arguments: dict[str, Any]
+
+
+class ToolReturned(Event, frozen=True, kw_only=True):
+    call_id: str
+    name: str
+    result: Any
+
+
+class RunCompleted(Event, frozen=True, kw_only=True):
+    text: str
+
+
+AnyEvent = RunStarted | ModelCalled | ModelResponded | ToolCalled | ToolReturned | RunCompleted
+_encode = msgspec.json.Encoder().encode
+_decode = msgspec.json.Decoder(AnyEvent).decode
+_arguments = msgspec.json.Decoder(dict[str, Any]).decode
+
+# -- commands and the machine -------------------------------------------------------------------
+
+
+class Phase(enum.Enum):
+    NEW = "new"
+    AWAITING_MODEL = "awaiting_model"
+    RUNNING_TOOLS = "running_tools"
+    DONE = "done"
+
+
+class CallModel(msgspec.Struct, frozen=True, gc=False):
+    iteration: int
+
+
+class InvokeTools(msgspec.Struct, frozen=True, gc=False):
+    calls: tuple[ToolCalled, ...]
+
+
+class Finish(msgspec.Struct, frozen=True, gc=False):
+    text: str
+
+
+Command = CallModel | InvokeTools | Finish
+
+
+class Machine:
+    """The (phase, event type) table, ``seq`` checks, the transcript, derived events and commands."""
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        self.phase = Phase.NEW
+        self.next_seq = 0
+        self.iteration = 0
+        self.tools: tuple[str, ...] = ()
+        self.transcript: list[Message] = []
+        self.pending: dict[str, ToolCalled] = {}
+
+    def handle(self, event: AnyEvent) -> tuple[list[AnyEvent], list[Command]]:
+        handler = _TABLE.get((self.phase, type(event)))
+        if handler is None or event.seq != self.next_seq or event.run_id != self.run_id:
+            raise RuntimeError(f"{type(event).__name__} (seq {event.seq}) refused in phase {self.phase}")
+        self.next_seq += 1
+        out: list[AnyEvent] = [event]
+        commands: list[Command] = []
+        handler(self, event, out, commands)
+        return out, commands
+
+    def _derive(self, cls: type[AnyEvent], at: int, **fields: Any) -> Any:
+        event = cls(run_id=self.run_id, seq=self.next_seq, at=at, **fields)
+        self.next_seq += 1
+        return event
+
+    def _call_model(self, at: int, out: list[AnyEvent], commands: list[Command]) -> None:
+        self.iteration += 1
+        out.append(self._derive(ModelCalled, at, iteration=self.iteration, tools=self.tools))
+        self.phase = Phase.AWAITING_MODEL
+        commands.append(CallModel(self.iteration))
+
+    def _started(self, event: RunStarted, out: list[AnyEvent], commands: list[Command]) -> None:
+        self.tools = tuple(spec.name for spec in event.tools)
+        self.transcript.extend(event.messages)
+        self._call_model(event.at, out, commands)
+
+    def _responded(self, event: ModelResponded, out: list[AnyEvent], commands: list[Command]) -> None:
+        self.transcript.append(event.message)
+        calls = [c for c in event.message.contents if c.type == "function_call"]
+        if not calls:
+            text = "".join(c.text for c in event.message.contents if c.type == "text")
+            out.append(self._derive(RunCompleted, event.at, text=text))
+            self.phase = Phase.DONE
+            commands.append(Finish(text))
+            return
+        derived = tuple(
+            self._derive(
+                ToolCalled, event.at, call_id=c.call_id, name=c.name, arguments=_arguments(c.arguments)
+            )
+            for c in calls
+        )
+        out.extend(derived)
+        self.pending = {call.call_id: call for call in derived}
+        self.phase = Phase.RUNNING_TOOLS
+        commands.append(InvokeTools(derived))
+
+    def _returned(self, event: ToolReturned, out: list[AnyEvent], commands: list[Command]) -> None:
+        del self.pending[event.call_id]
+        result = Content("function_result", text=str(event.result), call_id=event.call_id)
+        self.transcript.append(Message("tool", (result,)))
+        if not self.pending:
+            self._call_model(event.at, out, commands)
+
+
+_TABLE: dict[tuple[Phase, type[Any]], Callable[..., None]] = {
+    (Phase.NEW, RunStarted): Machine._started,
+    (Phase.AWAITING_MODEL, ModelResponded): Machine._responded,
+    (Phase.RUNNING_TOOLS, ToolReturned): Machine._returned,
+}
+
+# -- recorder, store, model and driver ----------------------------------------------------------
+
+
+class MemoryStore:
+    def __init__(self) -> None:
+        self.streams: dict[str, list[AnyEvent]] = {}
+
+    def append(self, stream: str, events: Sequence[AnyEvent], expected_version: int) -> int:
+        log = self.streams.setdefault(stream, [])
+        if len(log) != expected_version:
+            raise RuntimeError(f"{stream}: expected version {expected_version}, found {len(log)}")
+        log.extend(events)
+        return len(log)
+
+
+class Recorder:
+    """Stamps input events, checks each once (encode, decode) and feeds it to the machine."""
+
+    def __init__(self, machine: Machine, clock: Callable[[], int]) -> None:
+        self.machine = machine
+        self.clock = clock
+        self.log: list[AnyEvent] = []
+        self.commands: list[Command] = []
+
+    def record(self, cls: type[AnyEvent], **fields: Any) -> None:
+        event = cls(run_id=self.machine.run_id, seq=self.machine.next_seq, at=self.clock(), **fields)
+        _decode(_encode(event))  # the gate: it must read back (raises if not)
+        events, commands = self.machine.handle(event)
+        self.log.extend(events)
+        self.commands.extend(commands)
+
+
+_call_ids = itertools.count(1)
+_run_ids = itertools.count(1)
+
+
+class FloorRunner:
+    """The floor for one scenario (see the module docstring)."""
+
+    framework = FLOOR
+
+    def __init__(self, scenario: Scenario) -> None:
+        self.scenario = scenario
+        self.counter = Counter()
+        self.reset()
+
+    def reset(self) -> None:
+        self.store = MemoryStore()
+        self.position = 0
+        self.specs = (
+            ToolSpec(
+                TOOL_NAME,
+                "Answer a ping.",
+                {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]},
+            ),
+        )
+
+    async def ping(self, n: int) -> str:
+        self.counter.tool_calls += 1
+        return "ok"
+
+    async def model(self, transcript: Sequence[Message]) -> Message:
+        step: Step = self.scenario.steps[self.position]
+        self.position = (self.position + 1) % len(self.scenario.steps)
+        self.counter.model_calls += 1
+        if isinstance(step, str):
+            return Message("assistant", (Content("text", text=step),))
+        calls = (
+            Content("function_call", call_id=f"call_{next(_call_ids)}", name=n, arguments=a) for n, a in step
+        )
+        return Message("assistant", tuple(calls))
+
+    async def call(self, recorder: Recorder, call: ToolCalled) -> None:
+        result = await self.ping(**call.arguments)
+        recorder.record(ToolReturned, call_id=call.call_id, name=call.name, result=result)
+
+    async def run(self) -> str:
+        run_id = f"run_{next(_run_ids)}"
+        machine = Machine(run_id)
+        recorder = Recorder(machine, time.time_ns)
+        prompt = Message("user", (Content("text", text=PROMPT),))
+        recorder.record(
+            RunStarted,
+            agent_name="bench",
+            instructions="Answer briefly.",
+            messages=(prompt,),
+            tools=self.specs,
+        )
+        stored = 0
+        while True:
+            command = recorder.commands.pop(0)
+            stored = self.store.append(run_id, recorder.log[stored:], stored)
+            if isinstance(command, CallModel):
+                message = await self.model(machine.transcript)
+                recorder.record(ModelResponded, iteration=command.iteration, message=message, model="bench-1")
+            elif isinstance(command, InvokeTools):
+                if len(command.calls) == 1:
+                    await self.call(recorder, command.calls[0])
+                else:
+                    await asyncio.gather(*(self.call(recorder, call) for call in command.calls))
+            else:
+                self.store.append(run_id, recorder.log[stored:], stored)
+                return command.text
+
+    def events(self) -> int:
+        """Events the store holds (checked against agentledger's count per run)."""
+        return sum(map(len, self.store.streams.values()))
+
+
+# -- timing -------------------------------------------------------------------------------------
+
+
+async def cpu_batch(runner: Runner, runs: int) -> float:
+    """CPU microseconds per run over ``runs`` runs of a fresh runner."""
+    runner.reset()
+    gc.collect()
+    start = time.process_time_ns()
+    for _ in range(runs):
+        await runner.run()
+    return (time.process_time_ns() - start) / runs / 1e3
+
+
+async def sized(runner: Runner, runs: int, target_ms: float) -> int:
+    """Run ``runs`` times untimed; returns the batch size that takes about ``target_ms`` of CPU."""
+    start = time.process_time_ns()
+    for _ in range(runs):
+        await runner.run()
+    per_run_us = (time.process_time_ns() - start) / max(runs, 1) / 1e3
+    return max(3, round(target_ms * 1e3 / max(per_run_us, 0.1)))
+
+
+async def ledger_events_per_run(scenario: Scenario) -> int:
+    runner = LedgerRunner(scenario)
+    await runner.run()
+    return await runner.retained_events()
+
+
+async def time_scenario(
+    scenario: Scenario, makers: dict[str, Callable[[Scenario], Runner]], args: argparse.Namespace
+) -> dict[str, Any]:
+    runners = {name: make(scenario) for name, make in makers.items()}
+    for runner in runners.values():
+        await verify(runner, scenario)
+    floor = runners[FLOOR]
+    assert isinstance(floor, FloorRunner)
+    floor.reset()
+    await floor.run()
+    events = {FLOOR: floor.events(), LEDGER: await ledger_events_per_run(scenario)}
+    if events[FLOOR] != events[LEDGER]:
+        raise SystemExit(f"scenario {scenario.key}: the floor writes {events[FLOOR]} events a run, "
+                         f"agentledger {events[LEDGER]}")  # fmt: skip
+    sizes = {name: await sized(r, args.warmup, args.batch_ms) for name, r in runners.items()}
+    samples: dict[str, list[float]] = {name: [] for name in runners}
+    names = list(runners)
+    for round_ in range(args.rounds):
+        shift = round_ % len(names)
+        for name in names[shift:] + names[:shift]:
+            samples[name].append(await cpu_batch(runners[name], sizes[name]))
+    result: dict[str, Any] = {
+        "scenario": scenario.key,
+        "title": scenario.title,
+        "events_per_run": events[FLOOR],
+    }
+    for name, values in samples.items():
+        result[name] = {
+            "median_us": statistics.median(values),
+            "batch_runs": sizes[name],
+            "rounds": len(values),
+        }
+        if name != FLOOR:
+            per_round = [v / f for v, f in zip(values, samples[FLOOR], strict=True)]
+            q1, median, q3 = statistics.quantiles(per_round, n=4)
+            result[name]["ratio"] = result[name]["median_us"] / result[FLOOR]["median_us"]
+            result[name]["paired_ratio"] = {"median": median, "q1": q1, "q3": q3}
+    return result
+
+
+def table(results: Sequence[dict[str, Any]], names: Sequence[str]) -> str:
+    head = ["scenario", "events a run", *(f"{n} (median CPU)" for n in names)]
+    head += [f"{n} / floor: ratio (per-round median, middle half)" for n in names if n != FLOOR]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in results:
+        cells = [f"({r['scenario']}) {r['title']}", str(r["events_per_run"])]
+        cells += [_us(r[n]["median_us"]) for n in names]
+        for n in names:
+            if n != FLOOR:
+                p = r[n]["paired_ratio"]
+                cells.append(
+                    f"**{r[n]['ratio']:.1f}x** ({p['median']:.1f}x, {p['q1']:.1f}x to {p['q3']:.1f}x)"
+                )
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.bench_floor", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument(
+        "--scenarios", type=_scenario_keys, default="abc", help="which of a, b, c to time (default: abc)"
+    )
+    parser.add_argument("--rounds", type=int, default=30, help="timed batches per runner (default: 30)")
+    parser.add_argument("--warmup", type=int, default=200, help="untimed runs first (default: 200)")
+    parser.add_argument("--batch-ms", type=float, default=50.0, help="target batch CPU time (default: 50)")
+    parser.add_argument("--ledger-only", action="store_true", help="do not time agent-framework-core")
+    parser.add_argument("--json", metavar="PATH", help="also write every figure to PATH as JSON")
+    args = parser.parse_args(argv)
+    if args.rounds < 2 or args.warmup < 1:
+        parser.error("--rounds needs at least 2; --warmup at least 1")
+    return args
+
+
+async def benchmark(args: argparse.Namespace) -> dict[str, Any]:
+    makers: dict[str, Callable[[Scenario], Runner]] = {FLOOR: FloorRunner, LEDGER: LedgerRunner}
+    peer = None if args.ledger_only else peer_factory("standard")
+    if peer is not None:
+        makers[PEER] = peer
+    elif not args.ledger_only:
+        print(INSTALL_HINT)
+    report: dict[str, Any] = {"environment": environment(), "settings": vars(args)}
+    report["timing"] = [await time_scenario(SCENARIOS[key], makers, args) for key in args.scenarios]
+    print("\n" + table(report["timing"], list(makers)), flush=True)
+    return report
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = parse_args(argv)
+    for name, value in environment().items():
+        print(f"{name:22} {value}")
+    report = asyncio.run(benchmark(args))
+    if args.json:
+        with open(args.json, "w") as out:
+            json.dump(report, out, indent=2)
+
+
+if __name__ == "__main__":
+    main()
