@@ -63,6 +63,7 @@ from agentledger.core import (
     Usage,
     refold,
 )
+from agentledger.core.machine import Begin, Fail, Finish
 
 E = TypeVar("E", bound=EventBase)
 
@@ -105,6 +106,8 @@ class Run:
         self.log: list[Event] = []
         self.commands: list[Command] = []
         self.clock = 0
+        self.edges: set[tuple[Phase, type, Phase]] = set()
+        """Every (phase, input, phase after) this run went through."""
 
     def make(self, cls: type[E], **fields: Any) -> E:
         """An input of type ``cls`` stamped for the machine's next seq (the machine is not fed)."""
@@ -114,7 +117,10 @@ class Run:
     def feed(self, cls: type[EventBase], **fields: Any) -> Step:
         event: Any = self.make(cls, **fields)
         self.clock = event.at
-        return self.keep(self.machine.handle(event))
+        before = self.machine.phase
+        step = self.keep(self.machine.handle(event))
+        self.edges.add((before, cls, self.machine.phase))
+        return step
 
     def keep(self, step: Step) -> Step:
         self.log.extend(step[0])
@@ -128,11 +134,22 @@ class Run:
         return self.begin() if begin else step
 
     def begin(self) -> Step:
-        return self.keep(self.machine.begin())
+        step = self.keep(self.machine.begin())
+        self.edges.add((S, Begin, self.machine.phase))
+        return step
 
     def finish(self, **overrides: Any) -> Step:
         self.clock += 1000
-        return self.keep(self.machine.finish(self.clock, **overrides))
+        step = self.keep(self.machine.finish(self.clock, **overrides))
+        self.edges.add((F, Finish, self.machine.phase))
+        return step
+
+    def fail(self) -> Step:
+        self.clock += 1000
+        before = self.machine.phase
+        step = self.keep(self.machine.fail(self.clock, "Crash", "boom"))
+        self.edges.add((before, Fail, self.machine.phase))
+        return step
 
     def respond(self, *contents: Content | str, usage: Usage | None = None) -> Step:
         message = assistant(*contents)
@@ -257,9 +274,102 @@ def _id(pair: tuple[Phase, type[EventBase]]) -> str:
 
 
 def test_the_cases_cover_the_table_and_every_event_type() -> None:
-    """The accepted cases are exactly TRANSITIONS, and there is a sample of every event type."""
-    assert set(ACCEPTED) == set(TRANSITIONS)
-    assert set(SAMPLES) == set(get_args(Event))
+    """The accepted cases are exactly the events of TRANSITIONS, and there is a sample of every
+    event type; where each sample leads is one of the places its entry says it may lead."""
+    events = set(get_args(Event))
+    assert set(ACCEPTED) == {pair for pair in TRANSITIONS if pair[1] in events}
+    assert {kind for _, kind in TRANSITIONS} - events == {Begin, Finish, Fail}
+    assert set(SAMPLES) == events
+    for pair, (phase, _) in ACCEPTED.items():
+        assert phase in TRANSITIONS[pair].leads_to, pair
+
+
+def _batch(*ids: str) -> Run:
+    """A run waiting on the results of calls ``ids`` (tool t)."""
+    run = Run()
+    run.start()
+    run.respond(*(call(i) for i in ids))
+    return run
+
+
+def _outcome(run: Run, kind: type[EventBase], call_id: str) -> None:
+    fields: dict[type[EventBase], dict[str, Any]] = {
+        ToolReturned: {"name": "t", "result": "ok"},
+        MiddlewareShortCircuit: {"middleware": "mw"},
+        ToolFailed: {"name": "t", "error_type": "ValueError", "message": "bad"},
+        ArgumentsRejected: {"name": "t", "reason": "x is required"},
+    }
+    run.feed(kind, call_id=call_id, **fields[kind])
+
+
+def _scenarios() -> list[Run]:
+    """Runs that between them take every way the table says a run may go."""
+    runs = []
+    run = Run()  # started: what it takes before the loop, and how it ends there
+    run.start(begin=False)
+    run.feed(RunInputRewritten, **SAMPLES[RunInputRewritten])
+    run.feed(SessionUpdated, **SAMPLES[SessionUpdated])
+    run.feed(MiddlewareShortCircuit, call_id="x", middleware="mw")
+    run.feed(MiddlewareShortCircuit, call_id=None, middleware="mw")
+    run.feed(SessionUpdated, **SAMPLES[SessionUpdated])
+    run.fail()
+    runs.append(run)
+    for end in ("terminated", "failed"):
+        run = Run()
+        run.start(begin=False)
+        run.feed(RunTerminated, **SAMPLES[RunTerminated]) if end == "terminated" else run.fail()
+        runs.append(run)
+    run = Run()  # awaiting the model: what it takes, and each way it ends
+    run.start()
+    for noted in (SessionUpdated, ModelRequestRewritten):
+        run.feed(noted, **SAMPLES[noted])
+    run.feed(MiddlewareShortCircuit, call_id=None, middleware="mw")
+    run.respond(call("x", "nope"))  # an unknown tool only: the model is asked again
+    run.feed(RunTerminated, **SAMPLES[RunTerminated])
+    runs.append(run)
+    for last in (ModelFailed, RunFailed, ModelResponded):
+        run = Run()
+        run.start()
+        if last is ModelFailed:
+            run.feed(ModelFailed, **SAMPLES[ModelFailed])
+        elif last is RunFailed:
+            run.fail()
+        else:
+            run.respond("done")
+            run.finish()
+        runs.append(run)
+    run = _batch("c1", "c2")  # running tools: what a batch takes while open
+    run.feed(ToolCalled, call_id="c1", name="t")
+    for fact in (ToolsAdded, ToolsRemoved, SessionUpdated, ChildRunStarted, RunTerminated):
+        run.feed(fact, **SAMPLES[fact])
+    run.fail()
+    runs.append(run)
+    for kind in (ToolReturned, MiddlewareShortCircuit, ToolFailed, ArgumentsRejected):
+        run = _batch("c1", "c2")  # the batch stays open, then is whole
+        _outcome(run, kind, "c1")
+        _outcome(run, kind, "c2")
+        runs.append(run)
+        run = _batch("c1")  # whole after a stop was asked for
+        run.feed(RunTerminated, **SAMPLES[RunTerminated])
+        _outcome(run, kind, "c1")
+        runs.append(run)
+    run = Run()  # approval: the whole batch waits for the answer; a later run claims it
+    run.start()
+    run.respond(call("c1"), call("c2", "danger"))
+    run.feed(ApprovalRequested, call_ids=("c2",))
+    run.finish()
+    run.feed(BatchClaimed, **SAMPLES[BatchClaimed])
+    runs.append(run)
+    runs.append(resumed(("a1", True))[0])  # begin resumes a batch
+    return runs
+
+
+def test_the_table_says_where_each_transition_leads() -> None:
+    """Every (phase, input, next phase) the table allows is one a run takes, and no run takes
+    another: the machine holds itself to ``Transition.leads_to``."""
+    declared = {(p, kind, to) for (p, kind), edge in TRANSITIONS.items() for to in edge.leads_to}
+    taken = set().union(*(run.edges for run in _scenarios()))
+    assert taken == declared
 
 
 @pytest.mark.parametrize("pair", list(ACCEPTED), ids=_id)
