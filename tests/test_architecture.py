@@ -4,9 +4,11 @@ Every ``.py`` file under ``runtime/`` (``agentledger``) and ``adapters/`` (``age
 is parsed, not imported. An import, wherever it sits (top level, inside a function, under
 ``TYPE_CHECKING``), is an edge from the importing module to the module it names; ``from pkg
 import name`` counts as importing ``pkg.name`` when that is a module. A private name is one with a
-single leading underscore: importing one from another module, or reading ``obj._name`` (``obj``
-not ``self``, ``cls`` or ``super()``) where no class or function of the reading module defines
-``_name``, is a reach-in.
+single leading underscore. Within one package (a folder: ``agentledger.core``, ``agentledger.run``,
+the top-level modules of ``agentledger``, ...) its modules may share private names: that is what
+keeps a package's helpers out of its public face. Across packages, importing a private name, or
+reading ``obj._name`` (``obj`` not ``self``, ``cls`` or ``super()``) where no class or function
+of the reading module's package defines ``_name``, is a reach-in.
 """
 
 from __future__ import annotations
@@ -139,12 +141,30 @@ def _own(value: ast.expr) -> bool:
     return isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id == "super"
 
 
+def _package(module: str) -> str:
+    """The package a module belongs to: itself for a package's ``__init__``, else its parent."""
+    return module if _is_package(module) else module.rpartition(".")[0]
+
+
+def _owned_by_package() -> dict[str, set[str]]:
+    owned: dict[str, set[str]] = {}
+    for module, path in MODULES.items():
+        owned.setdefault(_package(module), set()).update(_owned(ast.parse(path.read_text())))
+    return owned
+
+
+OWNED = _owned_by_package()
+
+
 def _reach_ins(module: str) -> list[str]:
     path = MODULES[module]
     tree = ast.parse(path.read_text())
-    owned = _owned(tree)
+    package = _package(module)
+    owned = OWNED[package]
     found = []
     for target, names in _imports(module):
+        if target in MODULES and _package(target) == package:
+            continue  # a sibling's private names are the package's own
         found += [f"{path.name}: from {target} import {n}" for n in names if _private(n)]
     for node in ast.walk(tree):
         if not isinstance(node, ast.Attribute) or not _private(node.attr):
@@ -171,8 +191,8 @@ def test_a_cycle_is_found() -> None:
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
-def test_no_module_reaches_into_another_modules_private_names() -> None:
-    """No ``from x import _name`` across modules, no ``obj._name`` the module does not define."""
+def test_no_module_reaches_into_another_packages_private_names() -> None:
+    """No ``from x import _name`` across packages, no ``obj._name`` the module's package does not define."""
     found = {module: _reach_ins(module) for module in MODULES}
     assert {module: names for module, names in found.items() if names} == {}
 
@@ -182,3 +202,11 @@ def test_core_imports_nothing_above_it() -> None:
     graph = _graph()
     core = [m for m in graph if m.startswith("agentledger.core")]
     assert {(m, t) for m in core for t in graph[m] if not t.startswith("agentledger.core")} == set()
+
+
+def test_the_private_rule_is_per_package() -> None:
+    """Siblings share private names; a module of another package may not take them."""
+    assert _package("agentledger.core.machine") == _package("agentledger.core") == "agentledger.core"
+    assert _package("agentledger.session") == "agentledger"
+    assert "_answered_calls" in OWNED["agentledger.core"]
+    assert "_answered_calls" not in OWNED["agentledger.run"]

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 from types import ModuleType
+
+import pytest
 
 import agentledger
 import agentledger.chat
@@ -18,6 +23,8 @@ import agentledger.subagents
 import agentledger.testing
 import agentledger.testing.clients
 import agentledger.testing.stores
+
+from ._public_all import PINNED
 
 EXPECTED = {
     "Agent", "AgentContext", "AgentLedgerError", "AgentMiddleware", "AgentResponse",
@@ -44,6 +51,34 @@ def test_all_is_pinned() -> None:
     """agentledger.__all__ is exactly the documented public names."""
     assert set(agentledger.__all__) == EXPECTED
     assert len(agentledger.__all__) == len(EXPECTED)
+
+
+def _public_module_names() -> list[str]:
+    """Every module of the package whose dotted name has no private part."""
+    walked = [m.name for m in pkgutil.walk_packages(agentledger.__path__, "agentledger.")]
+    return ["agentledger", *(n for n in walked if not any(p.startswith("_") for p in n.split(".")[1:]))]
+
+
+def test_every_public_all_is_pinned() -> None:
+    """Each public module's __all__ is exactly the tuple tests/_public_all.py spells out for it."""
+    found = {}
+    for name in _public_module_names():
+        module = importlib.import_module(name)
+        if hasattr(module, "__all__"):
+            found[name] = tuple(module.__all__)
+    assert found == PINNED
+
+
+def test_names_that_left_the_core_warn_for_one_release() -> None:
+    """A helper the core now keeps to itself is still reachable under its old name, with a warning."""
+    with pytest.warns(DeprecationWarning, match="answered_calls is no longer public"):
+        old = agentledger.core.answered_calls
+    assert old.__name__ == "_answered_calls"
+    assert "answered_calls" not in agentledger.core.__all__
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(AttributeError):
+            agentledger.core.never_was  # noqa: B018
 
 
 PUBLIC_MODULES = (

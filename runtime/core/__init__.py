@@ -2,7 +2,14 @@
 
 Only the standard library and msgspec are imported here: no clock, no randomness, no IO. A test
 imports this package in a fresh interpreter and checks ``sys.modules``.
+
+``__all__`` is what drivers and tests use; helpers a module keeps to itself are underscored
+there. Names that left the public core are served for one release with a ``DeprecationWarning``
+(docs/api.md lists them).
 """
+
+import warnings
+from typing import Any
 
 from .approvals import *  # noqa: F403
 from .approvals import __all__ as _approvals_all
@@ -40,3 +47,23 @@ __all__ = (
     *_messages_all,
     *_projections_all,
 )
+
+_DEPRECATED = {
+    "AWAITING": ("claims", "_AWAITING"),
+    "CallProgress": ("claims", "_CallProgress"),
+    "answered_calls": ("approvals", "_answered_calls"),
+    "call_progress": ("claims", "_call_progress"),
+    "check_json": ("limits", "_check_json"),
+    "exception_text": ("projections", "_exception_text"),
+    "json_depth": ("depth", "_json_depth"),
+}
+"""Old public name -> (its module, the name it has there now): kept for one release."""
+
+
+def __getattr__(name: str) -> Any:
+    moved = _DEPRECATED.get(name)
+    if moved is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    warnings.warn(f"agentledger.core.{name} is no longer public", DeprecationWarning, stacklevel=2)
+    module, new = moved
+    return getattr(globals()[module], new)

@@ -7,7 +7,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from .messages import Content, Message
 
 __all__ = (
-    "answered_calls",
     "approval_requests",
     "approval_responses",
     "conversation",
@@ -22,7 +21,7 @@ def approval_responses(messages: Iterable[Message]) -> list[Content]:
     return [c for m in messages for c in m.contents if c.type == "function_approval_response"]
 
 
-def answered_calls(messages: Iterable[Message], responses: Mapping[str | None, bool]) -> list[Content]:
+def _answered_calls(messages: Iterable[Message], responses: Mapping[str | None, bool]) -> list[Content]:
     """The function calls in ``messages`` that an approval response answers, in call order."""
     return [c for m in messages for c in m.contents if c.type == "function_call" and c.call_id in responses]
 

@@ -49,19 +49,16 @@ from .messages import Content, Message
 from .projections import TranscriptProjection, conversation_after
 
 __all__ = (
-    "AWAITING",
-    "CallProgress",
     "ClaimDecision",
     "HistoryGrowth",
     "PausedBatch",
     "arguments_digest",
-    "call_progress",
     "decide_claim",
     "history_growth",
     "paused_batch",
 )
 
-AWAITING = "awaiting_approval"
+_AWAITING = "awaiting_approval"
 _encode = msgspec.json.Encoder(order="deterministic").encode
 _OUTCOMES = (ToolReturned, ToolFailed, ArgumentsRejected, MiddlewareShortCircuit, ToolNotFound)
 
@@ -121,7 +118,7 @@ def paused_batch(events: Sequence[Event]) -> PausedBatch:
             awaiting.extend(event.call_ids)
         elif kind is RunCompleted:
             assert isinstance(event, RunCompleted)
-            paused = event.reason == AWAITING
+            paused = event.reason == _AWAITING
             since = event.at
         elif kind is BatchClaimed:
             assert isinstance(event, BatchClaimed)
@@ -141,7 +138,7 @@ def paused_batch(events: Sequence[Event]) -> PausedBatch:
     )
 
 
-class CallProgress(msgspec.Struct, frozen=True, kw_only=True):
+class _CallProgress(msgspec.Struct, frozen=True, kw_only=True):
     """How far a resuming run got with some calls, as its log shows."""
 
     ended: bool
@@ -152,7 +149,7 @@ class CallProgress(msgspec.Struct, frozen=True, kw_only=True):
     """Calls started (``ToolCalled``) without a recorded outcome."""
 
 
-def call_progress(events: Sequence[Event], call_ids: Sequence[str]) -> CallProgress:
+def _call_progress(events: Sequence[Event], call_ids: Sequence[str]) -> _CallProgress:
     """Which of ``call_ids`` the run whose log is ``events`` ran, and which it left unknown."""
     wanted = set(call_ids)
     started: set[str] = set()
@@ -165,7 +162,7 @@ def call_progress(events: Sequence[Event], call_ids: Sequence[str]) -> CallProgr
         elif isinstance(event, _OUTCOMES) and event.call_id in wanted:
             done.add(event.call_id or "")
     ended = bool(events) and type(events[-1]) in (RunCompleted, RunFailed)
-    return CallProgress(
+    return _CallProgress(
         ended=ended,
         done=tuple(c for c in call_ids if c in done),
         unknown=tuple(c for c in call_ids if c in started and c not in done),
@@ -230,7 +227,7 @@ def decide_claim(
         if holder == by_run_id:
             return ClaimDecision(kind="held", holder=holder)
         approved = [a.call_id for a in claim.answers if a.approved]
-        progress = call_progress(holder_log or (), approved)
+        progress = _call_progress(holder_log or (), approved)
         doubtful = progress.unknown
         if not progress.ended:
             doubtful = tuple(c for c in approved if c not in progress.done)
@@ -325,7 +322,7 @@ def history_growth(
         transcript, input_count = projection.messages, count
     if isinstance(end, RunCompleted):
         paused: dict[str, str] = {}
-        if end.reason == AWAITING:
+        if end.reason == _AWAITING:
             for event in events:
                 if type(event) is ApprovalRequested:
                     assert isinstance(event, ApprovalRequested)

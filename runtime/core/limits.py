@@ -27,7 +27,6 @@ __all__ = (
     "INT64_MAX",
     "INT64_MIN",
     "check_event",
-    "check_json",
     "may_overflow",
     "safe_text",
 )
@@ -75,7 +74,7 @@ def may_overflow(data: bytes) -> bool:
     return False
 
 
-def check_json(data: bytes, what: str = "the value") -> None:
+def _check_json(data: bytes, what: str = "the value") -> None:
     """Refuse JSON text nested deeper than ``MAX_DEPTH`` (``UnrecordableError``)."""
     if too_deep(data):
         raise UnrecordableError(f"{what} is nested deeper than {MAX_DEPTH} levels")
@@ -92,7 +91,7 @@ def check_event(event: Event) -> bytes:
         raise UnrecordableError(f"{kind} is nested deeper than {MAX_DEPTH} levels") from exc
     except (TypeError, ValueError, msgspec.EncodeError) as exc:
         raise UnrecordableError(f"{kind} holds a value JSON cannot hold: {exc}") from exc
-    check_json(data, kind)
+    _check_json(data, kind)
     try:
         decoded = _decoder.decode(data)
     except (msgspec.DecodeError, RecursionError) as exc:

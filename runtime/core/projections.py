@@ -49,7 +49,6 @@ __all__ = (
     "apply_changes",
     "conversation_after",
     "error_text",
-    "exception_text",
     "fold_views",
 )
 
@@ -178,7 +177,7 @@ class ModelCall(msgspec.Struct, frozen=True, gc=False):
         )
 
 
-def exception_text(event: ToolFailed | ArgumentsRejected | ToolNotFound) -> str:
+def _exception_text(event: ToolFailed | ArgumentsRejected | ToolNotFound) -> str:
     """What a failed call's result carries as its ``exception``: why it failed."""
     if type(event) is ToolNotFound:
         return f'Function "{event.name}" not found.'
@@ -254,7 +253,7 @@ class TranscriptProjection:
             self.resolve(event.call_id, result_text(event.result))
 
     def _failed(self, event: ToolFailed | ArgumentsRejected | ToolNotFound) -> None:
-        self.resolve(event.call_id, error_text(event, self.config.detailed_errors), exception_text(event))
+        self.resolve(event.call_id, error_text(event, self.config.detailed_errors), _exception_text(event))
 
     def _request_rewritten(self, event: ModelRequestRewritten) -> None:
         self.rewritten[event.iteration] = event.messages
