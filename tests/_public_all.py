@@ -111,19 +111,19 @@ PINNED: dict[str, tuple[str, ...]] = {
         "unmatched_approvals", "ClaimDecision", "HistoryGrowth", "PausedBatch", "arguments_digest",
         "decide_claim", "history_growth", "paused_batch", "CallModel", "Command", "FinishRun", "InvokeTools",
         "Phase", "AgentLedgerError", "TransitionError", "UnrecordableError", "MAX_DEPTH", "too_deep",
-        "SCHEMA_VERSION", "ApprovalRequested", "ApprovalResolved", "ArgumentsRejected", "BatchClaimed",
-        "BatchResumed", "CallsSkipped", "ChildRunStarted", "ClaimedAnswer", "Event", "EventBase",
-        "IterationLimitReached", "MiddlewareShortCircuit", "ModelCalled", "ModelFailed",
-        "ModelRequestRewritten", "ModelResponded", "RunCompleted", "RunConfig", "RunFailed",
-        "RunInputRewritten", "RunStarted", "RunTerminated", "SessionUpdated", "StateChange", "ToolCalled",
-        "ToolChoice", "ToolChoiceReset", "ToolFailed", "ToolNotFound", "ToolReturned", "ToolSpec",
-        "ToolsAdded", "ToolsRemoved", "decode_event", "decode_events", "encode_event", "to_plain",
-        "INT64_MAX", "INT64_MIN", "check_event", "may_overflow", "safe_text", "Executor", "RunLoop",
-        "StepLog", "DERIVED", "TRANSITIONS", "Begin", "Fail", "Finish", "RunMachine", "Step", "Transition",
-        "refold", "transition_table", "Content", "ContentType", "Message", "MessageView", "Usage",
-        "malformed_calls", "result_text", "LIMIT_REACHED", "REJECTED_BY_USER", "ModelCall",
-        "SessionProjection", "ToolsProjection", "TranscriptProjection", "Views", "apply_changes",
-        "conversation_after", "error_text", "fold_views"
+        "ALWAYS_REQUIRE", "APPROVAL_MODES", "NEVER_REQUIRE", "SCHEMA_VERSION", "ApprovalRequested",
+        "ApprovalResolved", "ArgumentsRejected", "BatchClaimed", "BatchResumed", "CallsSkipped",
+        "ChildRunStarted", "ClaimedAnswer", "Event", "EventBase", "IterationLimitReached",
+        "MiddlewareShortCircuit", "ModelCalled", "ModelFailed", "ModelRequestRewritten", "ModelResponded",
+        "RunCompleted", "RunConfig", "RunFailed", "RunInputRewritten", "RunStarted", "RunTerminated",
+        "SessionUpdated", "StateChange", "ToolCalled", "ToolChoice", "ToolChoiceReset", "ToolFailed",
+        "ToolNotFound", "ToolReturned", "ToolSpec", "ToolsAdded", "ToolsRemoved", "decode_event",
+        "decode_events", "encode_event", "to_plain", "INT64_MAX", "INT64_MIN", "check_event", "may_overflow",
+        "safe_text", "Executor", "RunLoop", "StepLog", "DERIVED", "TRANSITIONS", "Begin", "Fail", "Finish",
+        "Reaction", "RunMachine", "Transition", "transition_table", "Content", "ContentType", "Message",
+        "MessageView", "Usage", "malformed_calls", "result_text", "LIMIT_REACHED", "REJECTED_BY_USER",
+        "ModelCall", "SessionProjection", "ToolsProjection", "TranscriptProjection", "Views", "apply_changes",
+        "conversation_after", "error_text"
     ),
     "agentledger.core.approvals": (
         "approval_requests", "approval_responses", "conversation", "paused_calls", "resumed_batch",
@@ -137,18 +137,19 @@ PINNED: dict[str, tuple[str, ...]] = {
     "agentledger.core.depth": ("MAX_DEPTH", "too_deep"),
     "agentledger.core.errors": ("AgentLedgerError", "TransitionError", "UnrecordableError"),
     "agentledger.core.events": (
-        "SCHEMA_VERSION", "ApprovalRequested", "ApprovalResolved", "ArgumentsRejected", "BatchClaimed",
-        "BatchResumed", "CallsSkipped", "ChildRunStarted", "ClaimedAnswer", "Event", "EventBase",
-        "IterationLimitReached", "MiddlewareShortCircuit", "ModelCalled", "ModelFailed",
-        "ModelRequestRewritten", "ModelResponded", "RunCompleted", "RunConfig", "RunFailed",
-        "RunInputRewritten", "RunStarted", "RunTerminated", "SessionUpdated", "StateChange", "ToolCalled",
-        "ToolChoice", "ToolChoiceReset", "ToolFailed", "ToolNotFound", "ToolReturned", "ToolSpec",
-        "ToolsAdded", "ToolsRemoved", "decode_event", "decode_events", "encode_event", "to_plain"
+        "ALWAYS_REQUIRE", "APPROVAL_MODES", "NEVER_REQUIRE", "SCHEMA_VERSION", "ApprovalRequested",
+        "ApprovalResolved", "ArgumentsRejected", "BatchClaimed", "BatchResumed", "CallsSkipped",
+        "ChildRunStarted", "ClaimedAnswer", "Event", "EventBase", "IterationLimitReached",
+        "MiddlewareShortCircuit", "ModelCalled", "ModelFailed", "ModelRequestRewritten", "ModelResponded",
+        "RunCompleted", "RunConfig", "RunFailed", "RunInputRewritten", "RunStarted", "RunTerminated",
+        "SessionUpdated", "StateChange", "ToolCalled", "ToolChoice", "ToolChoiceReset", "ToolFailed",
+        "ToolNotFound", "ToolReturned", "ToolSpec", "ToolsAdded", "ToolsRemoved", "decode_event",
+        "decode_events", "encode_event", "to_plain"
     ),
     "agentledger.core.limits": ("INT64_MAX", "INT64_MIN", "check_event", "may_overflow", "safe_text"),
     "agentledger.core.loop": ("Executor", "RunLoop", "StepLog"),
     "agentledger.core.machine": (
-        "DERIVED", "TRANSITIONS", "Begin", "Fail", "Finish", "RunMachine", "Step", "Transition", "refold",
+        "DERIVED", "TRANSITIONS", "Begin", "Fail", "Finish", "Reaction", "RunMachine", "Transition",
         "transition_table"
     ),
     "agentledger.core.messages": (
@@ -156,7 +157,7 @@ PINNED: dict[str, tuple[str, ...]] = {
     ),
     "agentledger.core.projections": (
         "LIMIT_REACHED", "REJECTED_BY_USER", "ModelCall", "SessionProjection", "ToolsProjection",
-        "TranscriptProjection", "Views", "apply_changes", "conversation_after", "error_text", "fold_views"
+        "TranscriptProjection", "Views", "apply_changes", "conversation_after", "error_text"
     ),
     "agentledger.core.upcasting": (
         "UPCASTERS", "SchemaVersionError", "Upcaster", "decode_upcasted", "register_upcaster",
@@ -215,7 +216,7 @@ PINNED: dict[str, tuple[str, ...]] = {
         "AgentRun", "CallOutcome", "Layers", "LocalDriver", "RunBinding", "RunRecorder", "RunSpec", "Sink",
         "Sinks", "ToolRegistry", "arguments_valid", "call_model", "capture_sinks", "check_approvals",
         "check_tool_choice", "claim_batches", "invoke_call", "merge_options", "options_record",
-        "record_outcome", "refusal", "to_json", "watching"
+        "record_outcome", "refusal", "to_recorded", "watching"
     ),
     "agentledger.run.binding": ("RunBinding",),
     "agentledger.run.claims": ("claim_batches", "refusal"),
@@ -229,7 +230,7 @@ PINNED: dict[str, tuple[str, ...]] = {
         "check_tool_choice", "merge_options", "middleware_names", "options_record", "run_config"
     ),
     "agentledger.run.tool_step": ("CallOutcome", "arguments_valid", "invoke_call", "record_outcome"),
-    "agentledger.run.values": ("to_json",),
+    "agentledger.run.values": ("to_recorded",),
     "agentledger.runtree": ("check_run_tree", "group_runs"),
     "agentledger.session": ("AgentSession", "SessionState"),
     "agentledger.store": (
@@ -240,7 +241,7 @@ PINNED: dict[str, tuple[str, ...]] = {
     "agentledger.streaming": ("RunStream",),
     "agentledger.structured": ("ResponseSchema", "parse_value", "response_schema", "schema_option"),
     "agentledger.subagents": (
-        "MAX_DEPTH", "AgentTool", "ChildLink", "ChildRunner", "StreamCallback", "SubAgent",
+        "MAX_AGENT_DEPTH", "AgentTool", "ChildLink", "ChildRunner", "StreamCallback", "SubAgent",
         "SubAgentApprovalError", "SubAgentDepthError", "agent_tool", "running_children_with",
         "take_child_link"
     ),

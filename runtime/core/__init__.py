@@ -49,21 +49,27 @@ __all__ = (
 )
 
 _DEPRECATED = {
-    "AWAITING": ("claims", "_AWAITING"),
-    "CallProgress": ("claims", "_CallProgress"),
-    "answered_calls": ("approvals", "_answered_calls"),
-    "call_progress": ("claims", "_call_progress"),
-    "check_json": ("limits", "_check_json"),
-    "exception_text": ("projections", "_exception_text"),
-    "json_depth": ("depth", "_json_depth"),
+    "Step": ("machine", "Reaction", "is now Reaction"),
+    "refold": ("machine", "refold", "is now RunMachine.from_events"),
+    "fold_views": ("projections", "fold_views", "is now Views.from_events"),
+    "AWAITING": ("claims", "_AWAITING", "is no longer public"),
+    "CallProgress": ("claims", "_CallProgress", "is no longer public"),
+    "answered_calls": ("approvals", "_answered_calls", "is no longer public"),
+    "call_progress": ("claims", "_call_progress", "is no longer public"),
+    "check_json": ("limits", "_check_json", "is no longer public"),
+    "exception_text": ("projections", "_exception_text", "is no longer public"),
+    "json_depth": ("depth", "_json_depth", "is no longer public"),
 }
-"""Old public name -> (its module, the name it has there now): kept for one release."""
+"""Old public name -> (its module, the name it has there now, what became of it): one release."""
 
 
 def __getattr__(name: str) -> Any:
     moved = _DEPRECATED.get(name)
     if moved is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    warnings.warn(f"agentledger.core.{name} is no longer public", DeprecationWarning, stacklevel=2)
-    module, new = moved
-    return getattr(globals()[module], new)
+    module, new, now = moved
+    warnings.warn(f"agentledger.core.{name} {now}", DeprecationWarning, stacklevel=2)
+    value = globals()[module]
+    with warnings.catch_warnings():  # warned once, here
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return getattr(value, new)

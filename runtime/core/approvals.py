@@ -70,12 +70,12 @@ def conversation(messages: Iterable[Message]) -> list[Message]:
 
 def approval_requests(messages: Iterable[Message], awaiting: Iterable[str]) -> list[Content]:
     """What a paused run asks a human: one request per call held for approval."""
-    held = set(awaiting)
+    waiting = set(awaiting)
     return [
         Content("function_approval_request", call_id=c.call_id, name=c.name, arguments=c.arguments)
         for m in messages
         for c in m.contents
-        if c.type == "function_call" and c.call_id in held
+        if c.type == "function_call" and c.call_id in waiting
     ]
 
 

@@ -22,6 +22,7 @@ outside through read-only properties; only the machine's transitions change it.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, TypeVar
@@ -30,6 +31,7 @@ from .approvals import approval_requests, approval_responses, resumed_batch
 from .commands import CallModel, Command, FinishRun, InvokeTools, Phase
 from .errors import TransitionError
 from .events import (
+    ALWAYS_REQUIRE,
     ApprovalRequested,
     ApprovalResolved,
     ArgumentsRejected,
@@ -70,17 +72,17 @@ __all__ = (
     "Begin",
     "Fail",
     "Finish",
+    "Reaction",
     "RunMachine",
-    "Step",
     "Transition",
-    "refold",
     "transition_table",
 )
 
-Step = tuple[list[Event], list[Command]]
+Reaction = tuple[list[Event], list[Command]]
+"""What the machine answers an input with: the events (the input first, then what it derived)
+and the commands the driver carries out next."""
 In = TypeVar("In")
 
-_GATED = "always_require"
 _CallOutcome = ToolCalled | ToolReturned | ToolFailed | ArgumentsRejected | MiddlewareShortCircuit
 
 
@@ -191,6 +193,15 @@ class RunMachine:
         self._commands: list[Command] = []
         self._expected: list[Event] = []  # derived events ``observe`` still has to see
 
+    @classmethod
+    def from_events(cls, events: Sequence[Event], history: Sequence[Message] = ()) -> RunMachine:
+        """A new machine that has observed ``events``: raises ``TransitionError`` at the first
+        recorded event the machine does not reproduce."""
+        machine = cls(history)
+        for event in events:
+            machine.observe(event)
+        return machine
+
     # -- state, read-only -------------------------------------------------------------------
 
     @property
@@ -295,7 +306,7 @@ class RunMachine:
 
     # -- inputs -----------------------------------------------------------------------------
 
-    def handle(self, event: Event) -> Step:
+    def handle(self, event: Event) -> Reaction:
         """Take one input event; return it with the derived events, and the next commands."""
         edge = self._accepts.get(type(event))
         if edge is None:
@@ -317,7 +328,7 @@ class RunMachine:
         self._arrived(edge, type(event).__name__)
         return self._out, self._commands
 
-    def begin(self) -> Step:
+    def begin(self) -> Reaction:
         """Start the loop once agent middleware hands over: the first model call, or approvals."""
         return self._call(Begin())
 
@@ -328,13 +339,13 @@ class RunMachine:
         messages: Sequence[Message] | None = None,
         text: str | None = None,
         usage: Usage | None = None,
-    ) -> Step:
+    ) -> Reaction:
         """Record how the finished loop ended: ``RunFailed`` after a failed model call, else
         ``RunCompleted`` with the run's own messages, text and usage (or what agent middleware
         answered instead: ``messages``, ``text``, ``usage``)."""
         return self._call(Finish(at, messages, text, usage))
 
-    def fail(self, at: int, error_type: str, message: str) -> Step:
+    def fail(self, at: int, error_type: str, message: str) -> Reaction:
         """The run cannot go on (an exception, a cancellation): record ``RunFailed``."""
         return self._call(Fail(at, error_type, message))
 
@@ -446,7 +457,7 @@ class RunMachine:
         self._expected = []
         raise self._refuse(f"recorded {event!r} but the machine derives {expected!r}", event)
 
-    def _call(self, call: Begin | Finish | Fail) -> Step:
+    def _call(self, call: Begin | Finish | Fail) -> Reaction:
         """Take one of the driver's own inputs (``begin``, ``finish``, ``fail``)."""
         edge = self._accepts.get(type(call))
         if edge is None:
@@ -551,7 +562,7 @@ class RunMachine:
                 [
                     c.call_id or ""
                     for c in calls
-                    if specs[c.name or ""].approval_mode == _GATED and c.call_id not in approved
+                    if specs[c.name or ""].approval_mode == ALWAYS_REQUIRE and c.call_id not in approved
                 ]
             )
         self._calls_made += len(calls)
@@ -856,12 +867,9 @@ DERIVED: tuple[type, ...] = (
 
 
 def refold(events: Sequence[Event], history: Sequence[Message] = ()) -> RunMachine:
-    """A new machine that has observed ``events``: raises ``TransitionError`` at the first
-    recorded event the machine does not reproduce."""
-    machine = RunMachine(history)
-    for event in events:
-        machine.observe(event)
-    return machine
+    """The old name of ``RunMachine.from_events``, kept for one release."""
+    warnings.warn("refold is now RunMachine.from_events", DeprecationWarning, stacklevel=2)
+    return RunMachine.from_events(events, history)
 
 
 def transition_table() -> str:
@@ -874,3 +882,10 @@ def transition_table() -> str:
         leads = ", ".join(p.value for p in sorted(edge.leads_to, key=order.index))
         rows.append(f"| {phase.value} | {label} | {leads} | {edge.does} |")
     return "\n".join(rows)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Step":  # the old name of Reaction, kept for one release
+        warnings.warn("agentledger.core.Step is now Reaction", DeprecationWarning, stacklevel=2)
+        return Reaction
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

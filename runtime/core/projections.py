@@ -7,6 +7,7 @@ Each projection has ``apply(event)``, which updates it in place in O(size of the
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable
 from typing import Any, NamedTuple
 
@@ -14,6 +15,7 @@ import msgspec
 
 from .approvals import conversation
 from .events import (
+    ALWAYS_REQUIRE,
     ApprovalRequested,
     ApprovalResolved,
     ArgumentsRejected,
@@ -49,7 +51,6 @@ __all__ = (
     "apply_changes",
     "conversation_after",
     "error_text",
-    "fold_views",
 )
 
 REJECTED_BY_USER = "Error: Tool call invocation was rejected by user."
@@ -104,14 +105,20 @@ class ToolsProjection:
         elif type(event) is ToolsRemoved:
             for name in event.names:
                 self.specs.pop(name, None)
-        self.gated = sum(1 for spec in self.specs.values() if spec.approval_mode == "always_require")
+        self.gated = sum(1 for spec in self.specs.values() if spec.approval_mode == ALWAYS_REQUIRE)
 
     @classmethod
-    def rebuild(cls, events: Iterable[Event]) -> ToolsProjection:
+    def from_events(cls, events: Iterable[Event]) -> ToolsProjection:
         view = cls()
         for event in events:
             view.apply(event)
         return view
+
+    @classmethod
+    def rebuild(cls, events: Iterable[Event]) -> ToolsProjection:
+        """The old name of ``from_events``, kept for one release."""
+        warnings.warn("rebuild is now from_events", DeprecationWarning, stacklevel=2)
+        return cls.from_events(events)
 
 
 _TOOL_EVENTS = frozenset({RunStarted, ToolsAdded, ToolsRemoved})
@@ -148,11 +155,17 @@ class SessionProjection:
         apply_changes(self.state, event.changes)
 
     @classmethod
-    def rebuild(cls, events: Iterable[Event], session_id: str | None = None) -> SessionProjection:
+    def from_events(cls, events: Iterable[Event], session_id: str | None = None) -> SessionProjection:
         view = cls(session_id)
         for event in events:
             view.apply(event)
         return view
+
+    @classmethod
+    def rebuild(cls, events: Iterable[Event], session_id: str | None = None) -> SessionProjection:
+        """The old name of ``from_events``, kept for one release."""
+        warnings.warn("rebuild is now from_events", DeprecationWarning, stacklevel=2)
+        return cls.from_events(events, session_id)
 
 
 class ModelCall(msgspec.Struct, frozen=True, gc=False):
@@ -323,11 +336,17 @@ class TranscriptProjection:
         return [*history, *self.seen_at(iteration)]
 
     @classmethod
-    def rebuild(cls, events: Iterable[Event]) -> TranscriptProjection:
+    def from_events(cls, events: Iterable[Event]) -> TranscriptProjection:
         view = cls()
         for event in events:
             view.apply(event)
         return view
+
+    @classmethod
+    def rebuild(cls, events: Iterable[Event]) -> TranscriptProjection:
+        """The old name of ``from_events``, kept for one release."""
+        warnings.warn("rebuild is now from_events", DeprecationWarning, stacklevel=2)
+        return cls.from_events(events)
 
 
 TRANSCRIPT_FOLDS: dict[type, Any] = {
@@ -355,22 +374,28 @@ class Views(NamedTuple):
     session: SessionProjection
     transcript: TranscriptProjection
 
+    @classmethod
+    def from_events(cls, events: Iterable[Event], session_id: str | None = None) -> Views:
+        """Fold a log into all three projections in one pass (what a rebuild after a restart does).
+
+        The same folds as each projection's ``apply``, dispatched once per event.
+        """
+        views = cls(ToolsProjection(), SessionProjection(session_id), TranscriptProjection())
+        apply_tools, apply_session, transcript = views.tools.apply, views.session.apply, views.transcript
+        tool_events, folds = _TOOL_EVENTS, TRANSCRIPT_FOLDS
+        for event in events:
+            kind = type(event)
+            if kind in tool_events:
+                apply_tools(event)
+            elif kind is SessionUpdated:
+                apply_session(event)
+            fold = folds.get(kind)
+            if fold is not None:
+                fold(transcript, event)
+        return views
+
 
 def fold_views(events: Iterable[Event], session_id: str | None = None) -> Views:
-    """Fold a log into all three projections in one pass (what a rebuild after a restart does).
-
-    The same folds as each projection's ``apply``, dispatched once per event.
-    """
-    views = Views(ToolsProjection(), SessionProjection(session_id), TranscriptProjection())
-    apply_tools, apply_session, transcript = views.tools.apply, views.session.apply, views.transcript
-    tool_events, folds = _TOOL_EVENTS, TRANSCRIPT_FOLDS
-    for event in events:
-        kind = type(event)
-        if kind in tool_events:
-            apply_tools(event)
-        elif kind is SessionUpdated:
-            apply_session(event)
-        fold = folds.get(kind)
-        if fold is not None:
-            fold(transcript, event)
-    return views
+    """The old name of ``Views.from_events``, kept for one release."""
+    warnings.warn("fold_views is now Views.from_events", DeprecationWarning, stacklevel=2)
+    return Views.from_events(events, session_id)
