@@ -174,6 +174,61 @@ def _reach_ins(module: str) -> list[str]:
     return found
 
 
+def _room(module: str) -> str:
+    """What the module map names a module by: a package's folder (``core/``), else its file."""
+    parts = module.split(".")
+    depth = 3 if module.startswith("agentledger.adapters.") else 2
+    head = ".".join(parts[:depth])
+    if len(parts) >= depth and head in MODULES and _is_package(head):
+        return head
+    return module
+
+
+def _room_name(room: str) -> str:
+    path = MODULES[room].relative_to(ROOT)
+    if path.name == "__init__.py" and room not in ("agentledger", "agentledger.adapters"):
+        return f"`{path.parent.as_posix()}/`"
+    return f"`{path.as_posix()}`"
+
+
+def floors() -> dict[str, int]:
+    """Each room's floor in the import graph: 1 + the highest floor of what it imports."""
+    rooms: dict[str, set[str]] = {}
+    for module, targets in _graph().items():
+        rooms.setdefault(_room(module), set()).update(_room(t) for t in targets)
+    found: dict[str, int] = {}
+
+    def floor(room: str) -> int:
+        if room not in found:
+            found[room] = 0  # a circle would read as floor 0 here; test_no_import_cycles refuses one
+            found[room] = 1 + max((floor(t) for t in rooms[room] - {room}), default=0)
+        return found[room]
+
+    for room in rooms:
+        floor(room)
+    return found
+
+
+def module_map() -> str:
+    """The module map docs/architecture.md embeds: every room by floor, the top floor first."""
+    by_floor = floors()
+    rows = ["| floor | modules (each imports only from the floors below it) |", "|---|---|"]
+    for level in sorted(set(by_floor.values()), reverse=True):
+        rooms = sorted(_room_name(r) for r, f in by_floor.items() if f == level)
+        rows.append(f"| {level} | {', '.join(rooms)} |")
+    return "\n".join(rows)
+
+
+MAP_START, MAP_END = "<!-- modules:start -->", "<!-- modules:end -->"
+
+
+def test_the_module_map_is_drawn_from_the_import_graph() -> None:
+    """docs/architecture.md embeds exactly ``module_map()``: every module, on its import floor."""
+    page = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    embedded = page.split(MAP_START, 1)[1].split(MAP_END, 1)[0]
+    assert embedded.strip("\n") == module_map()
+
+
 def test_modules_are_found() -> None:
     """The walk sees the package's modules (a broken walk would pass everything below)."""
     expected = {"agentledger.core.machine", "agentledger.run.spec", "agentledger.adapters.temporal"}
