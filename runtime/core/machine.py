@@ -325,7 +325,8 @@ class RunMachine:
         self._at = event.at
         self._project(event)
         edge.handler(self, event)
-        self._arrived(edge, type(event).__name__)
+        if self._phase not in edge.leads_to:
+            self._astray(edge, type(event).__name__)
         return self._out, self._commands
 
     def begin(self) -> Reaction:
@@ -466,13 +467,13 @@ class RunMachine:
             )
         self._open_step(call.at)
         edge.handler(self, call)
-        self._arrived(edge, f"{call.verb}()")
+        if self._phase not in edge.leads_to:
+            self._astray(edge, f"{call.verb}()")
         return self._out, self._commands
 
-    def _arrived(self, edge: Transition[Any], what: str) -> None:
+    def _astray(self, edge: Transition[Any], what: str) -> None:
         """The table says where a transition may lead; a handler that went elsewhere is a bug."""
-        if self._phase not in edge.leads_to:
-            raise RuntimeError(f"{what} led to {self._phase.value}, which TRANSITIONS does not list")
+        raise RuntimeError(f"{what} led to {self._phase.value}, which TRANSITIONS does not list")
 
     def _open_step(self, at: int | None = None) -> None:
         self._out = []
