@@ -38,7 +38,7 @@ import msgspec
 from agentledger.adapters.stores.jsonl import JsonlEventStore
 from agentledger.adapters.stores.sqlite import SqliteEventStore
 from agentledger.core.events import Event, decode_event, encode_event
-from agentledger.core.projections import fold_views
+from agentledger.core.projections import Views
 from agentledger.demo import run_demo
 from agentledger.errors import ExperimentalWarning
 from agentledger.store import EventStore, MemoryEventStore, read_many
@@ -106,7 +106,7 @@ def close(store: EventStore) -> None:
 
 def fold(events: Sequence[Event]) -> None:
     """Rebuild the tools, session and transcript views in one pass."""
-    fold_views(events)
+    Views.from_events(events)
 
 
 # -- appends ------------------------------------------------------------------------------------

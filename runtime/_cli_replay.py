@@ -89,7 +89,7 @@ def print_report(report: ReplayReport, *, as_json: bool, accept_drift: bool) -> 
     status = 0 if passed else (CANNOT_REPLAY if only_cannot else 1)
     if as_json:
         for finding in report.findings:
-            print(msgspec.json.encode(finding.to_json()).decode())
+            print(msgspec.json.encode(finding.to_dict()).decode())
         summary = {
             "kind": "summary",
             "run_id": report.run_id,

@@ -81,7 +81,7 @@ async def _check_one(
             input=shown,
             verdict=kind,
             summary=line,
-            findings=tuple(f.to_json() for f in findings),
+            findings=tuple(f.to_dict() for f in findings),
             seconds=time.perf_counter() - started,
         )
 
@@ -223,7 +223,7 @@ def print_diff(first: str, second: str, found: Sequence[Finding], *, as_json: bo
     """Print the differences between two runs; 0 when there are none, 1 otherwise."""
     if as_json:
         for finding in found:
-            data = finding.to_json()
+            data = finding.to_dict()
             data["a"], data["b"] = data.pop("recorded"), data.pop("rerun")
             data["a_seq"], data["b_seq"] = data.pop("seq"), data.pop("rerun_seq")
             print(msgspec.json.encode(data).decode())

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextvars
 import threading
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
@@ -40,8 +41,11 @@ _encoder = msgspec.json.Encoder(order="deterministic")
 writer: contextvars.ContextVar[str] = contextvars.ContextVar("agentledger_writer", default="caller")
 """Who is writing session state: a call id, ``agent_middleware``, ``chat_middleware`` or ``caller``."""
 
-Sink = Callable[[str, tuple[StateChange, ...]], None]
-_sinks: contextvars.ContextVar[dict[int, Sink]] = contextvars.ContextVar("agentledger_sinks", default={})  # noqa: B039 - never mutated
+_ChangeSink = Callable[[str, tuple[StateChange, ...]], None]
+_sinks: contextvars.ContextVar[dict[int, _ChangeSink]] = contextvars.ContextVar(
+    "agentledger_sinks",
+    default={},  # noqa: B039 - never mutated
+)
 
 
 def _encode(key: str, value: Any) -> bytes:
@@ -104,7 +108,7 @@ class SessionState(dict[str, Any]):
 
     __slots__ = ("__weakref__", "_encoded", "_lock", "_sink", "_touched", "_watched")
 
-    def __init__(self, sink: Sink) -> None:
+    def __init__(self, sink: _ChangeSink) -> None:
         super().__init__()
         self._sink = sink
         self._encoded: dict[str, bytes] = {}
@@ -250,10 +254,15 @@ class SessionState(dict[str, Any]):
             self._encoded.clear()
             self._watched.clear()
             self._touched.clear()
-            self.load(values)
+            self._load(values)
 
     def load(self, values: dict[str, Any]) -> None:
-        """Set values without recording them (rebuilding from a log)."""
+        """The old way to set values without recording them: ``reset`` now (kept for one release)."""
+        warnings.warn("SessionState.load is deprecated: use reset", DeprecationWarning, stacklevel=2)
+        with self._lock:
+            self._load(values)
+
+    def _load(self, values: dict[str, Any]) -> None:
         with self._lock:
             for key, value in values.items():
                 dict.__setitem__(self, key, value)
@@ -303,7 +312,7 @@ class AgentSession:
         """Calls the caller allowed to run again although their outcome is unknown (``allow_rerun``)."""
         self._state = SessionState(self._record)
         self._pending: list[tuple[str, tuple[StateChange, ...]]] = []
-        self._active: list[Sink] = []  # the sinks of the runs bound to this session now
+        self._active: list[_ChangeSink] = []  # the sinks of the runs bound to this session now
         self._claims: dict[str, str] = {}  # paused calls being resumed: call id -> run id
         self._lock = threading.Lock()
 
@@ -349,7 +358,7 @@ class AgentSession:
         call whose outcome is recorded never runs again."""
         self.rerun_allowed.update(call_ids)
 
-    def bind(self, sink: Sink) -> Callable[[], None]:
+    def bind(self, sink: _ChangeSink) -> Callable[[], None]:
         """Record this session's changes in a run (the driver's use); returns the unbinder.
 
         The binding lives in the calling context, so concurrent runs on one session, and a
@@ -461,7 +470,7 @@ class AgentSession:
                 ended.append((event.at, len(ended), logs.pop(event.run_id)))
         for _, _, log in sorted(ended, key=lambda item: (item[0], item[1])):
             session.after_run(log)
-        session.state.load(view.state)
+        session.state.reset(view.state)
         return session
 
     def continue_conversation(self, events: Iterable[Event]) -> None:
@@ -507,7 +516,7 @@ class AgentSession:
         if saved.type != "session":
             raise ValueError(f"not a saved session: its type is {saved.type!r}, not 'session'")
         session = cls(saved.session_id, service_session_id=saved.service_session_id)
-        session._state.load(saved.state)
+        session._state.reset(saved.state)
         session.history = list(saved.history)
         for pending in saved.pending:
             session.add_pending(pending.by, pending.changes)

@@ -14,19 +14,20 @@ import contextlib
 import contextvars
 import inspect
 import re
+import warnings
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
-from typing import Any, Literal, NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from ._sources import IdSource
 from .context import FunctionInvocationContext, SessionSink, current_run_context
-from .core.events import ChildRunStarted
+from .core.events import APPROVAL_MODES, ChildRunStarted
 from .errors import AgentLedgerError, RunIdTakenError
 from .response import AgentResponse, AgentResponseUpdate
 from .run.spec import RunSpec
 from .session import AgentSession
 from .store import EventStore
 from .streaming import RunStream
-from .tools import FunctionTool
+from .tools import ApprovalMode, FunctionTool
 
 StreamCallback = Callable[[AgentResponseUpdate], Awaitable[None] | None]
 """Called with each update of a sub-agent's streamed run (a plain or an async function)."""
@@ -121,7 +122,7 @@ class SubAgent(Protocol):
 
 
 __all__ = (
-    "MAX_DEPTH",
+    "MAX_AGENT_DEPTH",
     "AgentTool",
     "ChildLink",
     "ChildRunner",
@@ -134,13 +135,14 @@ __all__ = (
     "take_child_link",
 )
 
-MAX_DEPTH = 8
+MAX_AGENT_DEPTH = 8
+"""How deep sub-agents may nest (``MAX_DEPTH`` is how deep a recorded JSON value may nest)."""
 _depth: contextvars.ContextVar[int] = contextvars.ContextVar("agentledger_depth", default=0)
 _lineage: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar("agentledger_lineage", default=())
 
 
 class SubAgentDepthError(AgentLedgerError):
-    """Sub-agents called each other deeper than ``MAX_DEPTH`` (usually unbounded recursion)."""
+    """Sub-agents called each other deeper than ``MAX_AGENT_DEPTH`` (usually unbounded recursion)."""
 
 
 class SubAgentApprovalError(AgentLedgerError):
@@ -158,7 +160,7 @@ class AgentTool(FunctionTool):
         description: str,
         arg_name: str,
         arg_description: str,
-        approval_mode: Literal["always_require", "never_require"],
+        approval_mode: ApprovalMode,
         propagate_session: bool,
         stream_callback: StreamCallback | None = None,
     ) -> None:
@@ -188,9 +190,9 @@ class AgentTool(FunctionTool):
 
     async def _run_child(self, ctx: FunctionInvocationContext, arguments: Mapping[str, Any]) -> str:
         depth = _depth.get() + 1
-        if depth > MAX_DEPTH:
+        if depth > MAX_AGENT_DEPTH:
             raise SubAgentDepthError(
-                f"sub-agent {self.name!r} would nest {depth} levels deep (limit {MAX_DEPTH})"
+                f"sub-agent {self.name!r} would nest {depth} levels deep (limit {MAX_AGENT_DEPTH})"
             )
         runner = _runner.get()
         parent = (ctx.run_id, ctx.call_id) if ctx.run_id and ctx.call_id else None
@@ -282,7 +284,7 @@ def agent_tool(
 ) -> FunctionTool:
     """Build the tool behind ``Agent.as_tool``."""
     tool_name = name or re.sub(r"[^A-Za-z0-9_-]", "_", agent.name or "agent")[:64]
-    if approval_mode not in ("always_require", "never_require"):
+    if approval_mode not in APPROVAL_MODES:
         raise ValueError(f"approval_mode must be 'always_require' or 'never_require', not {approval_mode!r}")
     return AgentTool(
         agent,
@@ -294,3 +296,12 @@ def agent_tool(
         propagate_session=propagate_session,
         stream_callback=stream_callback,
     )
+
+
+def __getattr__(name: str) -> Any:
+    if name == "MAX_DEPTH":  # the old name, kept for one release
+        warnings.warn(
+            "agentledger.subagents.MAX_DEPTH is now MAX_AGENT_DEPTH", DeprecationWarning, stacklevel=2
+        )
+        return MAX_AGENT_DEPTH
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -23,7 +23,7 @@ import msgspec
 from ._tool_schema import describe_parameters, read_arguments, read_docstring
 from .context import FunctionInvocationContext
 from .core.depth import MAX_DEPTH, too_deep
-from .core.events import ToolSpec
+from .core.events import APPROVAL_MODES, ToolSpec
 from .core.messages import Content
 from .errors import ArgumentsError, ToolDefinitionError
 from .logs import warn
@@ -39,7 +39,7 @@ __all__ = (
 )
 
 ApprovalMode = Literal["always_require", "never_require"]
-_APPROVAL_MODES = ("always_require", "never_require")
+_APPROVAL_MODES = APPROVAL_MODES
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -4,9 +4,11 @@ Every ``.py`` file under ``runtime/`` (``agentledger``) and ``adapters/`` (``age
 is parsed, not imported. An import, wherever it sits (top level, inside a function, under
 ``TYPE_CHECKING``), is an edge from the importing module to the module it names; ``from pkg
 import name`` counts as importing ``pkg.name`` when that is a module. A private name is one with a
-single leading underscore: importing one from another module, or reading ``obj._name`` (``obj``
-not ``self``, ``cls`` or ``super()``) where no class or function of the reading module defines
-``_name``, is a reach-in.
+single leading underscore. Within one package (a folder: ``agentledger.core``, ``agentledger.run``,
+the top-level modules of ``agentledger``, ...) its modules may share private names: that is what
+keeps a package's helpers out of its public face. Across packages, importing a private name, or
+reading ``obj._name`` (``obj`` not ``self``, ``cls`` or ``super()``) where no class or function
+of the reading module's package defines ``_name``, is a reach-in.
 """
 
 from __future__ import annotations
@@ -139,12 +141,30 @@ def _own(value: ast.expr) -> bool:
     return isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id == "super"
 
 
+def _package(module: str) -> str:
+    """The package a module belongs to: itself for a package's ``__init__``, else its parent."""
+    return module if _is_package(module) else module.rpartition(".")[0]
+
+
+def _owned_by_package() -> dict[str, set[str]]:
+    owned: dict[str, set[str]] = {}
+    for module, path in MODULES.items():
+        owned.setdefault(_package(module), set()).update(_owned(ast.parse(path.read_text())))
+    return owned
+
+
+OWNED = _owned_by_package()
+
+
 def _reach_ins(module: str) -> list[str]:
     path = MODULES[module]
     tree = ast.parse(path.read_text())
-    owned = _owned(tree)
+    package = _package(module)
+    owned = OWNED[package]
     found = []
     for target, names in _imports(module):
+        if target in MODULES and _package(target) == package:
+            continue  # a sibling's private names are the package's own
         found += [f"{path.name}: from {target} import {n}" for n in names if _private(n)]
     for node in ast.walk(tree):
         if not isinstance(node, ast.Attribute) or not _private(node.attr):
@@ -152,6 +172,61 @@ def _reach_ins(module: str) -> list[str]:
         if node.attr not in owned and node.attr not in ALLOWED_PRIVATE and not _own(node.value):
             found.append(f"{path.name}:{node.lineno}: .{node.attr}")
     return found
+
+
+def _room(module: str) -> str:
+    """What the module map names a module by: a package's folder (``core/``), else its file."""
+    parts = module.split(".")
+    depth = 3 if module.startswith("agentledger.adapters.") else 2
+    head = ".".join(parts[:depth])
+    if len(parts) >= depth and head in MODULES and _is_package(head):
+        return head
+    return module
+
+
+def _room_name(room: str) -> str:
+    path = MODULES[room].relative_to(ROOT)
+    if path.name == "__init__.py" and room not in ("agentledger", "agentledger.adapters"):
+        return f"`{path.parent.as_posix()}/`"
+    return f"`{path.as_posix()}`"
+
+
+def floors() -> dict[str, int]:
+    """Each room's floor in the import graph: 1 + the highest floor of what it imports."""
+    rooms: dict[str, set[str]] = {}
+    for module, targets in _graph().items():
+        rooms.setdefault(_room(module), set()).update(_room(t) for t in targets)
+    found: dict[str, int] = {}
+
+    def floor(room: str) -> int:
+        if room not in found:
+            found[room] = 0  # a circle would read as floor 0 here; test_no_import_cycles refuses one
+            found[room] = 1 + max((floor(t) for t in rooms[room] - {room}), default=0)
+        return found[room]
+
+    for room in rooms:
+        floor(room)
+    return found
+
+
+def module_map() -> str:
+    """The module map docs/architecture.md embeds: every room by floor, the top floor first."""
+    by_floor = floors()
+    rows = ["| floor | modules (each imports only from the floors below it) |", "|---|---|"]
+    for level in sorted(set(by_floor.values()), reverse=True):
+        rooms = sorted(_room_name(r) for r, f in by_floor.items() if f == level)
+        rows.append(f"| {level} | {', '.join(rooms)} |")
+    return "\n".join(rows)
+
+
+MAP_START, MAP_END = "<!-- modules:start -->", "<!-- modules:end -->"
+
+
+def test_the_module_map_is_drawn_from_the_import_graph() -> None:
+    """docs/architecture.md embeds exactly ``module_map()``: every module, on its import floor."""
+    page = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    embedded = page.split(MAP_START, 1)[1].split(MAP_END, 1)[0]
+    assert embedded.strip("\n") == module_map()
 
 
 def test_modules_are_found() -> None:
@@ -171,8 +246,8 @@ def test_a_cycle_is_found() -> None:
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
-def test_no_module_reaches_into_another_modules_private_names() -> None:
-    """No ``from x import _name`` across modules, no ``obj._name`` the module does not define."""
+def test_no_module_reaches_into_another_packages_private_names() -> None:
+    """No ``from x import _name`` across packages, no ``obj._name`` the module's package does not define."""
     found = {module: _reach_ins(module) for module in MODULES}
     assert {module: names for module, names in found.items() if names} == {}
 
@@ -182,3 +257,11 @@ def test_core_imports_nothing_above_it() -> None:
     graph = _graph()
     core = [m for m in graph if m.startswith("agentledger.core")]
     assert {(m, t) for m in core for t in graph[m] if not t.startswith("agentledger.core")} == set()
+
+
+def test_the_private_rule_is_per_package() -> None:
+    """Siblings share private names; a module of another package may not take them."""
+    assert _package("agentledger.core.machine") == _package("agentledger.core") == "agentledger.core"
+    assert _package("agentledger.session") == "agentledger"
+    assert "_answered_calls" in OWNED["agentledger.core"]
+    assert "_answered_calls" not in OWNED["agentledger.run"]

@@ -24,7 +24,6 @@ from agentledger.core import (
     TransitionError,
     decode_event,
     encode_event,
-    refold,
 )
 from agentledger.core.events import Event, ToolSpec
 from agentledger.core.messages import Content, Message
@@ -153,9 +152,9 @@ async def test_refold_reproduces_a_recorded_run(clock: FixedClock, ids: Sequenti
     client = ScriptedChatClient([[Call("double", {"x": 2}), Call("missing")], "4"])
     agent = Agent(client=client, tools=[double], clock=clock, ids=ids)
     response = await agent.run("double 2", options={"tool_choice": "required"})
-    machine = refold(response.events)
+    machine = RunMachine.from_events(response.events)
     assert machine.phase is Phase.DONE
-    assert machine.transcript.messages == refold(response.events).transcript.messages
+    assert machine.transcript.messages == RunMachine.from_events(response.events).transcript.messages
     names = [type(e).__name__ for e in response.events]
     assert "ToolChoiceReset" in names
     assert "ToolNotFound" in names
@@ -171,7 +170,7 @@ async def test_refold_detects_a_tampered_derived_event(clock: FixedClock, ids: S
     assert isinstance(called, ModelCalled)
     events[1] = msgspec.structs.replace(called, tools=("ghost",))
     with pytest.raises(TransitionError) as info:
-        refold(events)
+        RunMachine.from_events(events)
     assert info.value.seq == 1
 
 

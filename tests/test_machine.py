@@ -42,6 +42,7 @@ from agentledger.core import (
     ModelRequestRewritten,
     ModelResponded,
     Phase,
+    Reaction,
     RunCompleted,
     RunConfig,
     RunFailed,
@@ -51,7 +52,6 @@ from agentledger.core import (
     RunTerminated,
     SessionUpdated,
     StateChange,
-    Step,
     ToolCalled,
     ToolChoiceReset,
     ToolFailed,
@@ -62,8 +62,8 @@ from agentledger.core import (
     ToolsRemoved,
     TransitionError,
     Usage,
-    refold,
 )
+from agentledger.core.machine import Begin, Fail, Finish
 
 E = TypeVar("E", bound=EventBase)
 
@@ -106,43 +106,59 @@ class Run:
         self.log: list[Event] = []
         self.commands: list[Command] = []
         self.clock = 0
+        self.edges: set[tuple[Phase, type, Phase]] = set()
+        """Every (phase, input, phase after) this run went through."""
 
     def make(self, cls: type[E], **fields: Any) -> E:
         """An input of type ``cls`` stamped for the machine's next seq (the machine is not fed)."""
         stamp: dict[str, Any] = {"run_id": RUN, "seq": self.machine.next_seq, "at": self.clock + 1000}
         return cls(**{**stamp, **fields})
 
-    def feed(self, cls: type[EventBase], **fields: Any) -> Step:
+    def feed(self, cls: type[EventBase], **fields: Any) -> Reaction:
         event: Any = self.make(cls, **fields)
         self.clock = event.at
-        return self.keep(self.machine.handle(event))
+        before = self.machine.phase
+        step = self.keep(self.machine.handle(event))
+        self.edges.add((before, cls, self.machine.phase))
+        return step
 
-    def keep(self, step: Step) -> Step:
+    def keep(self, step: Reaction) -> Reaction:
         self.log.extend(step[0])
         self.commands.extend(step[1])
         return step
 
-    def start(self, *, begin: bool = True, **fields: Any) -> Step:
+    def start(self, *, begin: bool = True, **fields: Any) -> Reaction:
         """RunStarted (tools t, u, danger and one user message unless given), then begin()."""
         started = {"agent_id": "a", "messages": (user("hi"),), "tools": TOOLS, **fields}
         step = self.feed(RunStarted, **started)
         return self.begin() if begin else step
 
-    def begin(self) -> Step:
-        return self.keep(self.machine.begin())
+    def begin(self) -> Reaction:
+        step = self.keep(self.machine.begin())
+        self.edges.add((S, Begin, self.machine.phase))
+        return step
 
-    def finish(self, **overrides: Any) -> Step:
+    def finish(self, **overrides: Any) -> Reaction:
         self.clock += 1000
-        return self.keep(self.machine.finish(self.clock, **overrides))
+        step = self.keep(self.machine.finish(self.clock, **overrides))
+        self.edges.add((F, Finish, self.machine.phase))
+        return step
 
-    def respond(self, *contents: Content | str, usage: Usage | None = None) -> Step:
+    def fail(self) -> Reaction:
+        self.clock += 1000
+        before = self.machine.phase
+        step = self.keep(self.machine.fail(self.clock, "Crash", "boom"))
+        self.edges.add((before, Fail, self.machine.phase))
+        return step
+
+    def respond(self, *contents: Content | str, usage: Usage | None = None) -> Reaction:
         message = assistant(*contents)
         return self.feed(ModelResponded, iteration=self.machine.iteration, message=message, usage=usage)
 
-    def returned(self, call_id: str, name: str = "t", result: str = "ok") -> Step:
+    def returned(self, call_id: str, name: str = "t", result: str = "ok") -> Reaction:
         return self.feed(ToolReturned, call_id=call_id, name=name, result=result)
 
-    def failed(self, call_id: str, name: str = "t") -> Step:
+    def failed(self, call_id: str, name: str = "t") -> Reaction:
         return self.feed(ToolFailed, call_id=call_id, name=name, error_type="ValueError", message="bad")
 
 
@@ -260,9 +276,103 @@ def _id(pair: tuple[Phase, type[EventBase]]) -> str:
 
 
 def test_the_cases_cover_the_table_and_every_event_type() -> None:
-    """The accepted cases are exactly TRANSITIONS, and there is a sample of every event type."""
-    assert set(ACCEPTED) == set(TRANSITIONS)
-    assert set(SAMPLES) == set(get_args(Event))
+    """The accepted cases are exactly the events of TRANSITIONS, and there is a sample of every
+    event type; where each sample leads is one of the places its entry says it may lead."""
+    events = set(get_args(Event))
+    assert set(ACCEPTED) == {pair for pair in TRANSITIONS if pair[1] in events}
+    assert {kind for _, kind in TRANSITIONS} - events == {Begin, Finish, Fail}
+    assert set(SAMPLES) == events
+    for pair, (phase, _) in ACCEPTED.items():
+        assert phase in TRANSITIONS[pair].leads_to, pair
+
+
+def _batch(*ids: str) -> Run:
+    """A run waiting on the results of calls ``ids`` (tool t)."""
+    run = Run()
+    run.start()
+    run.respond(*(call(i) for i in ids))
+    return run
+
+
+def _outcome(run: Run, kind: type[EventBase], call_id: str) -> None:
+    fields: dict[type[EventBase], dict[str, Any]] = {
+        ToolReturned: {"name": "t", "result": "ok"},
+        MiddlewareShortCircuit: {"middleware": "mw"},
+        ToolFailed: {"name": "t", "error_type": "ValueError", "message": "bad"},
+        ArgumentsRejected: {"name": "t", "reason": "x is required"},
+    }
+    run.feed(kind, call_id=call_id, **fields[kind])
+
+
+def _scenarios() -> list[Run]:
+    """Runs that between them take every way the table says a run may go."""
+    runs = []
+    run = Run()  # started: what it takes before the loop, and how it ends there
+    run.start(begin=False)
+    run.feed(RunInputRewritten, **SAMPLES[RunInputRewritten])
+    run.feed(ContextProvided, **SAMPLES[ContextProvided])
+    run.feed(SessionUpdated, **SAMPLES[SessionUpdated])
+    run.feed(MiddlewareShortCircuit, call_id="x", middleware="mw")
+    run.feed(MiddlewareShortCircuit, call_id=None, middleware="mw")
+    run.feed(SessionUpdated, **SAMPLES[SessionUpdated])
+    run.fail()
+    runs.append(run)
+    for end in ("terminated", "failed"):
+        run = Run()
+        run.start(begin=False)
+        run.feed(RunTerminated, **SAMPLES[RunTerminated]) if end == "terminated" else run.fail()
+        runs.append(run)
+    run = Run()  # awaiting the model: what it takes, and each way it ends
+    run.start()
+    for noted in (SessionUpdated, ModelRequestRewritten):
+        run.feed(noted, **SAMPLES[noted])
+    run.feed(MiddlewareShortCircuit, call_id=None, middleware="mw")
+    run.respond(call("x", "nope"))  # an unknown tool only: the model is asked again
+    run.feed(RunTerminated, **SAMPLES[RunTerminated])
+    runs.append(run)
+    for last in (ModelFailed, RunFailed, ModelResponded):
+        run = Run()
+        run.start()
+        if last is ModelFailed:
+            run.feed(ModelFailed, **SAMPLES[ModelFailed])
+        elif last is RunFailed:
+            run.fail()
+        else:
+            run.respond("done")
+            run.finish()
+        runs.append(run)
+    run = _batch("c1", "c2")  # running tools: what a batch takes while open
+    run.feed(ToolCalled, call_id="c1", name="t")
+    for fact in (ToolsAdded, ToolsRemoved, SessionUpdated, ChildRunStarted, RunTerminated):
+        run.feed(fact, **SAMPLES[fact])
+    run.fail()
+    runs.append(run)
+    for kind in (ToolReturned, MiddlewareShortCircuit, ToolFailed, ArgumentsRejected):
+        run = _batch("c1", "c2")  # the batch stays open, then is whole
+        _outcome(run, kind, "c1")
+        _outcome(run, kind, "c2")
+        runs.append(run)
+        run = _batch("c1")  # whole after a stop was asked for
+        run.feed(RunTerminated, **SAMPLES[RunTerminated])
+        _outcome(run, kind, "c1")
+        runs.append(run)
+    run = Run()  # approval: the whole batch waits for the answer; a later run claims it
+    run.start()
+    run.respond(call("c1"), call("c2", "danger"))
+    run.feed(ApprovalRequested, call_ids=("c2",))
+    run.finish()
+    run.feed(BatchClaimed, **SAMPLES[BatchClaimed])
+    runs.append(run)
+    runs.append(resumed(("a1", True))[0])  # begin resumes a batch
+    return runs
+
+
+def test_the_table_says_where_each_transition_leads() -> None:
+    """Every (phase, input, next phase) the table allows is one a run takes, and no run takes
+    another: the machine holds itself to ``Transition.leads_to``."""
+    declared = {(p, kind, to) for (p, kind), edge in TRANSITIONS.items() for to in edge.leads_to}
+    taken = set().union(*(run.edges for run in _scenarios()))
+    assert taken == declared
 
 
 @pytest.mark.parametrize("pair", list(ACCEPTED), ids=_id)
@@ -420,7 +530,7 @@ def test_short_circuit_naming_a_call_in_started_is_only_recorded() -> None:
 # -- approvals carried in the input ---------------------------------------------------------------
 
 
-def resumed(*answers: tuple[str, bool], extra: tuple[Content, ...] = ()) -> tuple[Run, Step]:
+def resumed(*answers: tuple[str, bool], extra: tuple[Content, ...] = ()) -> tuple[Run, Reaction]:
     """A run whose history holds the paused batch a1 (danger), a2 (danger) and ``extra``, and
     whose input answers some of them."""
     history = (user("hi"), assistant(call("a1", "danger"), call("a2", "danger"), *extra))
@@ -574,7 +684,7 @@ def test_an_auto_tool_choice_is_kept() -> None:
 # -- approval gating -----------------------------------------------------------------------------
 
 
-def gated_batch() -> tuple[Run, Step]:
+def gated_batch() -> tuple[Run, Reaction]:
     run = Run()
     run.start()
     return run, run.respond(call("c1"), call("c2", "danger"))
@@ -689,7 +799,7 @@ def test_an_answer_on_the_final_call_finishes_limit_reached() -> None:
     assert commands == [FinishRun(reason="limit_reached", text="summary")]
 
 
-def fail_batch(run: Run, kind: str, call_id: str) -> Step:
+def fail_batch(run: Run, kind: str, call_id: str) -> Reaction:
     """One batch of one call that errors as ``kind``."""
     if kind == "ToolNotFound":
         return run.respond(call(call_id, "ghost"))
@@ -896,7 +1006,7 @@ def driven() -> tuple[Run, list[Mark]]:
     run = Run()
     marks: list[Mark] = []
 
-    def step(taken: Step) -> None:
+    def step(taken: Reaction) -> None:
         marks.append((len(run.log), taken[1], run.machine.pending()))
 
     step(run.start(begin=False, options={"tool_choice": "required"}, config=RunConfig(max_iterations=2)))
@@ -928,7 +1038,7 @@ def test_the_live_machine_waits_on_the_command_it_issued() -> None:
 def test_refold_reproduces_a_hand_driven_run() -> None:
     """Observing a whole log in a new machine reproduces its phase, seq, transcript, usage and pending()."""
     run, _ = driven()
-    machine = refold(run.log)
+    machine = RunMachine.from_events(run.log)
     assert (machine.phase, machine.next_seq, machine.pending()) == (Phase.DONE, len(run.log), None)
     assert machine.transcript.messages == run.machine.transcript.messages
     assert machine.response_messages() == run.machine.response_messages()
@@ -939,27 +1049,28 @@ def test_pending_after_observing_a_prefix_is_what_the_run_waits_on() -> None:
     """refold of the log up to any step waits on what the live machine waited on at that step."""
     run, marks = driven()
     for length, _, pending in marks:
-        assert refold(run.log[:length]).pending() == pending, length
+        assert RunMachine.from_events(run.log[:length]).pending() == pending, length
 
 
 def test_pending_lists_only_the_calls_without_a_result() -> None:
     """Observed mid-batch, pending() is the InvokeTools of the calls that have no result yet."""
     run, marks = driven()
     after_c1 = next(length for length, _, _ in marks if isinstance(run.log[length - 1], ToolReturned))
-    assert refold(run.log[:after_c1]).pending() == InvokeTools(iteration=1, calls=(call("c3", "u"),))
+    rebuilt = RunMachine.from_events(run.log[:after_c1])
+    assert rebuilt.pending() == InvokeTools(iteration=1, calls=(call("c3", "u"),))
 
 
 def test_refold_reproduces_a_paused_and_a_resumed_run() -> None:
     """A run paused for approval, and one resumed with its history, refold to the same state."""
     paused, _ = gated_batch()
     paused.feed(ApprovalRequested, call_ids=("c2",))
-    again = refold(paused.log)
+    again = RunMachine.from_events(paused.log)
     assert (again.phase, again.approval_requests()) == (F, paused.machine.approval_requests())
     assert again.pending() == FinishRun(reason="awaiting_approval")
     run, _ = resumed(("a1", True), ("a2", False), extra=(call("a3"),))
     history = run.machine.history
     expected = InvokeTools(iteration=1, calls=(call("a1", "danger"), call("a3")), approved=("a1",))
-    assert refold(run.log, history).pending() == expected
+    assert RunMachine.from_events(run.log, history).pending() == expected
 
 
 def _tamper(log: list[Event], cls: type[E], **fields: Any) -> list[Event]:
@@ -985,7 +1096,7 @@ def test_refold_refuses_a_tampered_derived_event(cls: type[EventBase], fields: d
     log = _tamper(run.log, cls, **fields)
     seq = next(e.seq for e in log if isinstance(e, cls))
     with pytest.raises(TransitionError) as info:
-        refold(log)
+        RunMachine.from_events(log)
     assert info.value.seq == seq
 
 
@@ -995,7 +1106,7 @@ def test_refold_refuses_a_log_missing_a_derived_event(cls: type[EventBase]) -> N
     run, _ = driven()
     index = next(i for i, e in enumerate(run.log) if isinstance(e, cls) and i > 1)
     with pytest.raises(TransitionError):
-        refold([*run.log[:index], *run.log[index + 1 :]])
+        RunMachine.from_events([*run.log[:index], *run.log[index + 1 :]])
 
 
 def test_refold_refuses_a_log_missing_calls_skipped() -> None:
@@ -1003,7 +1114,7 @@ def test_refold_refuses_a_log_missing_calls_skipped() -> None:
     run, _ = driven()
     log = [e for e in run.log if not isinstance(e, CallsSkipped)]
     with pytest.raises(TransitionError):
-        refold(log)
+        RunMachine.from_events(log)
 
 
 def test_refold_refuses_run_completed_after_a_model_failure() -> None:
@@ -1013,7 +1124,7 @@ def test_refold_refuses_run_completed_after_a_model_failure() -> None:
     run.feed(ModelFailed, iteration=1, error_type="Timeout", message="slow")
     done = RunCompleted(run_id=RUN, seq=run.machine.next_seq, at=run.clock, reason="failed")
     with pytest.raises(TransitionError):
-        refold([*run.log, done])
+        RunMachine.from_events([*run.log, done])
 
 
 def test_refold_refuses_an_invented_derived_event() -> None:
@@ -1023,7 +1134,7 @@ def test_refold_refuses_an_invented_derived_event() -> None:
     run.respond("done")
     extra = ToolChoiceReset(run_id=RUN, seq=run.machine.next_seq, at=run.clock, iteration=1)
     with pytest.raises(TransitionError):
-        refold([*run.log, extra])
+        RunMachine.from_events([*run.log, extra])
 
 
 # -- time ------------------------------------------------------------------------------------------

@@ -70,7 +70,7 @@ async def test_chat_middleware_rewrite_is_recorded(clock: FixedClock, ids: Seque
     [rewritten] = [e for e in response.events if isinstance(e, ModelRequestRewritten)]
     assert rewritten.tools == ()
     assert rewritten.options == {"temperature": 0.0}
-    transcript = TranscriptProjection.rebuild(response.events)
+    transcript = TranscriptProjection.from_events(response.events)
     assert transcript.sent_at(1) == list(client.requests[0].messages)
     assert client.requests[0].messages[0].text == "be brief"
     assert client.requests[0].tools == ()

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from agentledger import Agent, AgentSession, FunctionInvocationContext, tool
 from agentledger.adapters.chat.scripted import Call, ScriptedChatClient
-from agentledger.core import ModelCalled, RunStarted, ToolsProjection, TranscriptProjection, refold
+from agentledger.core import ModelCalled, RunMachine, RunStarted, ToolsProjection, TranscriptProjection
 from agentledger.core.events import Event
 from agentledger.testing import FixedClock, SequentialIds
 
@@ -89,10 +89,10 @@ def _check_run(events: list[Event], requests: list[Any], history: list[Any]) -> 
     assert [t.name for t in started.tools] == [t.name for t in CONFIGURED]
     for called, request in zip(calls_seen, requests, strict=True):
         prefix = events[: called.seq + 1]
-        assert request.tools == ToolsProjection.rebuild(prefix).names == called.tools
-        transcript = TranscriptProjection.rebuild(prefix)
+        assert request.tools == ToolsProjection.from_events(prefix).names == called.tools
+        transcript = TranscriptProjection.from_events(prefix)
         assert list(request.messages) == history + transcript.seen_at(called.iteration)
-    refold(events, history)
+    RunMachine.from_events(events, history)
 
 
 @settings(max_examples=40, deadline=None)

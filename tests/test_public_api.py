@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 from types import ModuleType
+from typing import Any
+
+import pytest
 
 import agentledger
 import agentledger.chat
@@ -19,6 +25,8 @@ import agentledger.subagents
 import agentledger.testing
 import agentledger.testing.clients
 import agentledger.testing.stores
+
+from ._public_all import PINNED
 
 EXPECTED = {
     "Agent", "AgentContext", "AgentLedgerError", "AgentMiddleware", "AgentResponse",
@@ -49,6 +57,78 @@ def test_all_is_pinned() -> None:
     """agentledger.__all__ is exactly the documented public names."""
     assert set(agentledger.__all__) == EXPECTED
     assert len(agentledger.__all__) == len(EXPECTED)
+
+
+def _public_module_names() -> list[str]:
+    """Every module of the package whose dotted name has no private part."""
+    walked = [m.name for m in pkgutil.walk_packages(agentledger.__path__, "agentledger.")]
+    return ["agentledger", *(n for n in walked if not any(p.startswith("_") for p in n.split(".")[1:]))]
+
+
+def test_every_public_all_is_pinned() -> None:
+    """Each public module's __all__ is exactly the tuple tests/_public_all.py spells out for it."""
+    found = {}
+    for name in _public_module_names():
+        module = importlib.import_module(name)
+        if hasattr(module, "__all__"):
+            found[name] = tuple(module.__all__)
+    assert found == PINNED
+
+
+def test_names_that_left_the_core_warn_for_one_release() -> None:
+    """A helper the core now keeps to itself is still reachable under its old name, with a warning."""
+    with pytest.warns(DeprecationWarning, match="answered_calls is no longer public"):
+        old = agentledger.core.answered_calls
+    assert old.__name__ == "_answered_calls"
+    assert "answered_calls" not in agentledger.core.__all__
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(AttributeError):
+            agentledger.core.never_was  # noqa: B018
+
+
+def _old_names() -> list[tuple[str, Any, Any]]:
+    """(old name, how it is reached, what it is now) for every name renamed in this release."""
+    from agentledger.adapters.temporal.types import StepOutcome
+    from agentledger.core import RunMachine, Views
+    from agentledger.replay.findings import Finding
+
+    finding = Finding(kind="drift", run_id="r", path=("r",), seq=1, rerun_seq=1, field="x")
+    return [
+        ("Step", lambda: agentledger.core.Step, agentledger.core.Reaction),
+        ("refold", lambda: agentledger.core.refold([]).phase, RunMachine.from_events([]).phase),
+        ("fold_views", lambda: len(agentledger.core.fold_views([])), len(Views.from_events([]))),
+        ("rebuild", lambda: agentledger.core.ToolsProjection.rebuild([]).names, ()),
+        ("MAX_DEPTH", lambda: agentledger.subagents.MAX_DEPTH, agentledger.subagents.MAX_AGENT_DEPTH),
+        ("to_json", lambda: agentledger.run.to_json(b"x"), agentledger.run.to_recorded(b"x")),
+        ("Finding.to_json", finding.to_json, finding.to_dict()),
+        ("StepOutcome.held", lambda: StepOutcome(awaits_approval=True).held, True),
+        ("SessionState.load", lambda: _loaded(), {"k": 1}),
+    ]
+
+
+def _loaded() -> dict[str, Any]:
+    state = agentledger.AgentSession("s").state
+    state.load({"k": 1})
+    return dict(state)
+
+
+@pytest.mark.parametrize("old", range(9))
+def test_renamed_names_answer_for_one_release_with_a_warning(old: int) -> None:
+    """Each renamed public name still gives what its new name gives, and warns that it moved."""
+    name, reach, now = _old_names()[old]
+    with pytest.warns(DeprecationWarning, match="is now|deprecated"):
+        assert reach() == now, name
+
+
+def test_the_old_wire_name_of_a_waiting_call_is_kept() -> None:
+    """StepOutcome.awaits_approval is still "held" in a Temporal payload, so running workflows read it."""
+    import msgspec
+
+    from agentledger.adapters.temporal.types import StepOutcome
+
+    assert msgspec.json.decode(msgspec.json.encode(StepOutcome(awaits_approval=True)))["held"] is True
+    assert msgspec.json.decode(b'{"held":true}', type=StepOutcome).awaits_approval
 
 
 PUBLIC_MODULES = (

@@ -10,7 +10,7 @@ import pytest
 from agentledger import Agent, ApprovalError, ModelCallError, tool
 from agentledger.adapters.chat.scripted import Call, ScriptedChatClient
 from agentledger.core.events import ModelCalled, ModelResponded, RunCompleted, RunStarted
-from agentledger.core.machine import refold
+from agentledger.core.machine import RunMachine
 from agentledger.core.messages import Message
 from agentledger.core.projections import TranscriptProjection, conversation_after
 from agentledger.replay import load, rerun
@@ -100,7 +100,7 @@ async def test_the_log_says_what_was_held_and_what_came_back() -> None:
     responded = [e for e in response.events if isinstance(e, ModelResponded)]
     assert [(e.conversation_id, e.held, e.message_count) for e in called] == [(None, 0, 1), ("resp_1", 2, 3)]
     assert [e.conversation_id for e in responded] == ["resp_1", "resp_2"]
-    transcript = TranscriptProjection.rebuild(response.events)
+    transcript = TranscriptProjection.from_events(response.events)
     assert [texts(transcript.sent_at(i)) for i in (1, 2)] == [
         ["user:Weather in Lima?"],
         ["tool:['function_result']"],
@@ -111,7 +111,7 @@ async def test_the_log_says_what_was_held_and_what_came_back() -> None:
         "tool:['function_result']",
     ]
     assert conversation_after(response.events) == "resp_2"
-    machine = refold(response.events)  # a machine rebuilt from the log asks for the same thing
+    machine = RunMachine.from_events(response.events)  # rebuilt from the log, it asks for the same
     assert machine.conversation_id == "resp_2"
 
 

@@ -19,7 +19,7 @@ import anyio.abc
 import mcp
 from mcp import types
 
-from agentledger.core.events import ToolSpec
+from agentledger.core.events import ALWAYS_REQUIRE, APPROVAL_MODES, NEVER_REQUIRE, ToolSpec
 from agentledger.errors import ToolDefinitionError
 from agentledger.tools import ApprovalMode, FunctionTool
 
@@ -69,7 +69,7 @@ class MCPTool:
                 f"MCP server {name!r}: tool_result_content must be one of {', '.join(RESULT_MODES)}, "
                 f"not {tool_result_content!r}"
             )
-        if isinstance(approval_mode, str) and approval_mode not in ("always_require", "never_require"):
+        if isinstance(approval_mode, str) and approval_mode not in APPROVAL_MODES:
             raise ToolDefinitionError(
                 f"MCP server {name!r}: approval_mode must be 'always_require', 'never_require' or a "
                 f"dict of tool names, not {approval_mode!r}"
@@ -267,10 +267,10 @@ class MCPTool:
     def _approval(self, remote: str, name: str) -> ApprovalMode:
         mode = self.approval_mode
         if mode is None or isinstance(mode, str):
-            return mode or "never_require"
+            return mode or NEVER_REQUIRE
         if {remote, name} & set(mode.get("always_require_approval") or ()):
-            return "always_require"
-        return "never_require"
+            return ALWAYS_REQUIRE
+        return NEVER_REQUIRE
 
     # -- calls ----------------------------------------------------------------------------------
 

@@ -20,7 +20,7 @@ from agentledger.core.commands import CallModel, Phase
 from agentledger.core.errors import TransitionError
 from agentledger.core.events import Event, RunStarted, SessionUpdated, ToolSpec
 from agentledger.core.loop import StepLog
-from agentledger.core.machine import RunMachine, refold
+from agentledger.core.machine import RunMachine
 from agentledger.core.messages import Content
 from agentledger.errors import AgentLedgerError
 from agentledger.run import RunBinding, RunSpec, call_model, check_approvals, invoke_call
@@ -83,7 +83,7 @@ def _session(view: RunView) -> AgentSession | None:
         return None
     session = AgentSession(view.session_id)
     session.history = list(view.history)
-    session.state.load(view.session_state)
+    session.state.reset(view.session_state)
     return session
 
 
@@ -150,7 +150,7 @@ def started_events(agent: Agent, request: StartRequest) -> list[Event]:
 
 def _refold(events: Sequence[Event], view: RunView) -> RunMachine:
     try:
-        return refold(events, view.history)
+        return RunMachine.from_events(events, view.history)
     except TransitionError as exc:
         raise StepError(f"the stored log of run {view.run_id} does not refold: {exc}") from exc
 
@@ -193,7 +193,7 @@ async def tool_step(
     binding, recorder = _binding(run_spec(agent, view, tools), view)
     function = binding.registry.by_name[name]
     if gated:  # only asked whether it waits for approval: nothing runs
-        return StepOutcome(held=binding.spec.awaits_approval(function, call))
+        return StepOutcome(awaits_approval=binding.spec.awaits_approval(function, call))
     with binding.bound():
         await invoke_call(binding, iteration, call, function, approved=approved)
     return _outcome(binding, recorder)

@@ -9,6 +9,7 @@ activity's or workflow's signature. This module imports only msgspec, temporalio
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, Literal
 
 import msgspec
@@ -199,8 +200,14 @@ class StepOutcome(msgspec.Struct, frozen=True, kw_only=True):
     events: tuple[Event, ...] = ()
     error_type: str | None = None
     error_message: str | None = None
-    held: bool = False
-    """A gated call with valid arguments: held for approval, not run."""
+    awaits_approval: bool = msgspec.field(default=False, name="held")
+    """A gated call with valid arguments: it waits for approval, not run (``held`` on the wire)."""
+
+    @property
+    def held(self) -> bool:
+        """The old name of ``awaits_approval``, kept for one release."""
+        warnings.warn("StepOutcome.held is now awaits_approval", DeprecationWarning, stacklevel=2)
+        return self.awaits_approval
 
 
 class AppendRequest(msgspec.Struct, frozen=True, kw_only=True):

@@ -38,7 +38,7 @@ with workflow.unsafe.imports_passed_through():
     from agentledger.core.commands import CallModel, Command, FinishRun, InvokeTools
     from agentledger.core.events import Event, ToolCalled
     from agentledger.core.loop import RunLoop, StepLog
-    from agentledger.core.machine import RunMachine, refold
+    from agentledger.core.machine import RunMachine
     from agentledger.core.messages import Content
     from agentledger.core.projections import SessionProjection
 
@@ -195,7 +195,7 @@ class _WorkflowRun:
                 max_bytes=self.job.limits.payload_bytes,
             )
             events.extend(await self._store_step(LOAD_EVENTS, request, list[Event]))
-        self.loop = self._loop(refold(events, self.history), events)
+        self.loop = self._loop(RunMachine.from_events(events, self.history), events)
         self._observe(events)
         self.version = len(events)
         self.sequential = resume.sequential
@@ -245,7 +245,7 @@ class _WorkflowRun:
         """A worker checks each gated call's arguments (the rule a local run applies)."""
         gated = [c for c in command.calls if (c.call_id or "") in command.gated]
         outcomes = await asyncio.gather(*(self._tool(command.iteration, c, gated=True) for c in gated))
-        return [c.call_id or "" for c, o in zip(gated, outcomes, strict=True) if o.held]
+        return [c.call_id or "" for c, o in zip(gated, outcomes, strict=True) if o.awaits_approval]
 
     def tool_calls(self, command: InvokeTools) -> Sequence[Callable[[StepLog], Awaitable[None]]]:
         approved = set(command.approved)

@@ -2,7 +2,14 @@
 
 Only the standard library and msgspec are imported here: no clock, no randomness, no IO. A test
 imports this package in a fresh interpreter and checks ``sys.modules``.
+
+``__all__`` is what drivers and tests use; helpers a module keeps to itself are underscored
+there. Names that left the public core are served for one release with a ``DeprecationWarning``
+(docs/api.md lists them).
 """
+
+import warnings
+from typing import Any
 
 from .approvals import *  # noqa: F403
 from .approvals import __all__ as _approvals_all
@@ -43,3 +50,29 @@ __all__ = (
     *_messages_all,
     *_projections_all,
 )
+
+_DEPRECATED = {
+    "Step": ("machine", "Reaction", "is now Reaction"),
+    "refold": ("machine", "refold", "is now RunMachine.from_events"),
+    "fold_views": ("projections", "fold_views", "is now Views.from_events"),
+    "AWAITING": ("claims", "_AWAITING", "is no longer public"),
+    "CallProgress": ("claims", "_CallProgress", "is no longer public"),
+    "answered_calls": ("approvals", "_answered_calls", "is no longer public"),
+    "call_progress": ("claims", "_call_progress", "is no longer public"),
+    "check_json": ("limits", "_check_json", "is no longer public"),
+    "exception_text": ("projections", "_exception_text", "is no longer public"),
+    "json_depth": ("depth", "_json_depth", "is no longer public"),
+}
+"""Old public name -> (its module, the name it has there now, what became of it): one release."""
+
+
+def __getattr__(name: str) -> Any:
+    moved = _DEPRECATED.get(name)
+    if moved is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module, new, now = moved
+    warnings.warn(f"agentledger.core.{name} {now}", DeprecationWarning, stacklevel=2)
+    value = globals()[module]
+    with warnings.catch_warnings():  # warned once, here
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return getattr(value, new)

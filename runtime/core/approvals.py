@@ -7,7 +7,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from .messages import Content, Message
 
 __all__ = (
-    "answered_calls",
     "approval_requests",
     "approval_responses",
     "conversation",
@@ -22,7 +21,7 @@ def approval_responses(messages: Iterable[Message]) -> list[Content]:
     return [c for m in messages for c in m.contents if c.type == "function_approval_response"]
 
 
-def answered_calls(messages: Iterable[Message], responses: Mapping[str | None, bool]) -> list[Content]:
+def _answered_calls(messages: Iterable[Message], responses: Mapping[str | None, bool]) -> list[Content]:
     """The function calls in ``messages`` that an approval response answers, in call order."""
     return [c for m in messages for c in m.contents if c.type == "function_call" and c.call_id in responses]
 
@@ -71,12 +70,12 @@ def conversation(messages: Iterable[Message]) -> list[Message]:
 
 def approval_requests(messages: Iterable[Message], awaiting: Iterable[str]) -> list[Content]:
     """What a paused run asks a human: one request per call held for approval."""
-    held = set(awaiting)
+    waiting = set(awaiting)
     return [
         Content("function_approval_request", call_id=c.call_id, name=c.name, arguments=c.arguments)
         for m in messages
         for c in m.contents
-        if c.type == "function_call" and c.call_id in held
+        if c.type == "function_call" and c.call_id in waiting
     ]
 
 

@@ -52,19 +52,16 @@ from .projections import TranscriptProjection, conversation_after
 from .provided import provided_count
 
 __all__ = (
-    "AWAITING",
-    "CallProgress",
     "ClaimDecision",
     "HistoryGrowth",
     "PausedBatch",
     "arguments_digest",
-    "call_progress",
     "decide_claim",
     "history_growth",
     "paused_batch",
 )
 
-AWAITING = "awaiting_approval"
+_AWAITING = "awaiting_approval"
 _encode = msgspec.json.Encoder(order="deterministic").encode
 _OUTCOMES = (ToolReturned, ToolFailed, ArgumentsRejected, MiddlewareShortCircuit, ToolNotFound)
 
@@ -124,7 +121,7 @@ def paused_batch(events: Sequence[Event]) -> PausedBatch:
             awaiting.extend(event.call_ids)
         elif kind is RunCompleted:
             assert isinstance(event, RunCompleted)
-            paused = event.reason == AWAITING
+            paused = event.reason == _AWAITING
             since = event.at
         elif kind is BatchClaimed:
             assert isinstance(event, BatchClaimed)
@@ -144,7 +141,7 @@ def paused_batch(events: Sequence[Event]) -> PausedBatch:
     )
 
 
-class CallProgress(msgspec.Struct, frozen=True, kw_only=True):
+class _CallProgress(msgspec.Struct, frozen=True, kw_only=True):
     """How far a resuming run got with some calls, as its log shows."""
 
     ended: bool
@@ -155,7 +152,7 @@ class CallProgress(msgspec.Struct, frozen=True, kw_only=True):
     """Calls started (``ToolCalled``) without a recorded outcome."""
 
 
-def call_progress(events: Sequence[Event], call_ids: Sequence[str]) -> CallProgress:
+def _call_progress(events: Sequence[Event], call_ids: Sequence[str]) -> _CallProgress:
     """Which of ``call_ids`` the run whose log is ``events`` ran, and which it left unknown."""
     wanted = set(call_ids)
     started: set[str] = set()
@@ -168,7 +165,7 @@ def call_progress(events: Sequence[Event], call_ids: Sequence[str]) -> CallProgr
         elif isinstance(event, _OUTCOMES) and event.call_id in wanted:
             done.add(event.call_id or "")
     ended = bool(events) and type(events[-1]) in (RunCompleted, RunFailed)
-    return CallProgress(
+    return _CallProgress(
         ended=ended,
         done=tuple(c for c in call_ids if c in done),
         unknown=tuple(c for c in call_ids if c in started and c not in done),
@@ -233,7 +230,7 @@ def decide_claim(
         if holder == by_run_id:
             return ClaimDecision(kind="held", holder=holder)
         approved = [a.call_id for a in claim.answers if a.approved]
-        progress = call_progress(holder_log or (), approved)
+        progress = _call_progress(holder_log or (), approved)
         doubtful = progress.unknown
         if not progress.ended:
             doubtful = tuple(c for c in approved if c not in progress.done)
@@ -334,7 +331,7 @@ def history_growth(
         if end.reason in _BEFORE_LOOP and _left_history(events):
             return HistoryGrowth()  # agent middleware ended it before its loop: nothing to add
         paused: dict[str, str] = {}
-        if end.reason == AWAITING:
+        if end.reason == _AWAITING:
             for event in events:
                 if type(event) is ApprovalRequested:
                     assert isinstance(event, ApprovalRequested)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ("MAX_DEPTH", "json_depth", "too_deep")
+__all__ = ("MAX_DEPTH", "too_deep")
 
 MAX_DEPTH = 256
 """The deepest nesting of containers (JSON arrays and objects) a recorded event may hold."""
@@ -23,7 +23,7 @@ _TOO_MANY = b"[" * (MAX_DEPTH + 1)
 _TOKENS = re.compile(rb'"(?:[^"\\]|\\.)*+"|[\[\]{}]', re.S)
 
 
-def json_depth(data: bytes) -> int:
+def _json_depth(data: bytes) -> int:
     """How deep containers nest in the JSON text ``data`` (0 for a scalar), without recursion."""
     depth = deepest = 0
     for match in _TOKENS.finditer(data):
@@ -49,5 +49,6 @@ def too_deep(data: bytes, limit: int = MAX_DEPTH) -> bool:
     if limit == MAX_DEPTH and data.translate(_OPENERS_ONLY, _NOT_OPENERS).find(_TOO_MANY) < 0:
         return False
     return any(
-        line.count(b"[") + line.count(b"{") > limit and json_depth(line) > limit for line in data.split(b"\n")
+        line.count(b"[") + line.count(b"{") > limit and _json_depth(line) > limit
+        for line in data.split(b"\n")
     )

@@ -10,7 +10,7 @@ written by an older version keep decoding. A breaking change bumps ``SCHEMA_VERS
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 import msgspec
 
@@ -18,6 +18,9 @@ from .depth import MAX_DEPTH, too_deep
 from .messages import Message, Usage
 
 __all__ = (
+    "ALWAYS_REQUIRE",
+    "APPROVAL_MODES",
+    "NEVER_REQUIRE",
     "SCHEMA_VERSION",
     "ApprovalRequested",
     "ApprovalResolved",
@@ -59,6 +62,13 @@ __all__ = (
     "to_plain",
 )
 
+ALWAYS_REQUIRE: Final = "always_require"
+"""The ``approval_mode`` of a tool whose calls wait for a human's approval before they run."""
+NEVER_REQUIRE: Final = "never_require"
+"""The ``approval_mode`` of a tool whose calls run without asking (the default)."""
+APPROVAL_MODES = (ALWAYS_REQUIRE, NEVER_REQUIRE)
+"""Every ``approval_mode`` a tool may have."""
+
 SCHEMA_VERSION = 1
 
 ToolChoice = str | dict[str, Any]
@@ -71,7 +81,7 @@ class ToolSpec(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc
     name: str
     description: str = ""
     parameters: dict[str, Any] = msgspec.field(default_factory=dict)
-    approval_mode: str = "never_require"
+    approval_mode: str = NEVER_REQUIRE
     origin: str = ""
     """Where the tool comes from when that is not the agent's own code: ``"mcp:<server>"`` for a
     tool an MCP server lists. Not sent to the model."""

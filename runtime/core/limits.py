@@ -45,7 +45,6 @@ __all__ = (
     "INT64_MAX",
     "INT64_MIN",
     "check_event",
-    "check_json",
     "checked_bytes",
     "keep_checked_bytes",
     "may_overflow",
@@ -95,7 +94,7 @@ def may_overflow(data: bytes) -> bool:
     return False
 
 
-def check_json(data: bytes, what: str = "the value") -> None:
+def _check_json(data: bytes, what: str = "the value") -> None:
     """Refuse JSON text nested deeper than ``MAX_DEPTH`` (``UnrecordableError``)."""
     if too_deep(data):
         raise UnrecordableError(f"{what} is nested deeper than {MAX_DEPTH} levels")
@@ -138,7 +137,7 @@ def checked_bytes(event: Event) -> bytes | None:
 def _read_back(event: Event, data: bytes) -> None:
     """The long way: depth on the text, the typed decoder, then integers on the decoded values."""
     kind = type(event).__name__
-    check_json(data, kind)
+    _check_json(data, kind)
     try:
         decoded = _decoder.decode(data)
     except (msgspec.DecodeError, RecursionError) as exc:

@@ -39,7 +39,7 @@ from .commands import CallModel, Command, FinishRun, InvokeTools
 from .errors import TransitionError
 from .events import ApprovalRequested, Event, EventBase
 from .limits import check_event, checked_bytes
-from .machine import RunMachine, Step
+from .machine import Reaction, RunMachine
 
 __all__ = ("Executor", "RunLoop", "StepLog")
 
@@ -262,7 +262,7 @@ class RunLoop:
         assert isinstance(command, FinishRun), command
         return command
 
-    def _take(self, step: Step) -> None:
+    def _take(self, step: Reaction) -> None:
         events, commands = step
         self.log.extend(events)
         if commands:
@@ -293,9 +293,9 @@ class RunLoop:
     async def _batch(self, executor: Executor, command: InvokeTools) -> None:
         """Hold the batch for approval when a gated call waits, else run its calls."""
         if command.gated:
-            held = tuple(await executor.awaiting_approval(command))
-            if held:  # the whole batch waits for the answer
-                self.record(ApprovalRequested, call_ids=held)
+            waiting = tuple(await executor.awaiting_approval(command))
+            if waiting:  # the whole batch waits for the answer
+                self.record(ApprovalRequested, call_ids=waiting)
                 return
         runners = executor.tool_calls(command)
         if executor.sequential or len(runners) < 2:

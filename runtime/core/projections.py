@@ -7,6 +7,7 @@ Each projection has ``apply(event)``, which updates it in place in O(size of the
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable
 from typing import Any, NamedTuple
 
@@ -15,6 +16,7 @@ import msgspec
 from .approvals import approval_responses, conversation
 from .collector import collector_paused
 from .events import (
+    ALWAYS_REQUIRE,
     ApprovalRequested,
     ApprovalResolved,
     ArgumentsRejected,
@@ -51,8 +53,6 @@ __all__ = (
     "apply_changes",
     "conversation_after",
     "error_text",
-    "exception_text",
-    "fold_views",
 )
 
 REJECTED_BY_USER = "Error: Tool call invocation was rejected by user."
@@ -108,14 +108,20 @@ class ToolsProjection:
         elif type(event) is ToolsRemoved:
             for name in event.names:
                 self.specs.pop(name, None)
-        self.gated = sum(1 for spec in self.specs.values() if spec.approval_mode == "always_require")
+        self.gated = sum(1 for spec in self.specs.values() if spec.approval_mode == ALWAYS_REQUIRE)
 
     @classmethod
-    def rebuild(cls, events: Iterable[Event]) -> ToolsProjection:
+    def from_events(cls, events: Iterable[Event]) -> ToolsProjection:
         view = cls()
         for event in events:
             view.apply(event)
         return view
+
+    @classmethod
+    def rebuild(cls, events: Iterable[Event]) -> ToolsProjection:
+        """The old name of ``from_events``, kept for one release."""
+        warnings.warn("rebuild is now from_events", DeprecationWarning, stacklevel=2)
+        return cls.from_events(events)
 
 
 _TOOL_EVENTS = frozenset({RunStarted, ToolsAdded, ToolsRemoved, ContextProvided})
@@ -152,11 +158,17 @@ class SessionProjection:
         apply_changes(self.state, event.changes)
 
     @classmethod
-    def rebuild(cls, events: Iterable[Event], session_id: str | None = None) -> SessionProjection:
+    def from_events(cls, events: Iterable[Event], session_id: str | None = None) -> SessionProjection:
         view = cls(session_id)
         for event in events:
             view.apply(event)
         return view
+
+    @classmethod
+    def rebuild(cls, events: Iterable[Event], session_id: str | None = None) -> SessionProjection:
+        """The old name of ``from_events``, kept for one release."""
+        warnings.warn("rebuild is now from_events", DeprecationWarning, stacklevel=2)
+        return cls.from_events(events, session_id)
 
 
 class ModelCall(msgspec.Struct, frozen=True, gc=False):
@@ -181,7 +193,7 @@ class ModelCall(msgspec.Struct, frozen=True, gc=False):
         )
 
 
-def exception_text(event: ToolFailed | ArgumentsRejected | ToolNotFound) -> str:
+def _exception_text(event: ToolFailed | ArgumentsRejected | ToolNotFound) -> str:
     """What a failed call's result carries as its ``exception``: why it failed."""
     if type(event) is ToolNotFound:
         return f'Function "{event.name}" not found.'
@@ -288,7 +300,7 @@ class TranscriptProjection:
             self.resolve(event.call_id, result_text(event.result))
 
     def _failed(self, event: ToolFailed | ArgumentsRejected | ToolNotFound) -> None:
-        self.resolve(event.call_id, error_text(event, self.config.detailed_errors), exception_text(event))
+        self.resolve(event.call_id, error_text(event, self.config.detailed_errors), _exception_text(event))
 
     def _request_rewritten(self, event: ModelRequestRewritten) -> None:
         self.rewritten[event.iteration] = event.messages
@@ -355,11 +367,17 @@ class TranscriptProjection:
         return [*self.context, *history, *self.seen_at(iteration)]
 
     @classmethod
-    def rebuild(cls, events: Iterable[Event]) -> TranscriptProjection:
+    def from_events(cls, events: Iterable[Event]) -> TranscriptProjection:
         view = cls()
         for event in events:
             view.apply(event)
         return view
+
+    @classmethod
+    def rebuild(cls, events: Iterable[Event]) -> TranscriptProjection:
+        """The old name of ``from_events``, kept for one release."""
+        warnings.warn("rebuild is now from_events", DeprecationWarning, stacklevel=2)
+        return cls.from_events(events)
 
 
 TRANSCRIPT_FOLDS: dict[type, Any] = {
@@ -388,24 +406,30 @@ class Views(NamedTuple):
     session: SessionProjection
     transcript: TranscriptProjection
 
+    @classmethod
+    def from_events(cls, events: Iterable[Event], session_id: str | None = None) -> Views:
+        """Fold a log into all three projections in one pass (what a rebuild after a restart does).
+
+        The same folds as each projection's ``apply``, dispatched once per event, with the cycle
+        collector paused through the fold (``collector_paused``): a fold allocates in no cycle.
+        """
+        views = cls(ToolsProjection(), SessionProjection(session_id), TranscriptProjection())
+        apply_tools, apply_session, transcript = views.tools.apply, views.session.apply, views.transcript
+        tool_events, folds = _TOOL_EVENTS, TRANSCRIPT_FOLDS
+        with collector_paused():
+            for event in events:
+                kind = type(event)
+                if kind in tool_events:
+                    apply_tools(event)
+                elif kind is SessionUpdated:
+                    apply_session(event)
+                fold = folds.get(kind)
+                if fold is not None:
+                    fold(transcript, event)
+        return views
+
 
 def fold_views(events: Iterable[Event], session_id: str | None = None) -> Views:
-    """Fold a log into all three projections in one pass (what a rebuild after a restart does).
-
-    The same folds as each projection's ``apply``, dispatched once per event, with the cycle
-    collector paused through the fold (``collector_paused``): a fold allocates in no cycle.
-    """
-    views = Views(ToolsProjection(), SessionProjection(session_id), TranscriptProjection())
-    apply_tools, apply_session, transcript = views.tools.apply, views.session.apply, views.transcript
-    tool_events, folds = _TOOL_EVENTS, TRANSCRIPT_FOLDS
-    with collector_paused():
-        for event in events:
-            kind = type(event)
-            if kind in tool_events:
-                apply_tools(event)
-            elif kind is SessionUpdated:
-                apply_session(event)
-            fold = folds.get(kind)
-            if fold is not None:
-                fold(transcript, event)
-    return views
+    """The old name of ``Views.from_events``, kept for one release."""
+    warnings.warn("fold_views is now Views.from_events", DeprecationWarning, stacklevel=2)
+    return Views.from_events(events, session_id)

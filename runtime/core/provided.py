@@ -31,7 +31,6 @@ __all__ = (
     "append_instructions",
     "contributions",
     "instructions_after",
-    "on_provided",
     "provided_count",
 )
 
@@ -40,17 +39,6 @@ PROVIDER_WRITER = "context_provider:"
 
 _LOOP = (ModelCalled, ApprovalResolved, BatchResumed, RunCompleted, RunFailed)
 """The events that end a run's preamble: contributions come before any of them."""
-
-
-def on_provided(machine: Any, event: ContextProvided) -> None:
-    """Offer the tools a context provider added; in a resume, send its messages before the history."""
-    machine.tools.apply(event)
-    if machine.transcript.resuming and event.messages:
-        at = machine.transcript.provided - len(event.messages)
-        history = machine.history
-        machine.history = (*history[:at], *event.messages, *history[at:])
-        if machine.conversation_id is not None:  # the service holds the conversation: they
-            machine.held += len(event.messages)  # would have to go before it, so are not sent
 
 
 def append_instructions(base: Any, lines: Sequence[str]) -> Any:
@@ -76,7 +64,7 @@ def contributions(events: Iterable[Event]) -> list[ContextProvided]:
 
 def provided_count(events: Sequence[Event]) -> int:
     """How many of the run's leading transcript messages context providers added (none in a
-    run resuming a paused batch: there they go before the history, see ``on_provided``)."""
+    run resuming a paused batch: there they go before the history, see ``RunMachine``)."""
     if events and type(events[0]) is RunStarted and approval_responses(events[0].messages):
         return 0
     return sum(len(event.messages) for event in contributions(events))

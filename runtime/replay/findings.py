@@ -15,6 +15,7 @@ field and both values.
 from __future__ import annotations
 
 import difflib
+import warnings
 from collections.abc import Iterable, Sequence
 from typing import Any, Literal
 
@@ -71,11 +72,16 @@ class Finding(msgspec.Struct, frozen=True, kw_only=True):
             return f"{head}: the rerun recorded {self.rerun.get('type')} instead"
         return f"{head}.{self.field}: {_short(self.recorded)} -> {_short(self.rerun)}"
 
-    def to_json(self) -> dict[str, Any]:
-        """The finding as JSON values (what ``agentledger replay --json`` prints)."""
+    def to_dict(self) -> dict[str, Any]:
+        """The finding as plain JSON-ready values (what ``agentledger replay --json`` prints)."""
         data: dict[str, Any] = msgspec.to_builtins(self)
         data["where"] = self.where
         return data
+
+    def to_json(self) -> dict[str, Any]:
+        """The old name of ``to_dict``, kept for one release."""
+        warnings.warn("Finding.to_json is now to_dict", DeprecationWarning, stacklevel=2)
+        return self.to_dict()
 
 
 def _short(value: Any, limit: int = 80) -> str:

@@ -26,7 +26,8 @@ from .tool_step import (
     invoke_call,
     record_outcome,
 )
-from .values import to_json
+from .values import to_json as to_json  # the old name of to_recorded, for one release
+from .values import to_recorded
 
 __all__ = (
     "AgentRun",
@@ -50,6 +51,6 @@ __all__ = (
     "options_record",
     "record_outcome",
     "refusal",
-    "to_json",
+    "to_recorded",
     "watching",
 )

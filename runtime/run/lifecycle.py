@@ -47,7 +47,7 @@ from .claims import claim_batches
 from .driver import LocalDriver
 from .recorder import RunRecorder, capture_sinks
 from .spec import RunSpec, check_approvals, check_tool_choice, options_record
-from .values import to_json
+from .values import to_recorded
 
 __all__ = ("AgentRun",)
 
@@ -185,7 +185,7 @@ class AgentRun:
         finally:
             writer.reset(token)
         if outcome is not None and outcome.short_circuited_by is not None and not finish:
-            text = to_json(_text_of(context.result))
+            text = to_recorded(_text_of(context.result))
             middleware = outcome.short_circuited_by
             recorder.record(
                 MiddlewareShortCircuit,
@@ -311,8 +311,8 @@ class AgentRun:
         machine = self._machine
         assert machine is not None
         if isinstance(event, ApprovalRequested):
-            held = set(event.call_ids)
-            requests = tuple(r for r in machine.approval_requests() if r.call_id in held)
+            waiting = set(event.call_ids)
+            requests = tuple(r for r in machine.approval_requests() if r.call_id in waiting)
             self.on_update(AgentResponseUpdate(contents=requests, run_id=event.run_id))
             return
         if isinstance(event, CallsSkipped):
@@ -337,4 +337,4 @@ def _text_of(result: Any) -> str:
         return ""
     if isinstance(result, AgentResponse):
         return result.text
-    return result if isinstance(result, str) else result_text(to_json(result))
+    return result if isinstance(result, str) else result_text(to_recorded(result))

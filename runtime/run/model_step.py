@@ -37,7 +37,7 @@ from ..middleware import ChainOutcome, run_chain
 from ..session import writer
 from .binding import RunBinding
 from .spec import RUN_LIMITS
-from .values import to_json
+from .values import to_recorded
 
 __all__ = ("call_model",)
 
@@ -149,7 +149,7 @@ def _record_request_changes(
         by="chat_middleware",
         messages=messages,
         tools=tools,
-        options={k: to_json(v) for k, v in changed.items()},
+        options={k: to_recorded(v) for k, v in changed.items()},
     )
 
 
@@ -286,9 +286,9 @@ def _content(content: Any) -> Content:
         raise ValueError(f"a content's type must be a str, not {type(content.type).__name__}")
     fields: dict[str, Any] = {}
     if content.arguments is not None and not isinstance(content.arguments, str):
-        fields["arguments"] = msgspec.json.encode(to_json(content.arguments)).decode()
+        fields["arguments"] = msgspec.json.encode(to_recorded(content.arguments)).decode()
     if content.result is not None:
-        fields["result"] = to_json(content.result)
+        fields["result"] = to_recorded(content.result)
     for name in ("text", "call_id", "name", "exception"):
         value = getattr(content, name)
         if value is not None and not isinstance(value, str):

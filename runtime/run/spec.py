@@ -19,7 +19,7 @@ import msgspec
 from .._version import __version__
 from ..chat import ChatClient, ChatOptions
 from ..core.approvals import approval_responses, paused_calls, resumed_batch, unmatched_approvals
-from ..core.events import RunConfig, RunStarted
+from ..core.events import ALWAYS_REQUIRE, RunConfig, RunStarted
 from ..core.messages import Content, Message, Usage
 from ..errors import ApprovalError, ArgumentsError, OptionsError
 from ..logs import warn
@@ -29,7 +29,7 @@ from ..store import EventStore
 from ..structured import schema_option
 from ..tools import FunctionTool, arguments_valid
 from .recorder import Sink
-from .values import to_json
+from .values import to_recorded
 
 __all__ = (
     "RUN_LIMITS",
@@ -151,7 +151,7 @@ def check_tool_choice(choice: Any, tools: Sequence[FunctionTool]) -> None:
 def options_record(options: Mapping[str, Any]) -> dict[str, Any]:
     """The options as ``RunStarted`` records them (tools and instructions have fields of their
     own; a ``response_format`` type as its JSON schema)."""
-    record = {k: to_json(v) for k, v in options.items() if k not in _RUN_OPTION_KEYS and v is not None}
+    record = {k: to_recorded(v) for k, v in options.items() if k not in _RUN_OPTION_KEYS and v is not None}
     if "response_format" in record:
         record["response_format"] = schema_option(options["response_format"])
     return record
@@ -185,7 +185,7 @@ def check_approvals(
         raise ApprovalError("send approval answers on their own; new text goes in the run after them")
     if spec is None:
         return
-    gated = {t.name: t for t in spec.tools if t.approval_mode == "always_require"}
+    gated = {t.name: t for t in spec.tools if t.approval_mode == ALWAYS_REQUIRE}
     missing = [
         c.call_id
         for c in resumed_batch([*history, *inputs], responses)

@@ -27,7 +27,7 @@ from ..middleware import ChainOutcome, run_chain
 from ..session import writer
 from ..tools import ArgumentsError, FunctionTool, arguments_valid
 from .binding import RunBinding
-from .values import to_json
+from .values import to_recorded
 
 __all__ = (
     "CallOutcome",
@@ -98,7 +98,7 @@ async def invoke_call(
                 await _run_chain(binding, function, call_id, outcome, call if approved else None)
             else:  # without middleware, whatever is raised comes from the tool itself
                 binding.recorder.record(
-                    ToolCalled, call_id=call_id, name=function.name, arguments=to_json(arguments)
+                    ToolCalled, call_id=call_id, name=function.name, arguments=to_recorded(arguments)
                 )
                 outcome.value = await function.execute(arguments, context)
                 outcome.returned = True
@@ -144,7 +144,9 @@ async def _run_chain(
                 f"call {call_id!r} was approved with other arguments than middleware hands on: "
                 "an approval answers one call with its arguments"
             )
-        binding.recorder.record(ToolCalled, call_id=call_id, name=function.name, arguments=to_json(values))
+        binding.recorder.record(
+            ToolCalled, call_id=call_id, name=function.name, arguments=to_recorded(values)
+        )
         try:
             outcome.value = context.result = await function.execute(values, context)
         except Exception:
@@ -159,7 +161,9 @@ def _as_approved(function: FunctionTool, call: Content, values: dict[str, Any]) 
     """Whether ``values`` carry every argument ``call`` was approved with, unchanged (typed as
     middleware first saw them); an argument the call did not carry may be added (a default)."""
     approved = _as_sent(function, call)
-    return all(key in values and to_json(values[key]) == to_json(value) for key, value in approved.items())
+    return all(
+        key in values and to_recorded(values[key]) == to_recorded(value) for key, value in approved.items()
+    )
 
 
 def record_outcome(
@@ -186,22 +190,24 @@ def _record_outcome(
 ) -> None:
     record, error = binding.recorder.record, outcome.error
     if error is None and outcome.chain is None:  # the common case first: the tool returned
-        record(ToolReturned, call_id=call_id, name=name, result=to_json(outcome.value))
+        record(ToolReturned, call_id=call_id, name=name, result=to_recorded(outcome.value))
     elif isinstance(error, MiddlewareTermination):
         record(RunTerminated, iteration=iteration, reason=str(error), by=call_id)
         if outcome.returned or outcome.tool_raised:
             result = outcome.result if outcome.returned else error.result
-            record(ToolReturned, call_id=call_id, name=name, result=to_json(result))
+            record(ToolReturned, call_id=call_id, name=name, result=to_recorded(result))
         else:
             result = error.result if error.result is not None else outcome.result
-            record(MiddlewareShortCircuit, call_id=call_id, middleware="termination", result=to_json(result))
+            record(
+                MiddlewareShortCircuit, call_id=call_id, middleware="termination", result=to_recorded(result)
+            )
     elif isinstance(error, ArgumentsError) and not outcome.tool_raised:
         record(ArgumentsRejected, call_id=call_id, name=name, reason=str(error))
     elif error is not None:
         message = binding.scrub(safe_text(str(error)))
         record(ToolFailed, call_id=call_id, name=name, error_type=type(error).__name__, message=message)
     elif outcome.chain is not None and outcome.chain.short_circuited_by is not None:
-        result = to_json(outcome.result)
+        result = to_recorded(outcome.result)
         record(
             MiddlewareShortCircuit,
             call_id=call_id,
@@ -213,9 +219,9 @@ def _record_outcome(
             ToolReturned,
             call_id=call_id,
             name=name,
-            result=to_json(outcome.result),
+            result=to_recorded(outcome.result),
             overridden_by=outcome.chain.overridden_by,
-            tool_result=to_json(outcome.value),
+            tool_result=to_recorded(outcome.value),
         )
     else:
-        record(ToolReturned, call_id=call_id, name=name, result=to_json(outcome.result))
+        record(ToolReturned, call_id=call_id, name=name, result=to_recorded(outcome.result))

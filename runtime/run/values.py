@@ -2,21 +2,22 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import msgspec
 
-__all__ = ("to_json",)
+__all__ = ("to_recorded",)
 
 _PLAIN = frozenset({str, int, float, bool, type(None)})
 
 
-def to_json(value: Any) -> Any:
-    """A value as JSON-ready builtins, the one rule for every recorded value: msgspec's rules
-    (structs, dataclasses, attrs classes, enums, dates...) with mapping keys as strings, and a
-    pydantic model as its JSON mode dump, at any depth. A value with no JSON form (too deep, or of
-    a type neither knows) becomes its ``str``. Bytes that are UTF-8 text (a tool returning a file's
-    contents, say) are that text; other bytes are base64."""
+def to_recorded(value: Any) -> Any:
+    """A value as the log records it: JSON-ready builtins (not JSON text), the one rule for every
+    recorded value: msgspec's rules (structs, dataclasses, attrs classes, enums, dates...) with
+    mapping keys as strings, and a pydantic model as its JSON mode dump, at any depth. A value
+    with no JSON form (too deep, or of a type neither knows) becomes its ``str``. Bytes that are
+    UTF-8 text (a tool returning a file's contents, say) are that text; other bytes are base64."""
     if type(value) in _PLAIN:  # already what msgspec would give back
         return value
     if isinstance(value, bytes | bytearray):  # UTF-8 text a model can read, as text
@@ -39,3 +40,9 @@ def _json_form(value: Any) -> Any:
     if callable(dump) and hasattr(type(value), "model_fields"):
         return dump(mode="json")
     raise TypeError(f"{type(value).__name__} has no JSON form")
+
+
+def to_json(value: Any) -> Any:
+    """The old name of ``to_recorded``, kept for one release."""
+    warnings.warn("agentledger.run.to_json is now to_recorded", DeprecationWarning, stacklevel=2)
+    return to_recorded(value)

@@ -27,7 +27,7 @@ from agentledger import (
     tool,
 )
 from agentledger.adapters.chat.scripted import Call, ScriptedChatClient, ScriptedRequest
-from agentledger.core.events import Event
+from agentledger.core.events import ALWAYS_REQUIRE, Event
 from agentledger.errors import ModelCallError
 from agentledger.store import EventStore
 
@@ -87,7 +87,7 @@ def stop() -> str:
     return "never seen"
 
 
-@tool(approval_mode="always_require")
+@tool(approval_mode=ALWAYS_REQUIRE)
 def pay(amount: int) -> str:
     """Pay (a person approves first)."""
     return f"paid {amount}"
