@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from agentledger.core import collector_paused, fold_views
+from agentledger.core import Views, collector_paused
 from agentledger.core.events import RunStarted
 
 
@@ -60,11 +60,11 @@ def test_a_collector_the_application_turned_off_stays_off() -> None:
     with collector_paused():
         pass
     assert not gc.isenabled()
-    fold_views([RunStarted(run_id="r", seq=0, at=0, agent_id="a")])
+    Views.from_events([RunStarted(run_id="r", seq=0, at=0, agent_id="a")])
     assert not gc.isenabled()
 
 
 def test_a_fold_leaves_the_collector_on() -> None:
-    views = fold_views([RunStarted(run_id="r", seq=0, at=0, agent_id="a")])
+    views = Views.from_events([RunStarted(run_id="r", seq=0, at=0, agent_id="a")])
     assert views.transcript.messages == []
     assert gc.isenabled()

@@ -37,7 +37,7 @@ from agentledger.core.events import (
     decode_event,
     encode_event,
 )
-from agentledger.core.projections import fold_views
+from agentledger.core.projections import Views
 from agentledger.replay import RecordedRun, replay, rerun
 from agentledger.testing import FixedClock, SequentialIds, event_types
 
@@ -165,7 +165,7 @@ async def test_the_projections_rebuilt_from_the_log_match_the_live_run() -> None
 
     agent = _agent([Call("lookup", {"key": "x"}), "done"], [Retrieval(), Tools("tools")])
     response = await agent.run("q1")
-    views = fold_views(response.events)
+    views = Views.from_events(response.events)
     assert "lookup" in views.tools.specs
     assert [m.text for m in views.transcript.messages[:2]] == ["Fact: the sky is green.", "q1"]
     assert views.transcript.provided == 1
