@@ -181,7 +181,9 @@ class RunLoop:
 
     def record(self, cls: type[EventBase], **fields: Any) -> Event:
         """Record one input event of the owner's own (outside any step) and feed it at once."""
-        self._drain()
+        strays = self.strays
+        if strays is not None and strays.events:
+            self._drain()
         event: Any = cls(run_id=self.run_id, seq=self.machine.next_seq, at=self.clock(), **fields)
         check_event(event)
         self._take(self.machine.handle(event))
@@ -206,8 +208,11 @@ class RunLoop:
         self._feed(step.take(close=True))
 
     def _feed(self, events: list[Event]) -> None:
-        self._drain()
-        self._number(events)
+        strays = self.strays
+        if strays is not None and strays.events:
+            self._drain()
+        if events:
+            self._number(events)
 
     def _drain(self) -> None:
         strays = self.strays

@@ -49,6 +49,7 @@ class LocalDriver:
         self.recorder = recorder
         self.store = store
         self.stored = 0
+        self.log = recorder.loop.log  # the run's log (one list for the whole run)
         self._in_doubt = False  # an append that may have been written without saying so
         self._append_nowait: Callable[[str, Sequence[Event], int], int] | None = (
             typing.cast(SupportsAppendNowait, store).append_nowait
@@ -120,7 +121,7 @@ class LocalDriver:
         first reads the stream back and counts what of the run's own events is there, instead of
         appending them again at a version the stream has left behind.
         """
-        log = self.recorder.log
+        log = self.log
         if self.store is None or self.stored >= len(log):
             return
         run_id = self.recorder.run_id

@@ -136,6 +136,8 @@ class AgentRun:
                 release()
             if token is not None:
                 capture_sinks.reset(token)
+            if self._recorder is not None:
+                self._recorder.release()
 
     async def _run_agent_layers(
         self, binding: RunBinding, driver: LocalDriver, inputs: list[Message], stream: bool

@@ -29,6 +29,7 @@ from typing import Any
 
 from ..context import SessionSink
 from ..core.commands import FinishRun
+from ..core.errors import TransitionError
 from ..core.events import Event, EventBase, RunCompleted, SessionUpdated, ToolsAdded, ToolsRemoved
 from ..core.limits import check_event, safe_text
 from ..core.loop import RunLoop, StepLog
@@ -97,41 +98,20 @@ class Sinks:
         )  # fmt: skip
 
 
-class RunRecorder:
-    """The ``Recorder`` of a run in this process: into the current step, else to the owner."""
+class _Follow:
+    """What a run's owner tells of each kept event: the sinks, and the live state that follows
+    the log (session writes, tool changes). Apart from the recorder, so that the owner refers to
+    no object that refers back to it: a run leaves no reference cycle for the collector."""
 
-    __slots__ = ("loop", "parent", "registry", "run_id", "session", "sinks", "thread")
+    __slots__ = ("parent", "registry", "session", "sinks")
 
-    def __init__(
-        self,
-        machine: RunMachine,
-        run_id: str,
-        clock: Callable[[], int],
-        sinks: Sequence[Sink],
-        *,
-        session: AgentSession | None = None,
-        parent: SessionSink | None = None,
-    ) -> None:
-        self.run_id = run_id
-        all_sinks = tuple(sinks) + capture_sinks.get()
-        self.sinks = Sinks(run_id, all_sinks) if all_sinks else None
+    def __init__(self, sinks: Sinks | None, session: AgentSession | None, parent: SessionSink | None):
+        self.sinks = sinks
         self.session = session
-        """The run's session: its live state follows the writes in the order the log keeps them."""
         self.parent = parent if session is not None else None
-        """A caller sharing the session (a sub-agent's): given a copy of each write as it is kept."""
         self.registry: ToolRegistry | None = None
-        """The run's live tools: they follow the changes in the order the log keeps them."""
-        self.loop = RunLoop(machine, run_id, clock, observer=self._observe, step_type=LocalStep)
-        """The run's owner: its machine, its log, its commands."""
-        self.loop.strays = LocalStep(run_id, clock, self.loop)
-        self.thread = threading.get_ident()
-        """The thread the run's owner feeds on (its event loop's)."""
 
-    def follow(self, registry: ToolRegistry) -> None:
-        """Keep ``registry`` (the run's live tools) in step with the tool changes as kept."""
-        self.registry = registry
-
-    def _observe(self, events: Sequence[Event]) -> None:
+    def __call__(self, events: Sequence[Event]) -> None:
         if self.sinks is not None:
             self.sinks(events)
         session, registry = self.session, self.registry
@@ -152,6 +132,42 @@ class RunRecorder:
             where = (origin, event.origin_seq or 0) if origin else (event.run_id, event.seq)
             parent(f"{event.run_id}/{event.by}", event.changes, where)
 
+
+class RunRecorder:
+    """The ``Recorder`` of a run in this process: into the current step, else to the owner."""
+
+    __slots__ = ("_follow", "loop", "run_id", "sinks", "thread")
+
+    def __init__(
+        self,
+        machine: RunMachine,
+        run_id: str,
+        clock: Callable[[], int],
+        sinks: Sequence[Sink],
+        *,
+        session: AgentSession | None = None,
+        parent: SessionSink | None = None,
+    ) -> None:
+        self.run_id = run_id
+        all_sinks = tuple(sinks) + capture_sinks.get()
+        self.sinks = Sinks(run_id, all_sinks) if all_sinks else None
+        # The session's live state follows its writes in the order the log keeps them, and a
+        # caller sharing it (a sub-agent's) is given a copy of each write as it is kept.
+        self._follow = _Follow(self.sinks, session, parent)
+        self.loop = RunLoop(machine, run_id, clock, observer=self._follow, step_type=LocalStep)
+        """The run's owner: its machine, its log, its commands."""
+        self.thread = threading.get_ident()
+        """The thread the run's owner feeds on (its event loop's)."""
+
+    def follow(self, registry: ToolRegistry) -> None:
+        """Keep ``registry`` (the run's live tools) in step with the tool changes as kept."""
+        self._follow.registry = registry
+
+    def release(self) -> None:
+        """The run is over: stop following its live state (the registry refers to this
+        recorder, so holding it would keep a reference cycle alive for the collector)."""
+        self._follow.registry = None
+
     @property
     def machine(self) -> RunMachine:
         return self.loop.machine
@@ -171,10 +187,20 @@ class RunRecorder:
         if step is not None:
             return step.record(cls, **fields) if here else step.hold(cls, **fields)
         if not here:  # a thread that did not inherit a call's context: held for the owner
-            strays = self.loop.strays
-            assert strays is not None
-            return strays.hold(cls, **fields)
+            return self._strays().hold(cls, **fields)
         return self.loop.record(cls, **fields)
+
+    def _strays(self) -> StepLog:
+        """Where records from threads outside any step wait for the owner (made on first use)."""
+        loop = self.loop
+        with _STEP_LOCK:
+            if loop.strays is None:
+                if not loop.machine.is_open:
+                    raise TransitionError(
+                        f"a thread recorded into run {self.run_id!r} after the run ended", run_id=self.run_id
+                    )
+                loop.strays = LocalStep(self.run_id, loop.clock, loop)
+            return loop.strays
 
     def into(self, step: StepLog) -> contextlib.AbstractContextManager[StepLog]:
         """Inside the block (and the tasks it starts), this run records into ``step``."""
@@ -224,24 +250,25 @@ class _Into:
         _steps.reset(self.token)
 
 
+_STEP_LOCK = threading.Lock()
+"""Between a worker thread holding a record in a step and the owner taking what it holds: one for
+all steps, since it is held for a list swap and taken only when another thread records."""
+
+
 class LocalStep(StepLog):
     """A step in this process: a sync tool's worker thread may hold records in it while the
-    owner takes them, so both go through a lock (one per step, never the run's)."""
+    owner takes them, so both go through a lock (never the run's)."""
 
-    __slots__ = ("lock",)
-
-    def __init__(self, run_id: str, at: Callable[[], int], owner: RunLoop | None = None) -> None:
-        super().__init__(run_id, at, owner)
-        self.lock = threading.Lock()
+    __slots__ = ()
 
     def hold(self, cls: type[EventBase], **fields: Any) -> Event:
-        with self.lock:
+        with _STEP_LOCK:
             return super().hold(cls, **fields)
 
     def take(self, *, close: bool = False) -> list[Event]:
-        with self.lock:
+        with _STEP_LOCK:
             return super().take(close=close)
 
     def go_live(self) -> None:
-        with self.lock:
+        with _STEP_LOCK:
             super().go_live()
