@@ -63,20 +63,26 @@ class StepLog:
 
     __slots__ = ("at", "closed", "events", "live", "owner", "run_id", "threaded")
 
-    def __init__(self, run_id: str, at: Callable[[], int], owner: RunLoop | None = None) -> None:
+    def __init__(
+        self, run_id: str, at: Callable[[], int], owner: RunLoop | None = None, *, live: bool = False
+    ) -> None:
         self.run_id = run_id
         self.at = at
         self.owner = owner
         self.events: list[Event] = []
         self.closed = False
-        self.live = False
+        self.live = live and owner is not None
         self.threaded = False  # held a record from elsewhere: never live again
 
     def record(self, cls: type[EventBase], **fields: Any) -> Event:
         """Record one input event of ``cls`` with ``fields``; returns it."""
+        return self.put(cls, fields)
+
+    def put(self, cls: type[EventBase], fields: dict[str, Any]) -> Event:
+        """``record`` with the fields as one mapping (what a recorder passes on unpacked once)."""
         owner = self.owner
         if owner is not None and (self.live or self.closed):
-            return owner.record(cls, **fields)
+            return owner.put(cls, fields)
         return self._keep(cls, fields)
 
     def hold(self, cls: type[EventBase], **fields: Any) -> Event:
@@ -148,6 +154,10 @@ class Executor(Protocol):
 class RunLoop:
     """The owner of one run: numbers and feeds its events, keeps its log, drives its loop."""
 
+    __slots__ = (
+        "clock", "commands", "live", "log", "machine", "observer", "restamp", "run_id", "step_type", "strays",
+    )  # fmt: skip
+
     def __init__(
         self,
         machine: RunMachine,
@@ -181,20 +191,27 @@ class RunLoop:
 
     def record(self, cls: type[EventBase], **fields: Any) -> Event:
         """Record one input event of the owner's own (outside any step) and feed it at once."""
+        return self.put(cls, fields)
+
+    def put(self, cls: type[EventBase], fields: dict[str, Any]) -> Event:
+        """``record`` with the fields as one mapping."""
         strays = self.strays
         if strays is not None and strays.events:
             self._drain()
-        event: Any = cls(run_id=self.run_id, seq=self.machine.next_seq, at=self.clock(), **fields)
+        # The machine's own counter (one package: no property call on the hot path).
+        event: Any = cls(run_id=self.run_id, seq=self.machine._next_seq, at=self.clock(), **fields)
         check_event(event)
-        self._take(self.machine.handle(event))
+        events, commands = self.machine.handle(event)
+        self.log.extend(events)
+        if commands:
+            self.commands.extend(commands)
+        if self.observer is not None:
+            self.observer(events)
         return event  # type: ignore[no-any-return]
 
     def step(self, *, live: bool = False) -> StepLog:
         """A new step of this run, for the driver to record one model or tool call into."""
-        step = self.step_type(self.run_id, self.clock, self)
-        if live and self.live:
-            step.go_live()
-        return step
+        return self.step_type(self.run_id, self.clock, self, live=live and self.live)
 
     def promote(self, step: StepLog) -> None:
         """The step is now the head of the model's order: feed what it holds, then go live
@@ -205,7 +222,12 @@ class RunLoop:
 
     def feed(self, step: StepLog) -> None:
         """Number the step's events from the next ``seq`` and feed them; the step closes."""
-        self._feed(step.take(close=True))
+        events = step.take(close=True)
+        strays = self.strays
+        if strays is not None and strays.events:
+            self._drain()
+        if events:
+            self._number(events)
 
     def _feed(self, events: list[Event]) -> None:
         strays = self.strays
@@ -223,9 +245,9 @@ class RunLoop:
         machine = self.machine
         at = self.clock() if self.restamp and events else 0
         for event in events:
-            if event.seq != machine.next_seq or self.restamp:
+            if event.seq != machine._next_seq or self.restamp:
                 checked_bytes(event)  # the bytes the gate kept carry the step's numbering: drop them
-                _set_field(event, "seq", machine.next_seq)
+                _set_field(event, "seq", machine._next_seq)
                 if self.restamp:
                     _set_field(event, "at", at)
             self._take(machine.handle(event))

@@ -49,6 +49,8 @@ class LocalDriver:
         self.recorder = recorder
         self.store = store
         self.stored = 0
+        self.sequential = binding.spec.config.sequential_tools
+        """Whether a batch's calls run one after another (``RunConfig.sequential_tools``)."""
         self.log = recorder.loop.log  # the run's log (one list for the whole run)
         self._in_doubt = False  # an append that may have been written without saying so
         self._append_nowait: Callable[[str, Sequence[Event], int], int] | None = (
@@ -67,16 +69,18 @@ class LocalDriver:
 
     # -- the executor ---------------------------------------------------------------------------
 
-    @property
-    def sequential(self) -> bool:
-        return self.binding.spec.config.sequential_tools
 
     async def before(self, command: Command) -> None:
-        await self.flush()
+        if self.stored < len(self.log):  # nothing new: no flush to await
+            await self.flush()
 
     async def call_model(self, command: CallModel, step: StepLog) -> None:
-        with self.recorder.into(step):
+        current = self.recorder.current_step  # RunRecorder.into, without its context manager
+        token = current.set(step)
+        try:
             await call_model(self.binding, command)
+        finally:
+            current.reset(token)
 
     async def awaiting_approval(self, command: InvokeTools) -> Sequence[str]:
         by_name, awaits = self.binding.registry.by_name, self.binding.spec.awaits_approval
@@ -108,8 +112,12 @@ class LocalDriver:
     async def _invoke(
         self, iteration: int, call: Content, function: FunctionTool, approved: bool, step: StepLog
     ) -> None:
-        with self.recorder.into(step):
+        current = self.recorder.current_step
+        token = current.set(step)
+        try:
             await invoke_call(self.binding, iteration, call, function, approved=approved)
+        finally:
+            current.reset(token)
 
     # -- the store -----------------------------------------------------------------------------
 

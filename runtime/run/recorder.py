@@ -48,11 +48,6 @@ capture_sinks: contextvars.ContextVar[tuple[Sink, ...]] = contextvars.ContextVar
 )
 """Sinks that see every event of every run started in this context (sub-agents included)."""
 
-_steps: contextvars.ContextVar[dict[RunRecorder, StepLog]] = contextvars.ContextVar(
-    "agentledger_steps",
-    default={},  # noqa: B039 (never mutated: each step sets a new dict)
-)
-"""The step each run records into in this context (a sub-agent's call runs inside its caller's)."""
 
 
 @contextlib.contextmanager
@@ -98,6 +93,10 @@ class Sinks:
         )  # fmt: skip
 
 
+_FOLLOWED = frozenset({SessionUpdated, ToolsAdded, ToolsRemoved})
+"""The events live state follows: session writes and tool changes."""
+
+
 class _Follow:
     """What a run's owner tells of each kept event: the sinks, and the live state that follows
     the log (session writes, tool changes). Apart from the recorder, so that the owner refers to
@@ -114,13 +113,16 @@ class _Follow:
     def __call__(self, events: Sequence[Event]) -> None:
         if self.sinks is not None:
             self.sinks(events)
-        session, registry = self.session, self.registry
         for event in events:
-            kind = type(event)
-            if kind is SessionUpdated and session is not None:
-                self._settle(session, event)  # type: ignore[arg-type]
-            elif registry is not None and (kind is ToolsAdded or kind is ToolsRemoved):
-                registry.settle(event)  # type: ignore[arg-type]
+            if type(event) in _FOLLOWED:  # rare: most events change no live state
+                self._follow(event)
+
+    def _follow(self, event: Event) -> None:
+        if type(event) is SessionUpdated:
+            if self.session is not None:
+                self._settle(self.session, event)
+        elif self.registry is not None:
+            self.registry.settle(event)  # type: ignore[arg-type]
 
     def _settle(self, session: AgentSession, event: SessionUpdated) -> None:
         if event.session_id != session.session_id:
@@ -136,7 +138,7 @@ class _Follow:
 class RunRecorder:
     """The ``Recorder`` of a run in this process: into the current step, else to the owner."""
 
-    __slots__ = ("_follow", "loop", "run_id", "sinks", "thread")
+    __slots__ = ("_follow", "current_step", "loop", "run_id", "sinks", "thread")
 
     def __init__(
         self,
@@ -158,6 +160,11 @@ class RunRecorder:
         """The run's owner: its machine, its log, its commands."""
         self.thread = threading.get_ident()
         """The thread the run's owner feeds on (its event loop's)."""
+        self.current_step: contextvars.ContextVar[StepLog | None] = contextvars.ContextVar(
+            "agentledger_step", default=None
+        )
+        """The step this run records into in the current context (``into``): one variable per
+        run, so a sub-agent's run, inside its caller's call, has its own."""
 
     def follow(self, registry: ToolRegistry) -> None:
         """Keep ``registry`` (the run's live tools) in step with the tool changes as kept."""
@@ -182,13 +189,13 @@ class RunRecorder:
         return self.sinks.failures if self.sinks is not None else 0
 
     def record(self, cls: type[EventBase], **fields: Any) -> Event:
-        step = _steps.get().get(self)
-        here = threading.get_ident() == self.thread
+        step = self.current_step.get()
+        if threading.get_ident() == self.thread:
+            # A live step (this run's, made by its loop) hands each record to the owner at once.
+            return self.loop.put(cls, fields) if step is None or step.live else step.put(cls, fields)
         if step is not None:
-            return step.record(cls, **fields) if here else step.hold(cls, **fields)
-        if not here:  # a thread that did not inherit a call's context: held for the owner
-            return self._strays().hold(cls, **fields)
-        return self.loop.record(cls, **fields)
+            return step.hold(cls, **fields)
+        return self._strays().hold(cls, **fields)  # a thread that did not inherit a call's context
 
     def _strays(self) -> StepLog:
         """Where records from threads outside any step wait for the owner (made on first use)."""
@@ -239,15 +246,15 @@ class _Into:
     def __init__(self, recorder: RunRecorder, step: StepLog) -> None:
         self.recorder = recorder
         self.step = step
-        self.token: contextvars.Token[dict[RunRecorder, StepLog]] | None = None
+        self.token: contextvars.Token[StepLog | None] | None = None
 
     def __enter__(self) -> StepLog:
-        self.token = _steps.set({**_steps.get(), self.recorder: self.step})
+        self.token = self.recorder.current_step.set(self.step)
         return self.step
 
     def __exit__(self, *exc_info: object) -> None:
         assert self.token is not None
-        _steps.reset(self.token)
+        self.recorder.current_step.reset(self.token)
 
 
 _STEP_LOCK = threading.Lock()
@@ -266,8 +273,11 @@ class LocalStep(StepLog):
             return super().hold(cls, **fields)
 
     def take(self, *, close: bool = False) -> list[Event]:
-        with _STEP_LOCK:
-            return super().take(close=close)
+        with _STEP_LOCK:  # StepLog.take, under the lock
+            events, self.events = self.events, []
+            if close:
+                self.closed, self.live = True, False
+            return events
 
     def go_live(self) -> None:
         with _STEP_LOCK:
