@@ -27,6 +27,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, TypeVar
 
+import msgspec
+
 from .approvals import approval_requests, approval_responses, resumed_batch
 from .commands import CallModel, Command, FinishRun, InvokeTools, Phase
 from .errors import TransitionError
@@ -90,16 +92,14 @@ _CallOutcome = ToolCalled | ToolReturned | ToolFailed | ArgumentsRejected | Midd
 # -- the driver's own inputs ----------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class Begin:
+class Begin(msgspec.Struct, frozen=True, gc=False):
     """``begin()``: agent middleware handed over to the loop."""
 
     verb: ClassVar[str] = "begin"
     at: int | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Finish:
+class Finish(msgspec.Struct, frozen=True, gc=False):
     """``finish(at, ...)``: the loop is over; what agent middleware answered, if it did."""
 
     verb: ClassVar[str] = "finish"
@@ -109,8 +109,7 @@ class Finish:
     usage: Usage | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Fail:
+class Fail(msgspec.Struct, frozen=True, gc=False):
     """``fail(at, error_type, message)``: the run cannot go on."""
 
     verb: ClassVar[str] = "fail"
@@ -466,7 +465,10 @@ class RunMachine:
             raise TransitionError(
                 f"{call.verb} is not accepted in phase {self._phase.value}", run_id=self._run_id
             )
-        self._open_step(call.at)
+        self._out = []
+        self._commands = []
+        if call.at is not None:
+            self._at = call.at
         edge.handler(self, call)
         if self._phase not in edge.leads_to:
             self._astray(edge, f"{call.verb}()")
@@ -475,12 +477,6 @@ class RunMachine:
     def _astray(self, edge: Transition[Any], what: str) -> None:
         """The table says where a transition may lead; a handler that went elsewhere is a bug."""
         raise RuntimeError(f"{what} led to {self._phase.value}, which TRANSITIONS does not list")
-
-    def _open_step(self, at: int | None = None) -> None:
-        self._out = []
-        self._commands = []
-        if at is not None:
-            self._at = at
 
     def _phase_to(self, phase: Phase) -> None:
         self._phase = phase
