@@ -335,11 +335,14 @@ class Agent:
         drivers other than the local one start from it too)."""
         if options:
             check_option_names(options)
-        merged = merge_options(self.default_options, self.instructions, options)
+        own = given_options(options)
+        merged = merge_options(self.default_options, self.instructions, own)
         given = normalize_tools(tools) if tools is not None else []
-        offered = tuple(self.tools + given)
-        check_tool_choice(merged.get("tool_choice"), offered)
-        response_schema(merged.get("response_format"))  # OptionsError now, not at the first call
+        offered = tuple(self.tools + given) if given else tuple(self.tools)
+        if merged.get("tool_choice") is not None:
+            check_tool_choice(merged["tool_choice"], offered)
+        if merged.get("response_format") is not None:  # OptionsError now, not at the first call
+            response_schema(merged["response_format"])
         layers = self._layers
         if middleware:
             extra = split_middleware(middleware)
@@ -355,8 +358,8 @@ class Agent:
             tools=offered,
             layers=layers,
             options=merged,
-            function_invocation_kwargs=dict(function_invocation_kwargs or {}),
-            client_kwargs=dict(client_kwargs or {}),
+            function_invocation_kwargs=dict(function_invocation_kwargs) if function_invocation_kwargs else {},
+            client_kwargs=dict(client_kwargs) if client_kwargs else {},
             config=config,
             price=self.price,
             redact=self.redact,
@@ -365,10 +368,10 @@ class Agent:
             sinks=self.event_sinks,
             parent=parent,
             share_history=share_history,
-            run_option_keys=tuple(k for k in given_options(options) if isinstance(k, str)),
-            run_instructions=given_options(options).get("instructions"),
-            run_tool_names=tuple(t.name for t in given),
-            context_providers=tuple(self.context_providers),
+            run_option_keys=tuple(k for k in own if isinstance(k, str)) if own else (),
+            run_instructions=own.get("instructions") if own else None,
+            run_tool_names=tuple(t.name for t in given) if given else (),
+            context_providers=tuple(self.context_providers) if self.context_providers else (),
         )
 
     def _legacy_kwargs(self, given: Mapping[str, Any] | None, kwargs: dict[str, Any]) -> dict[str, Any]:

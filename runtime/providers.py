@@ -501,6 +501,8 @@ async def provide_after(providers: _Providers | None, response: Any) -> None:
 
 def provider_names(providers: Sequence[Any]) -> tuple[str, ...]:
     """The ``source_id`` of each provider, as ``RunStarted.context_providers`` records them."""
+    if not providers:
+        return ()
     if len(providers) == 1 and isinstance(providers[0], RecordedContributions):
         return providers[0].names
     return tuple(str(getattr(p, "source_id", type(p).__name__)) for p in providers)

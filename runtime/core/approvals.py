@@ -18,7 +18,12 @@ __all__ = (
 
 def approval_responses(messages: Iterable[Message]) -> list[Content]:
     """The approval responses among ``messages``, in order."""
-    return [c for m in messages for c in m.contents if c.type == "function_approval_response"]
+    found = []
+    for message in messages:  # a loop, not a comprehension: this runs several times per run
+        for content in message.contents:
+            if content.type == "function_approval_response":
+                found.append(content)
+    return found
 
 
 def _answered_calls(messages: Iterable[Message], responses: Mapping[str | None, bool]) -> list[Content]:

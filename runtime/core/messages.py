@@ -99,7 +99,11 @@ class Message(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
     @property
     def text(self) -> str:
         """The text contents joined by spaces."""
-        return " ".join(c.text for c in self.contents if c.type == "text" and c.text)
+        contents = self.contents
+        if len(contents) == 1:  # the common case, without a generator
+            only = contents[0]
+            return (only.text or "") if only.type == "text" else ""
+        return " ".join(c.text for c in contents if c.type == "text" and c.text)
 
     @property
     def function_calls(self) -> tuple[Content, ...]:
@@ -222,6 +226,9 @@ def malformed_calls(contents: Sequence[Content]) -> str | None:
     """Why a model answer's function calls cannot be run (one has no call id, or two share one),
     or None. A step records such an answer as a failed model call; the machine refuses a
     ``ModelResponded`` that carries one, so a log is checked against the same rule."""
+    if len(contents) == 1:  # the common answer: one text, or one call
+        only = contents[0]
+        return "a function call has no call id" if only.type == "function_call" and not only.call_id else None
     seen: set[str] = set()
     for content in contents:
         if content.type != "function_call":

@@ -123,10 +123,11 @@ class AgentRun:
                     return await self._run_agent_layers(binding, driver, inputs, stream)
                 # The loop alone (no agent middleware): nothing can change the run's input.
                 try:
-                    provided = await provide_before(binding, inputs)
+                    provided = await provide_before(binding, inputs) if spec.context_providers else None
                     recorder.begin()
                     response = self._response(recorder, await driver.drive())
-                    await provide_after(provided, response)
+                    if provided is not None:
+                        await provide_after(provided, response)
                 except BaseException as exc:
                     await self._failed(driver, exc)
                     raise

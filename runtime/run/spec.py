@@ -59,7 +59,7 @@ def merge_options(
     (``default_options["instructions"]``, else ``instructions``), then the run's own appended on
     a new line."""
     own = given_options(options)
-    merged = {**defaults, **own}
+    merged = {**defaults, **own} if own else dict(defaults)
     base = defaults.get("instructions") or instructions
     added = own.get("instructions")
     if base and added:
@@ -72,8 +72,9 @@ def merge_options(
 def given_options(options: Mapping[str, Any] | None) -> dict[str, Any]:
     """The options a ``run()`` itself sets: those given, without the ``None`` values (unset) and
     an empty ``instructions``."""
-    given = options or {}
-    return {k: v for k, v in given.items() if v is not None and not (k == "instructions" and v == "")}
+    if not options:
+        return {}
+    return {k: v for k, v in options.items() if v is not None and not (k == "instructions" and v == "")}
 
 
 _MODES = ("auto", "required", "none")
@@ -82,6 +83,7 @@ _KNOWN_OPTIONS = frozenset(ChatOptions.__annotations__)
 
 RUN_LIMITS = ("max_input_tokens", "max_cost")
 """Options that are limits of the run (its ``RunConfig``), never sent to the chat client."""
+_LIMIT_KEYS = frozenset(RUN_LIMITS)
 
 
 def check_run_limit(name: str, value: Any) -> Any:
@@ -100,8 +102,10 @@ def check_run_limit(name: str, value: Any) -> Any:
 
 def run_config(config: RunConfig, options: Mapping[str, Any]) -> RunConfig:
     """The agent's limits with those the run's options set instead."""
+    if _LIMIT_KEYS.isdisjoint(options):
+        return config
     changes = {name: check_run_limit(name, options[name]) for name in RUN_LIMITS if name in options}
-    return msgspec.structs.replace(config, **changes) if changes else config
+    return msgspec.structs.replace(config, **changes)
 
 
 def check_option_names(options: Mapping[str, Any]) -> None:
