@@ -20,7 +20,7 @@ from agentledger.core.upcasting import (
 from agentledger.replay import RecordedRun
 from agentledger.session import AgentSession
 
-GOLDEN = sorted((Path(__file__).parent / "golden").glob("v*/*.jsonl"))
+GOLDEN = sorted((Path(__file__).parent.parent / "golden").glob("v*/*.jsonl"))
 
 
 def _runs(events: list[Event]) -> dict[str, list[Event]]:
