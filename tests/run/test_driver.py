@@ -67,8 +67,7 @@ async def durable(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterat
         store = JsonlEventStore(tmp_path / "runs")
     else:
         from agentledger.adapters.stores.postgres import PostgresEventStore
-
-        from ._temporal_env import drop_schema, require_postgres, unique_schema
+        from tests._temporal_env import drop_schema, require_postgres, unique_schema
 
         dsn, schema = require_postgres(), unique_schema()
         store = PostgresEventStore(dsn, schema=schema)

@@ -29,12 +29,11 @@ from agentledger.core import (
 )
 from agentledger.errors import ApprovalMismatchError, CallOutcomeUnknownError
 from agentledger.store import EventStore, SupportsAclose
-
-from ._resume_child import bank_agent, open_store, session_of
-from ._temporal_env import drop_schema, require_postgres, unique_schema
+from tests._resume_child import bank_agent, open_store, session_of
+from tests._temporal_env import drop_schema, require_postgres, unique_schema
 
 pytestmark = pytest.mark.anyio
-ROOT = Path(__file__).parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 ROUNDS = 100
 """Rounds of the two-process race per store: each is one paused run and two resumes."""
 
