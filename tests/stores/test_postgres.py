@@ -23,8 +23,7 @@ from agentledger.testing.stores import (
     DurableStoreContract,
     make_events,
 )
-
-from ._temporal_env import drop_schema, require_postgres, unique_schema
+from tests._temporal_env import drop_schema, require_postgres, unique_schema
 
 
 @pytest.fixture(scope="module")
@@ -435,8 +434,7 @@ async def test_list_runs_filters_in_sql_and_skips_a_stream_that_does_not_decode(
     skipped with one warning, and does not take a place of the limit."""
     from agentledger.errors import UnreadableStreamWarning
     from agentledger.store import RunQuery, SupportsRunListing, list_runs
-
-    from ._runs import T0, record, run_events
+    from tests._runs import T0, record, run_events
 
     async with _store(dsn, schema) as opened:
         store: EventStore = opened
