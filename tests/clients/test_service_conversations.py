@@ -16,8 +16,7 @@ from agentledger.core.projections import TranscriptProjection, conversation_afte
 from agentledger.replay import load, rerun
 from agentledger.session import AgentSession
 from agentledger.testing import FixedClock, SequentialIds
-
-from .test_openai_responses import (
+from tests.clients.test_openai_responses import (
     Server,
     answer,
     call_item,
