@@ -21,9 +21,8 @@ from agentledger.adapters.stores.sqlite import SqliteEventStore
 from agentledger.cli import main
 from agentledger.core.events import ChildRunStarted, Event, RunStarted
 from agentledger.replay import RecordedRun, differences, fork, load, replay, rerun
-
-from . import replay_tree_agents as agents
-from .replay_tree_agents import NoModel, build
+from tests import replay_tree_agents as agents
+from tests.replay_tree_agents import NoModel, build
 
 pytestmark = pytest.mark.anyio
 TREE = "tests.replay_tree_agents"
