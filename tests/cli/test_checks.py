@@ -12,9 +12,8 @@ import pytest
 from agentledger.adapters.chat.scripted import Call, ScriptedChatClient
 from agentledger.adapters.stores.sqlite import SqliteEventStore
 from agentledger.cli import main
-
-from .check_agents import ITEMS, shop
-from .replay_tree_agents import NoModel
+from tests.check_agents import ITEMS, shop
+from tests.replay_tree_agents import NoModel
 
 AGENTS = "tests.check_agents"
 
@@ -171,7 +170,7 @@ def test_a_module_that_does_not_compile_cannot_replay(
     a 'could not replay' line naming the error, nothing raises past the command."""
     path, a, _ = two
     (tmp_path / "halfway.py").write_text(
-        (Path(__file__).parent / "broken_agents" / "syntax_error.txt").read_text()
+        (Path(__file__).resolve().parents[1] / "broken_agents" / "syntax_error.txt").read_text()
     )
     monkeypatch.chdir(tmp_path)
     assert main(["replay", a, "--store", path, "--agent", "halfway:agent"]) == 125
@@ -220,7 +219,7 @@ def test_check_refuses_a_junit_path_before_replaying(
 def test_export_cassette_refuses_a_tree_with_a_missing_child(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from .replay_tree_agents import build
+    from tests.replay_tree_agents import build
 
     full, lead_only = tmp_path / "full.db", tmp_path / "lead.db"
 
@@ -245,8 +244,7 @@ def test_check_replays_a_paused_run_and_the_run_that_resumed_it(
 ) -> None:
     """A paused run's log goes on with the claim of the run that resumed it: both replay."""
     from agentledger import Message
-
-    from .check_agents import till
+    from tests.check_agents import till
 
     path = str(tmp_path / "till.db")
 

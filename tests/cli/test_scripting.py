@@ -18,9 +18,8 @@ from agentledger.adapters.stores.jsonl import JsonlEventStore
 from agentledger.adapters.stores.sqlite import SqliteEventStore
 from agentledger.cli import main
 from agentledger.store import EventStore
-
-from ._runs import T0, Ending, corrupt_line, record, run_events
-from .test_run_listing import corrupt
+from tests._runs import T0, Ending, corrupt_line, record, run_events
+from tests.test_run_listing import corrupt
 
 STORES: dict[str, Callable[[Path], EventStore]] = {
     "sqlite": lambda d: SqliteEventStore(d / "events.sqlite"),
