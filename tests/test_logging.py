@@ -15,8 +15,7 @@ from agentledger.adapters.chat.scripted import ScriptedChatClient
 from agentledger.adapters.stores.jsonl import JsonlEventStore, TornTailWarning
 from agentledger.core.events import RunStarted, encode_event
 from tests.clients.test_openai_responses import USER, Server, Sleeps, client
-
-from .test_export_otlp import Receiver, demo_log, send
+from tests.export.test_otlp import Receiver, demo_log, send
 
 pytestmark = pytest.mark.anyio
 

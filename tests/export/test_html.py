@@ -35,8 +35,7 @@ from agentledger.core.events import ChildRunStarted, Event, RunStarted, SessionU
 from agentledger.demo import run_demo
 from agentledger.replay import RecordedRun, load
 from agentledger.testing import FixedClock, SequentialIds, capture_events
-
-from ._browser import Browser, Page, find_chromium, launch
+from tests._browser import Browser, Page, find_chromium, launch
 
 pytestmark = pytest.mark.anyio
 

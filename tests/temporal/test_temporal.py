@@ -33,12 +33,11 @@ from agentledger.errors import ModelCallError
 from agentledger.replay import compare, load, rerun
 from agentledger.store import EventStore, MemoryEventStore
 from agentledger.testing import capture_events, event_types
-
-from ._temporal_env import TemporalServer, require_module, temporal_server
+from tests._temporal_env import TemporalServer, require_module, temporal_server
 
 require_module("temporalio", "agentledger[temporal]")
 
-from . import _temporal_agents as agents  # noqa: E402 (needs temporalio)
+from tests import _temporal_agents as agents  # noqa: E402 (needs temporalio)
 
 pytestmark = pytest.mark.anyio
 

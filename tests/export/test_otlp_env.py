@@ -10,8 +10,7 @@ import pytest
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
 from agentledger.adapters.export.otlp import ExportError, export_otlp, settings_from_env
-
-from .test_export_otlp import Receiver, demo_log
+from tests.export.test_otlp import Receiver, demo_log
 
 pytestmark = pytest.mark.anyio
 
