@@ -46,8 +46,7 @@ from agentledger.core.events import (
 )
 from agentledger.replay import load, rerun
 from agentledger.testing import FixedClock, SequentialIds, capture_events
-
-from ._llama import MODEL_NAME, ROOT, LlamaServer, free_port, llama_server
+from tests._llama import MODEL_NAME, ROOT, LlamaServer, free_port, llama_server
 
 pytestmark = pytest.mark.anyio
 

@@ -30,8 +30,7 @@ import pytest
 from agentledger import AgentSession
 from agentledger.core.events import RunCompleted, ToolCalled, ToolFailed
 from agentledger.replay import RecordedRun, rerun
-
-from ._temporal_env import (
+from tests._temporal_env import (
     TemporalServer,
     drop_schema,
     require_module,
@@ -42,11 +41,11 @@ from ._temporal_env import (
 
 require_module("temporalio", "agentledger[temporal]")
 
-from . import _temporal_agents as agents  # noqa: E402 (needs temporalio)
+from tests import _temporal_agents as agents  # noqa: E402 (needs temporalio)
 
 pytestmark = pytest.mark.anyio
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 RUNS = 50
 HANG_GUARD = 150.0
 """Seconds after which a stuck test fails instead of hanging (no assertion is about time)."""

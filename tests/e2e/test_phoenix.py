@@ -29,8 +29,7 @@ from agentledger.adapters.export.otlp import Span, export_otlp, spans_from_event
 from agentledger.core.events import Event
 from agentledger.demo import run_demo
 from agentledger.testing import FixedClock, SequentialIds, capture_events
-
-from ._servers import describe_exit, startup_failure
+from tests._servers import describe_exit, startup_failure
 
 pytestmark = [pytest.mark.anyio, pytest.mark.filterwarnings("ignore::agentledger.ExperimentalWarning")]
 

@@ -23,11 +23,10 @@ import pytest
 from agentledger import Content, Message
 from agentledger.adapters.chat.anthropic import AnthropicClient
 from agentledger.clients import merge_updates
-
-from ._llama import MODEL_NAME, LlamaServer, free_port, llama_server
-from ._servers import describe_exit, startup_failure
-from .test_llama_server import EXAMPLES, Weather, assert_tool_round_trip, weather_agent
-from .test_llama_server import QUESTION as LLAMA_QUESTION
+from tests._llama import MODEL_NAME, LlamaServer, free_port, llama_server
+from tests._servers import describe_exit, startup_failure
+from tests.e2e.test_llama_server import EXAMPLES, Weather, assert_tool_round_trip, weather_agent
+from tests.e2e.test_llama_server import QUESTION as LLAMA_QUESTION
 
 STARTUP_SECONDS = 180.0
 ALIAS = "smollm2"

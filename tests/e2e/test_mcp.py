@@ -66,7 +66,7 @@ from agentledger.core.events import (
 from agentledger.replay import load, rerun
 from agentledger.testing import FixedClock, SequentialIds
 
-SERVER = Path(__file__).with_name("_mcp_server.py")
+SERVER = Path(__file__).resolve().parents[1] / "_mcp_server.py"
 DEADLINE = 60  # seconds any one test may take before it is stopped as hung
 TOOLS = ["add", "greet", "text-shout", "pixel", "fail", "transfer", "transfers", "hang"]
 
