@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ._cancel_sweep import STORES, open_store, sweep
+from tests._cancel_sweep import STORES, open_store, sweep
 
 pytestmark = pytest.mark.anyio
 
@@ -22,7 +22,7 @@ async def test_runs_cancelled_at_random_points_leave_readable_logs_that_say_how_
     tmp_path: Path, kind: str
 ) -> None:
     if kind == "postgres":
-        from ._temporal_env import require_postgres
+        from tests._temporal_env import require_postgres
 
         require_postgres()
     async with open_store(kind, tmp_path) as store:

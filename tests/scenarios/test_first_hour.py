@@ -34,8 +34,7 @@ from agentledger.adapters.stores.sqlite import SqliteEventStore
 from agentledger.cli import main
 from agentledger.core.events import ArgumentsRejected, RunStarted, ToolCalled, ToolReturned
 from agentledger.replay import load, rerun
-
-from .cli_orders import ORDER, Order, Receipt, order_agent, place_order, quote
+from tests.cli_orders import ORDER, Order, Receipt, order_agent, place_order, quote
 
 pytestmark = pytest.mark.anyio
 

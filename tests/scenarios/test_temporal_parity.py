@@ -29,12 +29,11 @@ from agentledger.core.events import ModelCalled, RunFailed, RunStarted, ToolCall
 from agentledger.replay import compare
 from agentledger.store import MemoryEventStore
 from agentledger.testing import capture_events, event_types, events_of
-
-from ._temporal_env import TemporalServer, require_module, temporal_server
+from tests._temporal_env import TemporalServer, require_module, temporal_server
 
 require_module("temporalio", "agentledger[temporal]")
 
-from . import _temporal_agents as agents  # noqa: E402 (needs temporalio)
+from tests import _temporal_agents as agents  # noqa: E402 (needs temporalio)
 
 pytestmark = pytest.mark.anyio
 
