@@ -19,7 +19,7 @@ from agentledger.adapters.stores.sqlite import SqliteEventStore
 from agentledger.cli import main
 from agentledger.store import EventStore
 from tests._runs import T0, Ending, corrupt_line, record, run_events
-from tests.test_run_listing import corrupt
+from tests.test_listing import corrupt
 
 STORES: dict[str, Callable[[Path], EventStore]] = {
     "sqlite": lambda d: SqliteEventStore(d / "events.sqlite"),
