@@ -22,8 +22,6 @@ from agentledger.core import (
     RunStarted,
     ToolReturned,
     TransitionError,
-    decode_event,
-    encode_event,
 )
 from agentledger.core.events import Event, ToolSpec
 from agentledger.core.messages import Content, Message
@@ -172,25 +170,3 @@ async def test_refold_detects_a_tampered_derived_event(clock: FixedClock, ids: S
     with pytest.raises(TransitionError) as info:
         RunMachine.from_events(events)
     assert info.value.seq == 1
-
-
-@pytest.mark.anyio
-async def test_events_round_trip_through_json(clock: FixedClock, ids: SequentialIds) -> None:
-    """Every recorded event encodes to JSON and decodes back equal, tagged by its type."""
-    client = ScriptedChatClient([Call("echo", {"text": "a"}), "done"])
-
-    def echo(text: str) -> dict[str, str]:
-        return {"echo": text}
-
-    response = await Agent(client=client, tools=[echo], clock=clock, ids=ids).run("go")
-    for event in response.events:
-        data = encode_event(event)
-        assert json.loads(data)["type"] == type(event).__name__
-        assert decode_event(data) == event
-
-
-def test_decoding_rejects_a_wrong_field_type() -> None:
-    """A log line with a field of the wrong type is refused by the typed decoder."""
-    bad = b'{"type":"ModelCalled","run_id":"r","seq":"one","at":0,"iteration":1}'
-    with pytest.raises(msgspec.ValidationError, match="seq"):
-        decode_event(bad)
