@@ -1,14 +1,18 @@
-"""Approval pauses and loop limits, each recorded as events."""
+"""Approvals: a gated call pauses its batch, an answer resumes it, each step recorded as events."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
-from agentledger import Agent, Content, Message, tool
-from agentledger.adapters.chat.scripted import Call, ScriptedChatClient, ScriptEntry
-from agentledger.core import ApprovalRequested, ApprovalResolved, IterationLimitReached
-from agentledger.errors import AgentLedgerError
-from agentledger.testing import FixedClock, SequentialIds, event_types
+from agentledger import Agent, AgentSession, Content, FunctionTool, Message, ToolDefinitionError, tool
+from agentledger.adapters.chat.scripted import Call, ScriptedChatClient
+from agentledger.core import ApprovalRequested, ApprovalResolved
+from agentledger.core.approvals import paused_calls
+from agentledger.core.events import ToolCalled
+from agentledger.errors import AgentLedgerError, ModelCallError
+from agentledger.testing import FixedClock, SequentialIds, event_types, events_of
 
 pytestmark = pytest.mark.anyio
 
@@ -84,58 +88,6 @@ async def test_approval_without_the_paused_session_is_an_error(clock: FixedClock
     assert ran == []
 
 
-async def test_max_iterations_then_final_answer_without_tools(clock: FixedClock, ids: SequentialIds) -> None:
-    """After max_iterations model calls with tools, one last call runs with tool_choice none."""
-
-    @tool
-    def again() -> str:
-        return "more"
-
-    client = ScriptedChatClient([Call("again"), Call("again"), Call("again"), "giving up"])
-    agent = Agent(client=client, tools=[again], clock=clock, ids=ids, max_iterations=2)
-    response = await agent.run("loop")
-    assert [r.tool_choice for r in client.requests] == [None, None, "none"]
-    limits = [e for e in response.events if isinstance(e, IterationLimitReached)]
-    assert [(e.reason, e.limit) for e in limits] == [("max_iterations", 2)]
-    assert client.remaining == 1
-
-
-async def test_consecutive_error_batches_stop_the_loop(clock: FixedClock, ids: SequentialIds) -> None:
-    """Three erroring batches in a row stop tool calling; a success in between resets the count."""
-
-    @tool
-    def flaky(ok: bool) -> str:
-        if not ok:
-            raise RuntimeError("nope")
-        return "fine"
-
-    script: list[ScriptEntry] = [Call("flaky", {"ok": False}), Call("flaky", {"ok": True})]
-    script += [Call("flaky", {"ok": False})] * 3 + ["stopped"]
-    client = ScriptedChatClient(script)
-    response = await Agent(client=client, tools=[flaky], clock=clock, ids=ids).run("x")
-    limits = [e for e in response.events if isinstance(e, IterationLimitReached)]
-    assert [(e.reason, e.iteration) for e in limits] == [("max_consecutive_errors", 5)]
-    assert client.requests[-1].tool_choice == "none"
-    assert response.text == "stopped"
-
-
-async def test_max_function_calls(clock: FixedClock, ids: SequentialIds) -> None:
-    """An optional cap on the number of calls ends tool calling once reached."""
-
-    @tool
-    def step() -> str:
-        return "ok"
-
-    client = ScriptedChatClient([[Call("step"), Call("step")], Call("step"), "capped"])
-    agent = Agent(client=client, tools=[step], clock=clock, ids=ids, max_function_calls=2)
-    response = await agent.run("x")
-    assert event_types(response.events).count("ToolCalled") == 2
-    assert [e.reason for e in response.events if isinstance(e, IterationLimitReached)] == [
-        "max_function_calls"
-    ]
-    assert client.requests[1].tool_choice == "none"
-
-
 async def test_invalid_arguments_are_rejected_before_approval(clock: FixedClock, ids: SequentialIds) -> None:
     """A gated call whose arguments cannot run is rejected at once; nobody is asked to approve it."""
     ran: list[str] = []
@@ -146,3 +98,102 @@ async def test_invalid_arguments_are_rejected_before_approval(clock: FixedClock,
     assert "ApprovalRequested" not in event_types(response.events)
     assert "ArgumentsRejected" in event_types(response.events)
     assert response.text == "Fixed."
+
+
+async def test_approval_mode_set_after_the_tool_is_built_gates_it(
+    clock: FixedClock, ids: SequentialIds
+) -> None:
+    """Setting approval_mode on a built tool makes its calls wait for approval."""
+
+    def wire(amount: int) -> str:
+        return f"sent {amount}"
+
+    gated = FunctionTool(wire)
+    gated.approval_mode = "always_require"
+    client = ScriptedChatClient([Call("wire", {"amount": 1}), "x"])
+    response = await Agent(client=client, tools=[gated], clock=clock, ids=ids).run("go")
+    assert response.finish_reason == "awaiting_approval"
+    assert events_of(response.events, ApprovalRequested)
+    assert not events_of(response.events, ToolCalled)
+    with pytest.raises(ValueError, match="approval_mode"):
+        gated.approval_mode = "sometimes"  # type: ignore[assignment]
+
+
+async def test_a_rejected_approval_stops_only_its_call(clock: FixedClock, ids: SequentialIds) -> None:
+    """Nothing of a gated batch runs before the answer; after a rejection the other calls run."""
+    ran: list[str] = []
+    client = ScriptedChatClient([[Call("wire_money", {"amount": 5}), Call("balance")], "ok"])
+    agent = _agent(client, clock, ids, ran)
+    session = agent.create_session()
+    paused = await agent.run("pay and check", session=session)
+    assert ran == []
+    assert [m.role for m in paused.messages] == ["assistant"]
+    answers = tuple(r.to_approval_response(False) for r in paused.user_input_requests)
+    resumed = await agent.run(Message("user", answers), session=session)
+    assert ran == ["balance"]
+    results = [(c.call_id, c.exception) for c in resumed.messages[0].contents]
+    assert results == [("call_1", None), ("call_2", None)]
+    assert [m.role for m in client.requests[1].messages] == ["user", "assistant", "tool"]
+
+
+async def test_a_resume_must_answer_every_request_of_the_batch(clock: FixedClock, ids: SequentialIds) -> None:
+    """Answering one of two approval requests is refused before anything runs."""
+    ran: list[str] = []
+    batch = [Call("wire_money", {"amount": 1}), Call("wire_money", {"amount": 2})]
+    client = ScriptedChatClient([batch, "ok"])
+    agent = _agent(client, clock, ids, ran)
+    session = agent.create_session()
+    paused = await agent.run("pay twice", session=session)
+    first = paused.user_input_requests[0].to_approval_response(True)
+    with pytest.raises(ValueError, match="answer every request"):
+        await agent.run(Message("user", (first,)), session=session)
+    assert ran == []
+
+
+def test_a_misspelt_approval_mode_is_refused() -> None:
+    """approval_mode="always_required" fails at definition instead of running unapproved."""
+    misspelt: Any = "always_required"
+
+    def wire(amount: int) -> str:
+        return "sent"
+
+    with pytest.raises(ToolDefinitionError, match="always_required"):
+        tool(approval_mode=misspelt)(wire)
+
+
+def test_approval_mode_none_means_never_require() -> None:
+    """approval_mode=None, the reference's default spelling, means never_require."""
+    unset: Any = None
+
+    def plain() -> str:
+        return "x"
+
+    assert tool(approval_mode=unset)(plain).approval_mode == "never_require"
+
+
+def _fail(request: Any) -> str:
+    raise ConnectionError("model unreachable")
+
+
+async def test_a_failed_resume_does_not_run_the_approved_call_twice(
+    clock: FixedClock, ids: SequentialIds
+) -> None:
+    """A resume whose batch ran before the model failed keeps the results: the same answer again
+    is refused, and the conversation can go on."""
+    ran: list[str] = []
+    client = ScriptedChatClient([Call("wire_money", {"amount": 5}), _fail, "fine"])
+    agent = _agent(client, clock, ids, ran)
+    session = agent.create_session()
+    paused = await agent.run("pay", session=session)
+    answers = tuple(r.to_approval_response(True) for r in paused.user_input_requests)
+    with pytest.raises(ModelCallError):
+        await agent.run(Message("user", answers), session=session)
+    with pytest.raises(ValueError, match="match no call awaiting approval"):
+        await agent.run(Message("user", answers), session=session)
+    assert ran == ["wire 5"]
+    assert not paused_calls(session.history)
+    assert (await agent.run("and now?", session=session)).text == "fine"
+    store = agent.store
+    assert store is not None
+    logs = [event for stream in await store.streams() for event in await store.read(stream)]
+    assert AgentSession.from_events(logs, session.session_id).history == session.history

@@ -1,5 +1,6 @@
-"""The input-token limit: a run that would loop forever stops once its model calls have
-reported ``max_input_tokens`` input tokens, recorded like every other loop limit."""
+"""Loop limits, each recorded as ``IterationLimitReached``: ``max_iterations``, consecutive error
+batches, ``max_function_calls``, and the input-token and cost limits (a run that would loop forever
+stops once its model calls have reported ``max_input_tokens`` input tokens or cost ``max_cost``)."""
 
 from __future__ import annotations
 
@@ -9,12 +10,12 @@ import msgspec
 import pytest
 
 from agentledger import Agent, MemoryEventStore, ModelResponseError, OptionsError, Usage, tool
-from agentledger.adapters.chat.scripted import Call, ScriptedChatClient
+from agentledger.adapters.chat.scripted import Call, ScriptedChatClient, ScriptEntry
 from agentledger.core import CallsSkipped, Event, IterationLimitReached, ModelResponded, RunConfig, RunStarted
 from agentledger.core.projections import LIMIT_REACHED
 from agentledger.cost import Price, cost_report
 from agentledger.replay import load, rerun
-from agentledger.testing import FixedClock, SequentialIds
+from agentledger.testing import FixedClock, SequentialIds, event_types
 
 pytestmark = pytest.mark.anyio
 
@@ -198,3 +199,55 @@ async def test_a_price_table_that_answers_nonsense_fails_the_call() -> None:
     agent, _ = _priced(None, price=lambda model, usage, at: -3.0)
     with pytest.raises(ModelResponseError, match="price"):
         await agent.run("keep going")
+
+
+async def test_max_iterations_then_final_answer_without_tools(clock: FixedClock, ids: SequentialIds) -> None:
+    """After max_iterations model calls with tools, one last call runs with tool_choice none."""
+
+    @tool
+    def again() -> str:
+        return "more"
+
+    client = ScriptedChatClient([Call("again"), Call("again"), Call("again"), "giving up"])
+    agent = Agent(client=client, tools=[again], clock=clock, ids=ids, max_iterations=2)
+    response = await agent.run("loop")
+    assert [r.tool_choice for r in client.requests] == [None, None, "none"]
+    limits = [e for e in response.events if isinstance(e, IterationLimitReached)]
+    assert [(e.reason, e.limit) for e in limits] == [("max_iterations", 2)]
+    assert client.remaining == 1
+
+
+async def test_consecutive_error_batches_stop_the_loop(clock: FixedClock, ids: SequentialIds) -> None:
+    """Three erroring batches in a row stop tool calling; a success in between resets the count."""
+
+    @tool
+    def flaky(ok: bool) -> str:
+        if not ok:
+            raise RuntimeError("nope")
+        return "fine"
+
+    script: list[ScriptEntry] = [Call("flaky", {"ok": False}), Call("flaky", {"ok": True})]
+    script += [Call("flaky", {"ok": False})] * 3 + ["stopped"]
+    client = ScriptedChatClient(script)
+    response = await Agent(client=client, tools=[flaky], clock=clock, ids=ids).run("x")
+    limits = [e for e in response.events if isinstance(e, IterationLimitReached)]
+    assert [(e.reason, e.iteration) for e in limits] == [("max_consecutive_errors", 5)]
+    assert client.requests[-1].tool_choice == "none"
+    assert response.text == "stopped"
+
+
+async def test_max_function_calls(clock: FixedClock, ids: SequentialIds) -> None:
+    """An optional cap on the number of calls ends tool calling once reached."""
+
+    @tool
+    def step() -> str:
+        return "ok"
+
+    client = ScriptedChatClient([[Call("step"), Call("step")], Call("step"), "capped"])
+    agent = Agent(client=client, tools=[step], clock=clock, ids=ids, max_function_calls=2)
+    response = await agent.run("x")
+    assert event_types(response.events).count("ToolCalled") == 2
+    assert [e.reason for e in response.events if isinstance(e, IterationLimitReached)] == [
+        "max_function_calls"
+    ]
+    assert client.requests[1].tool_choice == "none"

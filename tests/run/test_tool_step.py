@@ -10,14 +10,12 @@ from agentledger import (
     Agent,
     FunctionInvocationContext,
     FunctionMiddleware,
-    FunctionTool,
     MemoryEventStore,
     MiddlewareTermination,
     tool,
 )
 from agentledger.adapters.chat.scripted import Call, ScriptedChatClient, ScriptEntry
 from agentledger.core.events import (
-    ApprovalRequested,
     MiddlewareShortCircuit,
     RunTerminated,
     ToolCalled,
@@ -97,22 +95,6 @@ async def test_arguments_error_raised_by_the_tool_is_a_tool_failure() -> None:
     assert failed.error_type == "ArgumentsError"
     assert "ArgumentsRejected" not in event_types(response.events)
     await rerun(await load(store, response.run_id), _agent([], [nested_check], store=False))
-
-
-async def test_approval_mode_set_after_the_tool_is_built_gates_it() -> None:
-    """Setting approval_mode on a built tool makes its calls wait for approval."""
-
-    def wire(amount: int) -> str:
-        return f"sent {amount}"
-
-    gated = FunctionTool(wire)
-    gated.approval_mode = "always_require"
-    response = await _agent([Call("wire", {"amount": 1}), "x"], [gated]).run("go")
-    assert response.finish_reason == "awaiting_approval"
-    assert events_of(response.events, ApprovalRequested)
-    assert not events_of(response.events, ToolCalled)
-    with pytest.raises(ValueError, match="approval_mode"):
-        gated.approval_mode = "sometimes"  # type: ignore[assignment]
 
 
 async def test_state_of_a_later_session_run_folds_without_its_session() -> None:

@@ -14,7 +14,6 @@ from agentledger import (
     Agent,
     AgentContext,
     AgentResponseUpdate,
-    AgentSession,
     BaseChatClient,
     ChatOptions,
     ChatResponse,
@@ -22,7 +21,6 @@ from agentledger import (
     FunctionInvocationContext,
     Message,
     OptionsError,
-    ToolDefinitionError,
     UnknownToolError,
     agent_middleware,
     function_middleware,
@@ -31,7 +29,6 @@ from agentledger import (
 from agentledger.adapters.chat.scripted import Call, ScriptedChatClient, ScriptEntry
 from agentledger.core.approvals import paused_calls
 from agentledger.core.events import ArgumentsRejected, RunFailed, RunStarted, ToolCalled, ToolNotFound
-from agentledger.errors import ModelCallError
 from agentledger.testing import FixedClock, SequentialIds, capture_events, event_types, events_of
 
 pytestmark = pytest.mark.anyio
@@ -83,33 +80,6 @@ async def test_failed_calls_carry_an_exception() -> None:
     assert "int" in (sent["call_3"].exception or "")
     assert sent["call_4"].exception is None
     assert sent["call_1"].result == "Error: Function failed."  # the text is unchanged
-
-
-async def test_a_rejected_approval_stops_only_its_call() -> None:
-    """Nothing of a gated batch runs before the answer; after a rejection the other calls run."""
-    agent, client = _agent([[Call("pay", {"amount": 5}), Call("greet", {"name": "ada"})], "ok"], [pay, greet])
-    session = agent.create_session()
-    paused = await agent.run("pay and greet", session=session)
-    assert ran == []
-    assert [m.role for m in paused.messages] == ["assistant"]
-    answers = tuple(r.to_approval_response(False) for r in paused.user_input_requests)
-    resumed = await agent.run(Message("user", answers), session=session)
-    assert ran == ["greet"]
-    results = [(c.call_id, c.exception) for c in resumed.messages[0].contents]
-    assert results == [("call_1", None), ("call_2", None)]
-    assert [m.role for m in client.requests[1].messages] == ["user", "assistant", "tool"]
-
-
-async def test_a_resume_must_answer_every_request_of_the_batch() -> None:
-    """Answering one of two approval requests is refused before anything runs."""
-    script: list[ScriptEntry] = [[Call("pay", {"amount": 1}), Call("pay", {"amount": 2})], "ok"]
-    agent, _ = _agent(script, [pay])
-    session = agent.create_session()
-    paused = await agent.run("pay twice", session=session)
-    first = paused.user_input_requests[0].to_approval_response(True)
-    with pytest.raises(ValueError, match="answer every request"):
-        await agent.run(Message("user", (first,)), session=session)
-    assert ran == []
 
 
 async def test_a_limit_ends_with_a_plain_answer() -> None:
@@ -192,17 +162,6 @@ async def test_arguments_middleware_does_not_repair_are_rejected() -> None:
     assert events_of(response.events, ArgumentsRejected)
     assert not events_of(response.events, ToolCalled)
     assert ran == []
-
-
-def test_a_misspelt_approval_mode_is_refused() -> None:
-    """approval_mode="always_required" fails at definition instead of running unapproved."""
-    misspelt: Any = "always_required"
-
-    def wire(amount: int) -> str:
-        return "sent"
-
-    with pytest.raises(ToolDefinitionError, match="always_required"):
-        tool(approval_mode=misspelt)(wire)
 
 
 @pytest.mark.parametrize(
@@ -396,16 +355,6 @@ async def test_agent_middleware_cannot_set_a_tool_choice_no_model_accepts() -> N
     assert client.requests == []
 
 
-def test_approval_mode_none_means_never_require() -> None:
-    """approval_mode=None, the reference's default spelling, means never_require."""
-    unset: Any = None
-
-    def plain() -> str:
-        return "x"
-
-    assert tool(approval_mode=unset)(plain).approval_mode == "never_require"
-
-
 async def test_a_gated_call_whose_arguments_are_no_json_waits_only_if_middleware_may_repair() -> None:
     """A gated call whose arguments are no JSON object is rejected unasked without function
     middleware; with it, middleware gets them as {"raw": text} to repair, so a human is asked."""
@@ -422,31 +371,6 @@ async def test_a_gated_call_whose_arguments_are_no_json_waits_only_if_middleware
     response = await agent.run("pay")
     assert response.finish_reason == "awaiting_approval"
     assert ran == []
-
-
-async def test_a_failed_resume_does_not_run_the_approved_call_twice() -> None:
-    """A resume whose batch ran before the model failed keeps the results: the same answer again
-    is refused, and the conversation can go on."""
-    script: list[ScriptEntry] = [Call("pay", {"amount": 5}), _fail, "fine"]
-    agent, _ = _agent(script, [pay])
-    session = agent.create_session()
-    paused = await agent.run("pay", session=session)
-    answers = tuple(r.to_approval_response(True) for r in paused.user_input_requests)
-    with pytest.raises(ModelCallError):
-        await agent.run(Message("user", answers), session=session)
-    with pytest.raises(ValueError, match="match no call awaiting approval"):
-        await agent.run(Message("user", answers), session=session)
-    assert ran == ["pay"]
-    assert not paused_calls(session.history)
-    assert (await agent.run("and now?", session=session)).text == "fine"
-    store = agent.store
-    assert store is not None
-    logs = [event for stream in await store.streams() for event in await store.read(stream)]
-    assert AgentSession.from_events(logs, session.session_id).history == session.history
-
-
-def _fail(request: Any) -> str:
-    raise ConnectionError("model unreachable")
 
 
 class _Polite(Agent):
