@@ -1,8 +1,10 @@
-"""The bounded in-memory store: the default of an Agent keeps memory bounded, never a live run lost."""
+"""MemoryEventStore against the store contract, and its bounds: the default of an Agent keeps memory
+bounded, never a live run lost."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -23,9 +25,9 @@ from agentledger.adapters.chat.scripted import Call, ScriptedChatClient
 from agentledger.core.events import Event, RunCompleted, RunFailed
 from agentledger.errors import ConflictError, RunNotFoundError
 from agentledger.replay import load
-from agentledger.store import DEFAULT_MAX_EVENTS, DEFAULT_MAX_RUNS, SupportsEviction
+from agentledger.store import DEFAULT_MAX_EVENTS, DEFAULT_MAX_RUNS, EventStore, SupportsEviction
 from agentledger.testing import SequentialIds
-from agentledger.testing.stores import make_events
+from agentledger.testing.stores import StoreContract, make_events
 
 
 @pytest.fixture
@@ -200,3 +202,8 @@ async def test_a_session_outlives_the_eviction_of_its_runs() -> None:
     assert recorded.events == responses[-1].events
     with pytest.raises(RunEvictedError):
         await load(store, responses[0].run_id)
+
+
+class TestMemoryStore(StoreContract):
+    def open_store(self, location: Path) -> EventStore:
+        return self.opened[0] if self.opened else MemoryEventStore()
