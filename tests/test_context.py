@@ -705,3 +705,13 @@ def test_no_warning_for_plain_tools() -> None:
             return query
 
     assert plain.context_param == "ctx"
+
+
+@pytest.mark.parametrize(("typo", "meant"), [("sesion", "session"), ("option", "options"), ("tool", "tools")])
+@pytest.mark.anyio
+async def test_a_misspelt_run_parameter_is_refused_not_passed_on(typo: str, meant: str) -> None:
+    """The deprecated **kwargs path takes runtime values, not typos of run()'s own parameters."""
+    agent = ScriptedChatClient(["unused"]).as_agent(name="Memo")
+    given: dict[str, Any] = {typo: object()}
+    with pytest.raises(TypeError, match=f"did you mean '{meant}'"):
+        await agent.run("hi", **given)

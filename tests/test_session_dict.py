@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import pytest
 
@@ -78,69 +77,3 @@ def test_state_that_could_not_be_recorded_is_refused(value: object) -> None:
     """What assigning to ``session.state`` refuses, ``from_dict`` refuses too (a set is not made a list)."""
     with pytest.raises(SessionStateError):
         AgentSession.from_dict({"session_id": "s", "state": {"k": value}})
-
-
-@pytest.mark.parametrize(("typo", "meant"), [("sesion", "session"), ("option", "options"), ("tool", "tools")])
-async def test_a_misspelt_run_parameter_is_refused_not_passed_on(typo: str, meant: str) -> None:
-    """The deprecated **kwargs path takes runtime values, not typos of run()'s own parameters."""
-    agent = _agent(["unused"])
-    given: dict[str, Any] = {typo: object()}
-    with pytest.raises(TypeError, match=f"did you mean '{meant}'"):
-        await agent.run("hi", **given)
-
-
-async def test_an_empty_structured_answer_is_no_value() -> None:
-    """As in the reference framework: an empty answer's ``value`` is None, not an error."""
-    import msgspec
-
-    class City(msgspec.Struct):
-        name: str
-
-    agent = ScriptedChatClient([""]).as_agent(name="Cities")
-    response = await agent.run("Which city?", options={"response_format": City})
-    assert response.text == ""
-    assert response.value is None
-
-
-async def test_a_tool_returning_text_as_bytes_answers_the_text() -> None:
-    """Bytes that are UTF-8 reach the model as their text (the reference sends their repr, which
-    a model reads as b'...'); other bytes are base64."""
-    import base64
-
-    @tool
-    def read_file(name: str) -> bytes:
-        """A file's contents."""
-        return "héllo".encode() if name == "text" else b"\xff\x00"
-
-    calls = [
-        Call("read_file", {"name": "text"}, call_id="c1"),
-        Call("read_file", {"name": "bin"}, call_id="c2"),
-    ]
-    agent = ScriptedChatClient([calls, "done"]).as_agent(name="Files", tools=[read_file])
-    response = await agent.run("read")
-    results = {
-        c.call_id: c.result for m in response.messages for c in m.contents if c.type == "function_result"
-    }
-    assert results == {"c1": "héllo", "c2": base64.b64encode(b"\xff\x00").decode()}
-
-
-async def test_a_stream_at_a_loop_limit_does_not_show_the_calls_that_are_not_run() -> None:
-    """The last call after a limit asks for a tool anyway: that call is skipped (recorded as
-    CallsSkipped), so the stream shows no call for it, as the reference framework's does."""
-    from agentledger.core.events import CallsSkipped
-
-    @tool
-    def again() -> str:
-        """Go round once more."""
-        return "round"
-
-    client = ScriptedChatClient([Call("again", call_id="c1"), Call("again", call_id="c2")])
-    agent = client.as_agent(name="Loop", tools=[again], max_iterations=1)
-    shown: list[str | None] = []
-    stream = agent.run("Loop.", stream=True)
-    async with stream:
-        async for update in stream:
-            shown.extend(c.call_id for c in update.contents if c.type == "function_call")
-        response = await stream.get_final_response()
-    assert shown == ["c1"]
-    assert [e.call_ids for e in response.events if isinstance(e, CallsSkipped)] == [("c2",)]
