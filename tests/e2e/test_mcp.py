@@ -1,6 +1,6 @@
 """MCP tools end to end against a real MCP server process on loopback.
 
-The server (``tests/_mcp_server.py``, written with the mcp package's ``MCPServer``) runs as a
+The server (``tests/e2e/_mcp_server.py``, written with the mcp package's ``MCPServer``) runs as a
 subprocess: over stdio, started by ``MCPStdioTool``; over streamable HTTP, started here (uvicorn
 on a free port of 127.0.0.1, which the process prints once it listens) and stopped or killed by
 the test. Tests marked with both transports run once over each.
@@ -66,7 +66,7 @@ from agentledger.core.events import (
 from agentledger.replay import load, rerun
 from agentledger.testing import FixedClock, SequentialIds
 
-SERVER = Path(__file__).resolve().parents[1] / "_mcp_server.py"
+SERVER = Path(__file__).with_name("_mcp_server.py")
 DEADLINE = 60  # seconds any one test may take before it is stopped as hung
 TOOLS = ["add", "greet", "text-shout", "pixel", "fail", "transfer", "transfers", "hang"]
 
@@ -401,7 +401,7 @@ def test_every_public_name_is_documented() -> None:
     """docs/api.md names everything agentledger.adapters.mcp exports."""
     import agentledger.adapters.mcp as module
 
-    text = (SERVER.parent.parent / "docs" / "api.md").read_text(encoding="utf-8")
+    text = (Path(__file__).resolve().parents[2] / "docs" / "api.md").read_text(encoding="utf-8")
     assert [name for name in module.__all__ if f"`{name}" not in text and f"class {name}" not in text] == []
 
 
