@@ -10,7 +10,7 @@ listing (``list_runs``) must say the same of each, every log must read back with
 ``seq`` from a ``RunStarted``, and a run that raised the cancellation must have recorded how it
 ended.
 
-The suite runs a small sweep (``tests/test_cancel_sweep.py``); a longer one runs by hand:
+The suite runs a small sweep (``tests/scenarios/test_cancel_sweep.py``); a longer one runs by hand:
 
     python -m tests._cancel_sweep --runs 1000            # SQLite, both JSONL layouts, PostgreSQL
 

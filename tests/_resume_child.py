@@ -1,4 +1,4 @@
-"""A process that resumes paused batches from a shared store, for tests/test_claims.py.
+"""A process that resumes paused batches from a shared store, for tests/run/test_claims.py.
 
 Run as ``python -m tests._resume_child KIND LOCATION LEDGER`` (``KIND`` is ``sqlite`` with a file
 path, or ``postgres`` with ``DSN|SCHEMA``). It talks through its standard streams, never through

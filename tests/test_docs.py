@@ -8,7 +8,7 @@ the program's stdout must equal that text. Every other python block is a fragmen
 compile. The parts of docs/events.md generated from the code must match the code.
 
 A program whose first line is ``# Needs a running server`` is type checked here and run by the
-test that starts that server (tests/test_llama_server.py).
+test that starts that server (tests/e2e/test_llama_server.py).
 """
 
 from __future__ import annotations

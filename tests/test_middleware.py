@@ -1,7 +1,8 @@
 """Middleware: function, agent and chat pipelines around tool calls, runs and model calls.
 
 Forms (annotation, decorator, class), order, mutation before ``call_next()``, short-circuit and
-result replacement (both recorded), termination, and the error for middleware of no known form.
+result replacement (both recorded), termination, the error for middleware of no known form, and
+every change middleware makes to what a run uses recorded, so reruns and rebuilds stay exact.
 """
 
 from collections.abc import Awaitable, Callable, Sequence
@@ -19,6 +20,7 @@ from agentledger import (
     ChatResponse,
     FunctionInvocationContext,
     FunctionMiddleware,
+    Message,
     MiddlewareError,
     MiddlewareTermination,
     agent_middleware,
@@ -28,6 +30,7 @@ from agentledger import (
     tool,
 )
 from agentledger.adapters.chat.scripted import Call, ScriptedChatClient, ScriptedRequest
+from agentledger.core import ModelRequestRewritten, RunInputRewritten, TranscriptProjection
 from agentledger.core.events import (
     MiddlewareShortCircuit,
     ModelCalled,
@@ -36,6 +39,7 @@ from agentledger.core.events import (
     ToolCalled,
     ToolReturned,
 )
+from agentledger.redaction import REDACTED
 from agentledger.testing import FixedClock, SequentialIds, event_types, events_of
 
 CallNext = Callable[[], Awaitable[None]]
@@ -608,3 +612,79 @@ def test_sync_middleware_is_refused() -> None:
 
     with pytest.raises(MiddlewareError, match="must be an async function"):
         Agent(client=ScriptedChatClient(), middleware=[sync_layer])
+
+
+# -- every change middleware makes to what a run uses is recorded ------------------------------
+
+
+@pytest.mark.anyio
+async def test_agent_middleware_kwargs_change_is_recorded_and_used(
+    clock: FixedClock, ids: SequentialIds
+) -> None:
+    """Agent middleware adding runtime values: tools see them and RunInputRewritten records them redacted."""
+    seen: list[dict[str, object]] = []
+
+    @tool
+    def probe(ctx: FunctionInvocationContext) -> str:
+        seen.append(dict(ctx.kwargs))
+        return "ok"
+
+    async def stamp(context: AgentContext, call_next: CallNext) -> None:
+        context.kwargs["tenant"] = "contoso"
+        context.kwargs["api_token"] = "t-123"
+        await call_next()
+
+    client = ScriptedChatClient([Call("probe"), "done"])
+    agent = Agent(client=client, tools=[probe], middleware=[stamp], clock=clock, ids=ids)
+    response = await agent.run("go", function_invocation_kwargs={"user_id": "u"})
+    assert seen == [{"user_id": "u", "tenant": "contoso", "api_token": "t-123"}]
+    [rewritten] = [e for e in response.events if isinstance(e, RunInputRewritten)]
+    assert rewritten.function_invocation_kwargs == {
+        "user_id": "u",
+        "tenant": "contoso",
+        "api_token": REDACTED,
+    }
+
+
+@pytest.mark.anyio
+async def test_chat_middleware_rewrite_is_recorded(clock: FixedClock, ids: SequentialIds) -> None:
+    """Chat middleware changing messages and tools is recorded; sent_at gives what the model saw."""
+
+    @tool
+    def hidden() -> str:
+        return "x"
+
+    async def trim(context: ChatContext, call_next: CallNext) -> None:
+        context.messages = [Message("system", ["be brief"]), *context.messages]
+        context.options["tools"] = []
+        context.options["temperature"] = 0.0
+        await call_next()
+
+    client = ScriptedChatClient(["brief answer"])
+    agent = Agent(client=client, tools=[hidden], middleware=[trim], clock=clock, ids=ids)
+    response = await agent.run("hello")
+    [rewritten] = [e for e in response.events if isinstance(e, ModelRequestRewritten)]
+    assert rewritten.tools == ()
+    assert rewritten.options == {"temperature": 0.0}
+    transcript = TranscriptProjection.from_events(response.events)
+    assert transcript.sent_at(1) == list(client.requests[0].messages)
+    assert client.requests[0].messages[0].text == "be brief"
+    assert client.requests[0].tools == ()
+
+
+@pytest.mark.anyio
+async def test_unchanged_requests_record_nothing(clock: FixedClock, ids: SequentialIds) -> None:
+    """Middleware that only looks records no rewrite."""
+
+    async def look(context: ChatContext, call_next: CallNext) -> None:
+        await call_next()
+
+    async def look_agent(context: AgentContext, call_next: CallNext) -> None:
+        await call_next()
+
+    client = ScriptedChatClient(["fine"])
+    agent = Agent(client=client, middleware=[look, look_agent], clock=clock, ids=ids)
+    response = await agent.run("hello", options={"temperature": 0.5})
+    names = [type(e).__name__ for e in response.events]
+    assert "ModelRequestRewritten" not in names
+    assert "RunInputRewritten" not in names

@@ -149,3 +149,25 @@ async def test_the_final_response_of_a_closed_stream(clock: FixedClock, ids: Seq
     response = await finished.get_final_response()
     assert response.text == "one two three"
     assert updates[-1].finish_reason == "stop"
+
+
+async def test_a_stream_at_a_loop_limit_does_not_show_the_calls_that_are_not_run() -> None:
+    """The last call after a limit asks for a tool anyway: that call is skipped (recorded as
+    CallsSkipped), so the stream shows no call for it, as the reference framework's does."""
+    from agentledger.core.events import CallsSkipped
+
+    @tool
+    def again() -> str:
+        """Go round once more."""
+        return "round"
+
+    client = ScriptedChatClient([Call("again", call_id="c1"), Call("again", call_id="c2")])
+    agent = client.as_agent(name="Loop", tools=[again], max_iterations=1)
+    shown: list[str | None] = []
+    stream = agent.run("Loop.", stream=True)
+    async with stream:
+        async for update in stream:
+            shown.extend(c.call_id for c in update.contents if c.type == "function_call")
+        response = await stream.get_final_response()
+    assert shown == ["c1"]
+    assert [e.call_ids for e in response.events if isinstance(e, CallsSkipped)] == [("c2",)]

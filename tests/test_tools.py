@@ -1,4 +1,4 @@
-"""FunctionTool.execute: the one way a run calls a tool, sync or async."""
+"""FunctionTool.execute: the one way a run calls a tool, sync or async, and what its result becomes."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from agentledger import FunctionInvocationContext, FunctionTool, tool
+from agentledger.adapters.chat.scripted import Call, ScriptedChatClient
 
 pytestmark = pytest.mark.anyio
 
@@ -107,3 +108,25 @@ async def test_invoke_validates_then_executes() -> None:
     assert await add.invoke({"a": "2"}, b=3) == 5
     [thread] = seen
     assert thread != threading.get_ident()
+
+
+async def test_a_tool_returning_text_as_bytes_answers_the_text() -> None:
+    """Bytes that are UTF-8 reach the model as their text (the reference sends their repr, which
+    a model reads as b'...'); other bytes are base64."""
+    import base64
+
+    @tool
+    def read_file(name: str) -> bytes:
+        """A file's contents."""
+        return "héllo".encode() if name == "text" else b"\xff\x00"
+
+    calls = [
+        Call("read_file", {"name": "text"}, call_id="c1"),
+        Call("read_file", {"name": "bin"}, call_id="c2"),
+    ]
+    agent = ScriptedChatClient([calls, "done"]).as_agent(name="Files", tools=[read_file])
+    response = await agent.run("read")
+    results = {
+        c.call_id: c.result for m in response.messages for c in m.contents if c.type == "function_result"
+    }
+    assert results == {"c1": "héllo", "c2": base64.b64encode(b"\xff\x00").decode()}

@@ -1,0 +1,450 @@
+"""One approval, one execution: a resume claims the paused batch in the paused run's own log.
+
+Two OS processes resume one paused batch on a shared store at the same moment, round after
+round: the store admits one claim, so the tool runs exactly once and the loser gets
+``ApprovalError``. A resume that was cut off is never silently run again.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from agentledger import Agent, AgentSession, ApprovalError, MemoryEventStore, Message, tool
+from agentledger.adapters.chat.scripted import Call, ScriptedChatClient, ScriptEntry
+from agentledger.core import (
+    BatchClaimed,
+    Event,
+    RunCompleted,
+    ToolCalled,
+    arguments_digest,
+    decide_claim,
+    paused_batch,
+)
+from agentledger.errors import ApprovalMismatchError, CallOutcomeUnknownError
+from agentledger.store import EventStore, SupportsAclose
+from tests._resume_child import bank_agent, open_store, session_of
+from tests._temporal_env import drop_schema, require_postgres, unique_schema
+
+pytestmark = pytest.mark.anyio
+ROOT = Path(__file__).resolve().parents[2]
+ROUNDS = 100
+"""Rounds of the two-process race per store: each is one paused run and two resumes."""
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def _answer(session: AgentSession, approved: bool = True) -> Message:
+    from agentledger import Content
+
+    return Message(
+        "user", tuple(Content.from_approval_response(c, approved=approved) for c in session.paused_runs)
+    )
+
+
+class _Child:
+    """One resuming process (tests/_resume_child.py), driven line by line."""
+
+    def __init__(self, kind: str, location: str, ledger: Path) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "tests._resume_child", kind, location, str(ledger)],
+            cwd=ROOT,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+
+    def send(self, line: str) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.write(line + "\n")
+        self.process.stdin.flush()
+
+    def receive(self) -> str:
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline().strip()
+        assert line, f"the resuming process ended (exit {self.process.poll()})"
+        return line
+
+    def close(self) -> None:
+        try:
+            if self.process.poll() is None:
+                self.send("quit")
+                self.process.wait(timeout=30)
+        finally:
+            if self.process.poll() is None:
+                self.process.kill()
+                self.process.wait()
+            for pipe in (self.process.stdin, self.process.stdout):
+                if pipe is not None:
+                    pipe.close()
+
+
+async def _race(kind: str, location: str, store: EventStore, tmp_path: Path) -> None:
+    ledger = tmp_path / "ledger"
+    ledger.touch()
+    children = [_Child(kind, location, ledger) for _ in range(2)]
+    try:
+        for round_ in range(ROUNDS):
+            note = f"round-{round_}"
+            client = ScriptedChatClient([Call("wire", {"amount": round_, "note": note})])
+            paused = await bank_agent(store, ledger, client).run(
+                "Send it.", session=AgentSession(f"s{round_}")
+            )
+            assert paused.finish_reason == "awaiting_approval"
+            for child in children:
+                child.send(f"resume s{round_}")
+            assert [child.receive() for child in children] == ["ready", "ready"]
+            for child in children:  # both hold the same paused session: now they race
+                child.send("go")
+            outcomes = sorted(child.receive() for child in children)
+            assert outcomes == ["ran", "refused ApprovalError"], (round_, outcomes)
+            runs = ledger.read_text(encoding="utf-8").splitlines()
+            assert runs.count(note) == 1, (round_, runs[-3:])
+            claims = [e for e in await store.read(paused.run_id) if type(e) is BatchClaimed]
+            assert len(claims) == 1
+        assert len(ledger.read_text(encoding="utf-8").splitlines()) == ROUNDS
+    finally:
+        for child in children:
+            child.close()
+
+
+async def test_two_processes_resume_one_batch_once_on_sqlite(tmp_path: Path) -> None:
+    """Two processes, one SQLite file, the same approval at the same moment: one runs the tool."""
+    path = tmp_path / "runs.db"
+    store = open_store("sqlite", str(path))
+    try:
+        await _race("sqlite", str(path), store, tmp_path)
+    finally:
+        assert isinstance(store, SupportsAclose)
+        await store.aclose()
+
+
+@pytest.fixture
+def pg_schema() -> Iterator[tuple[str, str]]:
+    dsn = require_postgres()
+    schema = unique_schema()
+    try:
+        yield dsn, schema
+    finally:
+        drop_schema(dsn, schema)
+
+
+async def test_two_processes_resume_one_batch_once_on_postgres(
+    pg_schema: tuple[str, str], tmp_path: Path
+) -> None:
+    """The same race on a shared PostgreSQL store."""
+    dsn, schema = pg_schema
+    location = f"{dsn}|{schema}"
+    store = open_store("postgres", location)
+    try:
+        await _race("postgres", location, store, tmp_path)
+    finally:
+        assert isinstance(store, SupportsAclose)
+        await store.aclose()
+
+
+# -- one process, several sessions rebuilt from the store -------------------------------------------
+
+
+def _bank(store: EventStore, ran: list[str], client: Any) -> Agent:
+    @tool(approval_mode="always_require")
+    async def wire(amount: int, note: str) -> str:
+        """Send money."""
+        ran.append(note)
+        return f"sent {amount}"
+
+    return Agent(client=client, tools=[wire], store=store, name="bank")
+
+
+async def _rebuilt(store: EventStore, session_id: str) -> AgentSession:
+    return await session_of(store, session_id)
+
+
+async def test_a_second_session_rebuilt_after_the_resume_is_refused() -> None:
+    """A session rebuilt from a copy taken before the resume still names the paused batch; the
+    claim in the paused run's log refuses it, and the tool ran once."""
+    store, ran = MemoryEventStore(), list[str]()
+    agent = _bank(store, ran, ScriptedChatClient([Call("wire", {"amount": 1, "note": "a"}), "Sent."]))
+    paused = await agent.run("Send it.", session=AgentSession("s"))
+    early = await _rebuilt(store, "s")  # a copy of the session before anyone resumed
+    late = await _rebuilt(store, "s")
+    await agent.run(_answer(early), session=early)
+    with pytest.raises(ApprovalError, match=r"was resumed by run .* an approval allows one execution"):
+        await agent.run(_answer(late), session=late)
+    assert ran == ["a"]
+    log = await store.read(paused.run_id)
+    assert [type(e) for e in log[-2:]] == [RunCompleted, BatchClaimed]
+
+
+async def test_a_resume_cut_off_inside_the_tool_leaves_the_call_unknown() -> None:
+    """The resume is cancelled while the approved tool runs: its outcome is unknown, so a later
+    resume of the same answers (from a session that does not know) is refused, naming the call."""
+    store, ran = MemoryEventStore(), list[str]()
+    entered = anyio.Event()
+
+    @tool(approval_mode="always_require")
+    async def wire(amount: int, note: str) -> str:
+        """Send money."""
+        ran.append(note)
+        entered.set()
+        await anyio.sleep_forever()
+        return "never"
+
+    client = ScriptedChatClient([Call("wire", {"amount": 1, "note": "a"}), "Sent."])
+    agent = Agent(client=client, tools=[wire], store=store)
+    await agent.run("Send it.", session=AgentSession("s"))
+    first, second = await _rebuilt(store, "s"), await _rebuilt(store, "s")
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as group:
+
+            async def resume() -> None:
+                await agent.run(_answer(first), session=first)
+
+            group.start_soon(resume)
+            await entered.wait()
+            group.cancel_scope.cancel()
+    with pytest.raises(CallOutcomeUnknownError, match="recording their outcome") as caught:
+        await agent.run(_answer(second), session=second)
+    assert ran == ["a"]
+    assert caught.value.call_ids
+    assert caught.value.run_id is not None
+
+
+async def test_the_caller_may_say_explicitly_that_an_unknown_call_runs_again() -> None:
+    """After a resume cut off inside the tool, allow_rerun lets the next resume run the call
+    again; the claim records the permission and whose claim it took over."""
+    store, ran = MemoryEventStore(), list[str]()
+    entered = anyio.Event()
+
+    @tool(approval_mode="always_require")
+    async def wire(amount: int, note: str) -> str:
+        """Send money."""
+        ran.append(note)
+        if len(ran) == 1:
+            entered.set()
+            await anyio.sleep_forever()
+        return "sent"
+
+    client = ScriptedChatClient([Call("wire", {"amount": 1, "note": "a"}), "Sent."])
+    agent = Agent(client=client, tools=[wire], store=store)
+    paused = await agent.run("Send it.", session=AgentSession("s"))
+    first, second = await _rebuilt(store, "s"), await _rebuilt(store, "s")
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as group:
+
+            async def resume() -> None:
+                await agent.run(_answer(first), session=first)
+
+            group.start_soon(resume)
+            await entered.wait()
+            group.cancel_scope.cancel()
+    second.allow_rerun(*second.paused_runs)
+    resumed = await agent.run(_answer(second), session=second)
+    assert resumed.text == "Sent."
+    assert ran == ["a", "a"]
+    claims = [e for e in await store.read(paused.run_id) if type(e) is BatchClaimed]
+    assert [(c.after_run_id, c.rerun) for c in claims] == [(None, ()), (claims[0].by_run_id, ("call_1",))]
+    assert second.rerun_allowed == set()
+
+
+async def test_a_resume_that_ended_before_the_call_started_is_taken_over() -> None:
+    """A resume that failed before its approved call started (its agent middleware refused to go
+    on) leaves the batch to a later resume, which claims it after it and runs the call once."""
+    from agentledger import AgentContext
+
+    store, ran = MemoryEventStore(), list[str]()
+    client = ScriptedChatClient([Call("wire", {"amount": 1, "note": "a"}), "Sent.", "Sent."])
+    agent = _bank(store, ran, client)
+    paused = await agent.run("Send it.", session=AgentSession("s"))
+    first, second = await _rebuilt(store, "s"), await _rebuilt(store, "s")
+
+    async def offline(context: AgentContext, call_next: Any) -> None:
+        raise RuntimeError("the bank is offline")
+
+    with pytest.raises(RuntimeError, match="offline"):
+        await agent.run(_answer(first), session=first, middleware=[offline])
+    await agent.run(_answer(second), session=second)
+    claims = [e for e in await store.read(paused.run_id) if type(e) is BatchClaimed]
+    assert [c.after_run_id for c in claims] == [None, claims[0].by_run_id]
+    assert ran == ["a"]
+
+
+async def test_rewritten_arguments_after_the_answer_are_refused() -> None:
+    """Function middleware that changes an approved call's arguments after the answer: the call
+    is refused with ApprovalMismatchError (recorded as ToolFailed), and the tool never runs."""
+    from agentledger import FunctionInvocationContext
+    from agentledger.core import ToolFailed
+
+    store, ran = MemoryEventStore(), list[str]()
+    agent = _bank(store, ran, ScriptedChatClient([Call("wire", {"amount": 1, "note": "a"}), "Sent."]))
+    session = AgentSession("s")
+    await agent.run("Send it.", session=session)
+
+    async def inflate(context: FunctionInvocationContext, call_next: Any) -> None:
+        context.arguments = {**context.arguments, "amount": 1000}
+        await call_next()
+
+    resumed = await agent.run(_answer(session), session=session, middleware=[inflate])
+    failed = [e for e in resumed.events if type(e) is ToolFailed]
+    assert [e.error_type for e in failed] == ["ApprovalMismatchError"]
+    assert not [e for e in resumed.events if type(e) is ToolCalled]
+    assert ran == []
+
+
+async def test_a_session_holding_another_version_of_the_call_is_refused() -> None:
+    """The answer is bound to the arguments the paused run recorded: a session whose copy of the
+    call differs is refused before anything of the resume is recorded."""
+    from agentledger import Content
+
+    store, ran = MemoryEventStore(), list[str]()
+    agent = _bank(store, ran, ScriptedChatClient([Call("wire", {"amount": 1, "note": "a"}), "Sent."]))
+    session = AgentSession("s")
+    await agent.run("Send it.", session=session)
+    index = next(i for i, m in enumerate(session.history) if m.function_calls)
+    call = session.history[index].function_calls[0]
+    forged_arguments = {"amount": 9, "note": "a"}
+    forged = Content.from_function_call(call.call_id or "", call.name or "", arguments=forged_arguments)
+    session.history[index] = Message("assistant", (forged,))
+    before = len(await store.streams())
+    with pytest.raises(ApprovalMismatchError, match="other arguments"):
+        await agent.run(_answer(session), session=session)
+    assert ran == []
+    assert len(await store.streams()) == before
+
+
+def test_the_core_decides_claims_from_logs_alone() -> None:
+    """decide_claim is pure: a first claim, a stray call, and the digest that binds an answer."""
+    from agentledger.core import ApprovalRequested, Content, ModelResponded, RunStarted
+
+    call = Content.from_function_call("c1", "wire", arguments='{"amount": 1}')
+    log: list[Event] = [
+        RunStarted(run_id="p", seq=0, at=1, agent_id="a"),
+        ModelResponded(run_id="p", seq=1, at=2, iteration=1, message=Message("assistant", (call,))),
+        ApprovalRequested(run_id="p", seq=2, at=3, call_ids=("c1",)),
+        RunCompleted(run_id="p", seq=3, at=4, reason="awaiting_approval"),
+    ]
+    paused = paused_batch(log)
+    assert paused.awaiting == ("c1",)
+    assert paused.version == 4
+    digest = arguments_digest({"amount": 1})
+    assert paused.digests == {"c1": digest}
+    decision = decide_claim(paused, {"c1": True}, {"c1": digest}, by_run_id="r", at=5)
+    assert decision.kind == "claim"
+    assert decision.claim is not None
+    assert (decision.claim.seq, decision.claim.answers[0].digest) == (4, digest)
+    stray = decide_claim(paused, {"c9": True}, {}, by_run_id="r", at=5)
+    assert stray.kind == "refused"
+    other = decide_claim(paused, {"c1": True}, {"c1": arguments_digest({"amount": 2})}, by_run_id="r", at=5)
+    assert other.kind == "mismatch"
+    claimed = paused_batch([*log, decision.claim])
+    held = decide_claim(claimed, {"c1": True}, {"c1": digest}, by_run_id="r", at=6)
+    busy = decide_claim(claimed, {"c1": True}, {"c1": digest}, by_run_id="x", at=6, holder_log=[])
+    assert (held.kind, busy.kind, busy.holder) == ("held", "refused", "r")
+
+
+async def test_a_claimed_paused_run_and_its_resumer_rerun_without_divergence() -> None:
+    """The claim is a later run's fact on the paused run's log: a rerun of the paused run does
+    not make it, and is not told it diverged; the resumer reruns against its session as well."""
+    from agentledger.replay import load, rerun
+
+    store, ran = MemoryEventStore(), list[str]()
+    agent = _bank(store, ran, ScriptedChatClient([Call("wire", {"amount": 1, "note": "a"}), "Sent."]))
+    session = AgentSession("s")
+    paused = await agent.run("Send it.", session=session)
+    resumed = await agent.run(_answer(session), session=session)
+    for run_id in (paused.run_id, resumed.run_id):
+        recorded = await load(store, run_id)
+        await rerun(recorded, _bank(MemoryEventStore(), ran, ScriptedChatClient([])))
+        assert recorded.state_at(len(recorded.events) - 1).phase == "done"
+    assert ran == ["a"]  # recorded tools: the rerun ran nothing
+
+
+async def test_a_paused_run_a_bounded_store_dropped_still_resumes_in_its_process() -> None:
+    """A bounded store that evicted the paused run cannot hold the claim: the resume goes on
+    under the process-local claim, as before there were claims."""
+    store, ran = MemoryEventStore(max_runs=1), list[str]()
+    script: list[ScriptEntry] = [Call("wire", {"amount": 1, "note": "a"}), "Other.", "Sent."]
+    agent = _bank(store, ran, ScriptedChatClient(script))
+    session = AgentSession("s")
+    paused = await agent.run("Send it.", session=session)
+    await agent.run("Something else.", session=AgentSession("t"))
+    assert paused.run_id not in await store.streams()
+    resumed = await agent.run(_answer(session), session=session)
+    assert resumed.text == "Sent."
+    assert ran == ["a"]
+
+
+async def test_a_resume_against_a_durable_store_without_the_paused_run_is_refused(tmp_path: Path) -> None:
+    """A mistyped store path (or a store file deleted since the pause) holds no paused run, so
+    nothing can be claimed there: the resume is refused before the tool runs, rather than run
+    unguarded while the real store never learns of it."""
+    from agentledger.adapters.stores.sqlite import SqliteEventStore
+
+    ledger = tmp_path / "ledger.txt"
+    store = SqliteEventStore(tmp_path / "bank.db")
+    paused_agent = bank_agent(
+        store, ledger, ScriptedChatClient([Call("wire", {"amount": 5, "note": "sent 5"})])
+    )
+    session = paused_agent.create_session()
+    await paused_agent.run("Send 5.", session=session)
+    saved = session.to_dict()
+    store.close()
+    elsewhere = SqliteEventStore(tmp_path / "typo.db")
+    resumer = bank_agent(elsewhere, ledger, ScriptedChatClient(["Sent."]))
+    restored = AgentSession.from_dict(saved)
+    with pytest.raises(ApprovalError, match="is not in"):
+        await resumer.run(_answer(restored), session=restored)
+    elsewhere.close()
+    assert not ledger.exists()  # the tool did not run
+
+
+async def test_two_resumes_of_one_batch_run_it_once() -> None:
+    """Within one process, a second resume of the same answers while the first still runs is
+    refused before anything is recorded, so no gated call runs twice."""
+    entered, leave = anyio.Event(), anyio.Event()
+    ran: list[int] = []
+
+    @tool(approval_mode="always_require")
+    async def transfer(amount: int) -> str:
+        """Move money."""
+        ran.append(amount)
+        entered.set()
+        await leave.wait()
+        return f"moved {amount}"
+
+    store = MemoryEventStore()
+    client = ScriptedChatClient([Call("transfer", {"amount": 5}), "Done."])
+    agent = Agent(client=client, tools=[transfer], store=store)
+    session = agent.create_session()
+    paused = await agent.run("Move 5.", session=session)
+    answer = Message("user", tuple(r.to_approval_response(True) for r in paused.user_input_requests))
+    before = len(await store.streams())
+    refused: list[ApprovalError] = []
+
+    async def first() -> None:
+        await agent.run(answer, session=session)
+
+    with anyio.fail_after(30):  # a second resume that ran the tool would wait here forever
+        async with anyio.create_task_group() as group:
+            group.start_soon(first)
+            await entered.wait()  # the first resume is inside the tool
+            try:
+                with pytest.raises(ApprovalError, match="being resumed by run") as caught:
+                    await agent.run(answer, session=session)
+                refused.append(caught.value)
+            finally:
+                leave.set()
+
+    assert ran == [5]
+    assert len(await store.streams()) == before + 1  # the refused resume recorded nothing
+    with pytest.raises(ApprovalError, match="match no call awaiting approval"):
+        await agent.run(answer, session=session)  # and after it, the answer is used up
