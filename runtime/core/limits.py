@@ -58,39 +58,33 @@ _decoder: msgspec.json.Decoder[Event] = msgspec.json.Decoder(Event)
 _STARTS = frozenset(b":,[ -\t\n\r")  # what may come right before a JSON number's digits
 
 
-def _table(keep_nine: bool) -> bytes:
-    """Digits become ``0`` (a ``9`` stays, if asked), what may precede a number becomes a space,
-    anything else an ``x``: so digits inside strings ("run_9f...") rarely look like numbers."""
-    out = bytearray()
-    for b in range(256):
-        if 0x30 <= b <= 0x39:
-            out.append(b if keep_nine and b == 0x39 else 0x30)
-        else:
-            out.append(0x20 if b in _STARTS else 0x78)
-    return bytes(out)
+def _table() -> bytes:
+    """Digits become ``0``, what may precede a number becomes a space, anything else an ``x``:
+    so digits inside strings ("run_9f...") rarely look like numbers."""
+    return bytes(0x30 if 0x30 <= b <= 0x39 else 0x20 if b in _STARTS else 0x78 for b in range(256))
 
 
-_ZEROS, _NINES = _table(False), _table(True)
+_ZEROS = _table()
 _RUN_20 = b" " + b"0" * 20
-_RUN_19 = b"0" * 19
+_START_19 = b" " + b"0" * 19
 
 
 def may_overflow(data: bytes) -> bool:
     """Whether JSON text holds a number that could be an integer past 64 bits: 20 digits or more,
     or 19 starting with a 9 (a time in nanoseconds has 19 starting with 1 until 2255).
 
-    Two translations and substring searches in C; digits inside strings can give a false alarm,
+    One translation and substring searches in C; digits inside strings can give a false alarm,
     never a miss. The caller then checks the values themselves.
     """
-    digits = b" " + data.translate(_ZEROS)
+    digits = b" " + data.translate(_ZEROS)  # digits[i + 1] stands for data[i]
     if _RUN_20 in digits:
         return True
-    nines = b" " + data.translate(_NINES)
-    start = nines.find(b" 9")
-    while start >= 0:  # only where a number starts with 9: rare
-        if digits[start + 1 : start + 20] == _RUN_19 and digits[start + 20 : start + 21] != b"0":
+    # No number has 20 digits now, so each match is a number of exactly 19 (a time, mostly).
+    start = digits.find(_START_19)
+    while start >= 0:
+        if data[start] == 0x39:  # its first digit is a 9
             return True
-        start = nines.find(b" 9", start + 1)
+        start = digits.find(_START_19, start + 20)
     return False
 
 

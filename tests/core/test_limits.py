@@ -1,0 +1,87 @@
+"""The append gate's text checks against the slow, obvious definitions they stand in for.
+
+``may_overflow`` and ``too_deep`` look at encoded JSON without decoding it. They may raise a false
+alarm (digits inside a string), never miss: a miss would let a value into the log that does not
+read back. Each is compared here with a definition that parses the text.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import msgspec
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agentledger.core.depth import MAX_DEPTH, too_deep
+from agentledger.core.limits import INT64_MAX, INT64_MIN, may_overflow
+
+
+def _holds_a_big_int(value: object) -> bool:
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int):
+        return not INT64_MIN <= value <= INT64_MAX
+    if isinstance(value, dict):
+        return any(map(_holds_a_big_int, value.values()))
+    if isinstance(value, list):
+        return any(map(_holds_a_big_int, value))
+    return False
+
+
+def _depth(value: object) -> int:
+    if isinstance(value, dict):
+        return 1 + max(map(_depth, value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max(map(_depth, value), default=0)
+    return 0
+
+
+_edge_ints = st.sampled_from(
+    [INT64_MAX, INT64_MAX + 1, INT64_MIN, INT64_MIN - 1, 10**18, 10**19, 9 * 10**18, -9 * 10**18, 2**64]
+)
+_ints = st.one_of(st.integers(), _edge_ints, st.integers(min_value=10**18, max_value=10**20))
+_leaves = st.one_of(st.none(), st.booleans(), _ints, st.text(max_size=30), st.floats(allow_nan=False))
+_values = st.recursive(
+    _leaves,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=25,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_values)
+def test_may_overflow_never_misses_an_integer_past_64_bits(value: object) -> None:
+    data = json.dumps(value).encode()
+    if _holds_a_big_int(value):
+        assert may_overflow(data), data
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(min_value=INT64_MIN, max_value=INT64_MAX), max_size=8))
+def test_may_overflow_is_quiet_for_numbers_that_fit_outside_strings(values: list[int]) -> None:
+    # Numbers that fit, none of 19 digits starting with 9 (the only ones that might not).
+    fits = [v for v in values if not re.fullmatch(rb"-?9\d{18}", str(v).encode())]
+    assert not may_overflow(json.dumps({"at": 1_780_000_000_000_000_000, "values": fits}).encode())
+
+
+def test_may_overflow_checks_every_19_digit_number_not_only_the_first() -> None:
+    ok = 1_780_000_000_000_000_000
+    assert not may_overflow(msgspec.json.encode([ok, ok, ok]))
+    assert may_overflow(msgspec.json.encode([ok, ok, INT64_MAX + 1]))
+    assert may_overflow(msgspec.json.encode({"a": ok, "b": -(2**63) - 1}))
+    assert not may_overflow(b'{"id":"run_9223372036854775808x"}')  # inside a string, after a letter
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(min_value=0, max_value=2 * MAX_DEPTH), st.integers(min_value=0, max_value=300))
+def test_too_deep_agrees_with_the_nesting_of_the_value(depth: int, siblings: int) -> None:
+    value: object = "leaf"
+    for _ in range(depth):
+        value = [value]
+    wide = {"deep": value, "wide": [[i] for i in range(siblings)]}  # many openers, shallow
+    data = json.dumps(wide).encode()
+    assert too_deep(data) == (_depth(wide) > MAX_DEPTH)
