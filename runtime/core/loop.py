@@ -155,7 +155,8 @@ class RunLoop:
     """The owner of one run: numbers and feeds its events, keeps its log, drives its loop."""
 
     __slots__ = (
-        "clock", "commands", "live", "log", "machine", "observer", "restamp", "run_id", "step_type", "strays",
+        "clock", "commands", "live", "log", "machine", "observer", "observes", "restamp", "run_id",
+        "step_type", "strays",
     )  # fmt: skip
 
     def __init__(
@@ -165,6 +166,7 @@ class RunLoop:
         clock: Callable[[], int],
         *,
         observer: Observer | None = None,
+        observes: frozenset[type[EventBase]] | None = None,
         restamp: bool = False,
         live: bool = True,
         step_type: type[StepLog] = StepLog,
@@ -174,6 +176,9 @@ class RunLoop:
         self.run_id = run_id
         self.clock = clock
         self.observer = observer
+        self.observes = observes
+        """Only the reactions to these input types reach ``observer`` (None: every reaction);
+        an observer that follows a few kinds of input is then not called for the others."""
         self.restamp = restamp
         """Whether fed events take the owner's time (a workflow's clock) instead of their own."""
         self.live = live
@@ -205,7 +210,7 @@ class RunLoop:
         self.log.extend(events)
         if commands:
             self.commands.extend(commands)
-        if self.observer is not None:
+        if self.observer is not None and (self.observes is None or cls in self.observes):
             self.observer(events)
         return event  # type: ignore[no-any-return]
 
@@ -294,8 +299,9 @@ class RunLoop:
         self.log.extend(events)
         if commands:
             self.commands.extend(commands)
-        if self.observer is not None:
-            self.observer(events)
+        observer = self.observer
+        if observer is not None and events and (self.observes is None or type(events[0]) in self.observes):
+            observer(events)
 
     # -- the loop -----------------------------------------------------------------------------
 

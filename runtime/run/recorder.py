@@ -93,7 +93,7 @@ class Sinks:
         )  # fmt: skip
 
 
-_FOLLOWED = frozenset({SessionUpdated, ToolsAdded, ToolsRemoved})
+_FOLLOWED: frozenset[type[EventBase]] = frozenset({SessionUpdated, ToolsAdded, ToolsRemoved})
 """The events live state follows: session writes and tool changes."""
 
 
@@ -156,7 +156,14 @@ class RunRecorder:
         # The session's live state follows its writes in the order the log keeps them, and a
         # caller sharing it (a sub-agent's) is given a copy of each write as it is kept.
         self._follow = _Follow(self.sinks, session, parent)
-        self.loop = RunLoop(machine, run_id, clock, observer=self._follow, step_type=LocalStep)
+        self.loop = RunLoop(
+            machine,
+            run_id,
+            clock,
+            observer=self._follow,
+            observes=None if self.sinks is not None else _FOLLOWED,  # no sinks: live state only
+            step_type=LocalStep,
+        )
         """The run's owner: its machine, its log, its commands."""
         self.thread = threading.get_ident()
         """The thread the run's owner feeds on (its event loop's)."""
