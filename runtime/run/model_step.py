@@ -56,27 +56,34 @@ async def call_model(binding: RunBinding, command: CallModel) -> None:
     else:
         options.pop("conversation_id", None)
     layers = binding.spec.layers["chat"]
-    context = ChatContext(
-        client=binding.spec.client,
-        messages=command.messages,
-        options=options,  # type: ignore[arg-type]
-        client_kwargs=dict(binding.client_kwargs) if layers else binding.client_kwargs,
-        run_id=binding.run_id,
-        iteration=command.iteration,
+    # No chat middleware and no stream: the client is called directly (no context to build).
+    context = (
+        ChatContext(
+            client=binding.spec.client,
+            messages=command.messages,
+            options=options,  # type: ignore[arg-type]
+            client_kwargs=dict(binding.client_kwargs) if layers else binding.client_kwargs,
+            run_id=binding.run_id,
+            iteration=command.iteration,
+        )
+        if layers or binding.on_update is not None
+        else None
     )
     token = writer.set("chat_middleware")
+    result: ChatResponse | None
     try:
-        if layers:
-            await _through_middleware(binding, command, context, layers)
-        elif binding.on_update is None:  # no closure, no copies: every model call of every run
-            context.result = await binding.spec.client.get_response(
-                context.outgoing,
-                options=context.options,
-                client_kwargs=context.client_kwargs,
+        if context is None:  # every model call of a plain run: no closure, no copies
+            result = await binding.spec.client.get_response(
+                command.messages,
+                options=options,  # type: ignore[arg-type]
+                client_kwargs=binding.client_kwargs,
                 **binding.spec.legacy_kwargs,
             )
+        elif layers:
+            await _through_middleware(binding, command, context, layers)
+            result = context.result
         else:
-            context.result = await _get_response(binding, context, command.final)
+            result = context.result = await _get_response(binding, context, command.final)
     except MiddlewareTermination as exc:
         binding.recorder.record(
             RunTerminated, iteration=command.iteration, reason=str(exc), by="chat_middleware"
@@ -89,7 +96,7 @@ async def call_model(binding: RunBinding, command: CallModel) -> None:
         return
     finally:
         writer.reset(token)
-    _responded(binding, command.iteration, context.result)
+    _responded(binding, command.iteration, result)
 
 
 async def _through_middleware(
