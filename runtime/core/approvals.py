@@ -76,6 +76,8 @@ def conversation(messages: Iterable[Message]) -> list[Message]:
 def approval_requests(messages: Iterable[Message], awaiting: Iterable[str]) -> list[Content]:
     """What a paused run asks a human: one request per call held for approval."""
     waiting = set(awaiting)
+    if not waiting:  # a run that did not pause asks nothing
+        return []
     return [
         Content("function_approval_request", call_id=c.call_id, name=c.name, arguments=c.arguments)
         for m in messages

@@ -409,6 +409,8 @@ class RunMachine:
 
     def approval_requests(self) -> list[Content]:
         """One request per call the run paused on, for the caller to answer."""
+        if not self._awaiting_approval:
+            return []
         return approval_requests(self.response_messages(), self._awaiting_approval)
 
     # -- helpers ------------------------------------------------------------------------------
@@ -747,18 +749,15 @@ class RunMachine:
             self._call_model()
 
     def _limit_reached(self) -> bool:
-        config = self._config
-        checks = (
-            ("max_iterations", self._iteration, config.max_iterations),
-            ("max_consecutive_errors", self._error_streak, config.max_consecutive_errors),
-            ("max_function_calls", self._calls_made, config.max_function_calls),
-            ("max_input_tokens", self._usage.input_tokens, config.max_input_tokens),
-        )
-        for reason, value, limit in checks:
-            if limit is not None and value >= limit:
-                self._limit_reason = reason
-                self._derive(IterationLimitReached, iteration=self._iteration, reason=reason, limit=limit)
-                return True
+        config = self._config  # checked in this order: the first limit reached is the reason
+        if config.max_iterations is not None and self._iteration >= config.max_iterations:
+            return self._stop_at("max_iterations", config.max_iterations)
+        if config.max_consecutive_errors is not None and self._error_streak >= config.max_consecutive_errors:
+            return self._stop_at("max_consecutive_errors", config.max_consecutive_errors)
+        if config.max_function_calls is not None and self._calls_made >= config.max_function_calls:
+            return self._stop_at("max_function_calls", config.max_function_calls)
+        if config.max_input_tokens is not None and self._usage.input_tokens >= config.max_input_tokens:
+            return self._stop_at("max_input_tokens", config.max_input_tokens)
         if config.max_cost is not None and self._cost >= config.max_cost:
             self._limit_reason = "max_cost"
             self._derive(
@@ -769,6 +768,11 @@ class RunMachine:
             )
             return True
         return False
+
+    def _stop_at(self, reason: str, limit: int) -> bool:
+        self._limit_reason = reason
+        self._derive(IterationLimitReached, iteration=self._iteration, reason=reason, limit=limit)
+        return True
 
     def _resume_approvals(self, approvals: Sequence[Content]) -> None:
         """A run that carries approval responses resumes the batch they answer: rejected calls

@@ -91,8 +91,8 @@ class AgentRun:
             )
             self._recorder = recorder
             inputs = normalize_messages(messages)
-            check_approvals(history, inputs, spec)
             answers = approval_responses(inputs)
+            check_approvals(history, inputs, spec, answers=answers)
             if answers and session is not None and spec.share_history:
                 release = session.claim((c.call_id for c in answers), self.run_id)
                 # The store decides across processes: a claim on the paused run's own log.

@@ -162,13 +162,19 @@ def options_record(options: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def check_approvals(
-    history: Sequence[Message], inputs: Sequence[Message], spec: RunSpec | None = None
+    history: Sequence[Message],
+    inputs: Sequence[Message],
+    spec: RunSpec | None = None,
+    *,
+    answers: Sequence[Content] | None = None,
 ) -> None:
     """Refuse what would leave a call of the conversation without its result: approval
     responses that answer no call awaiting approval, two different answers for one call, answers
     mixed with new conversation, a new turn while a batch waits for approval, and (given the
-    run's ``spec``) a resume that leaves a request of the paused batch unanswered."""
-    answers = approval_responses(inputs)
+    run's ``spec``) a resume that leaves a request of the paused batch unanswered. ``answers``:
+    the approval responses among ``inputs``, when the caller has already found them."""
+    if answers is None:
+        answers = approval_responses(inputs)
     if not answers:
         paused = paused_calls(history) if history else None
         if paused:
