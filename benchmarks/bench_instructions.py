@@ -6,7 +6,9 @@ the same program, inputs and environment is the same number every time, whatever
 machine is doing. Each (framework, scenario) runs in a child process under callgrind twice: once
 with ``--low`` measured runs and once with ``--high``, both after the same warm-up, so their
 difference divided by ``high - low`` is the cost of one run with imports, warm-up and start-up
-taken out. Instructions are not time (a cache miss costs more than an add), so this is the
+taken out. The total still varies by about 0.01% between identical processes (addresses
+differ), so the spread between the two must be wide: 200 runs by default puts one run's figure
+within about 0.5%. Instructions are not time (a cache miss costs more than an add), so this is the
 yardstick for comparing two versions of the hot path, not a replacement for ``bench_overhead``.
 
 ``--rev REV`` also counts a git revision of this checkout (its ``runtime/`` and ``adapters/``
@@ -56,7 +58,8 @@ async def _child(framework: str, key: str, runs: int) -> None:
 
 def count(framework: str, key: str, runs: int, package: Path | None) -> int:
     """Instructions of one child process doing ``runs`` measured runs."""
-    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+    # A fixed hash seed: the layout of every dict and set, and so the count, is the same each time.
+    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", PYTHONHASHSEED="0")
     if package is not None:
         env["PYTHONPATH"] = os.pathsep.join([str(package), str(ROOT), env.get("PYTHONPATH", "")])
     command = [
@@ -95,7 +98,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--rev", action="append", default=[], help="also count this git revision")
     parser.add_argument("--peer", action="store_true", help="also count agent-framework-core")
     parser.add_argument("--low", type=int, default=10, help="measured runs of the first child")
-    parser.add_argument("--high", type=int, default=60, help="measured runs of the second child")
+    parser.add_argument("--high", type=int, default=210, help="measured runs of the second child")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     parser.add_argument("--child", nargs=3, metavar=("FRAMEWORK", "SCENARIO", "RUNS"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
