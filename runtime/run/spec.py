@@ -278,7 +278,7 @@ class RunSpec(msgspec.Struct, frozen=True, kw_only=True):
         self, *, messages: Sequence[Message], session_id: str | None, history_length: int
     ) -> dict[str, Any]:
         """The fields of the run's ``RunStarted`` (its envelope aside)."""
-        parent = self.parent
+        parent, keys = self.parent, self.run_option_keys
         return {
             "agent_id": self.agent_id,
             "agent_name": self.agent_name,
@@ -287,7 +287,7 @@ class RunSpec(msgspec.Struct, frozen=True, kw_only=True):
             "tools": tuple([t.spec for t in self.tools]),
             "options": options_record(self.options),
             "function_invocation_kwargs": self.redact(self.function_invocation_kwargs),
-            "client_kwargs_keys": tuple(self.client_kwargs),
+            "client_kwargs_keys": tuple(self.client_kwargs) if self.client_kwargs else (),
             "session_id": session_id,
             "history_length": history_length,
             "config": self.config,
@@ -297,7 +297,7 @@ class RunSpec(msgspec.Struct, frozen=True, kw_only=True):
             "provider_name": self.client.provider_name,
             "library_version": __version__,
             # A conversation id is the conversation's, not a setting: a rerun always repeats it.
-            "run_option_keys": tuple(k for k in self.run_option_keys if k != "conversation_id"),
+            "run_option_keys": tuple(k for k in keys if k != "conversation_id") if keys else (),
             "run_tool_names": self.run_tool_names,
             "middleware": middleware_names(self.layers),
             "calls_in_model_order": True,
