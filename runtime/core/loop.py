@@ -203,8 +203,7 @@ class RunLoop:
         strays = self.strays
         if strays is not None and strays.events:
             self._drain()
-        # The machine's own counter (one package: no property call on the hot path).
-        event: Any = cls(run_id=self.run_id, seq=self.machine._next_seq, at=self.clock(), **fields)
+        event: Any = cls(run_id=self.run_id, seq=self.machine.next_seq, at=self.clock(), **fields)
         check_event(event)
         events, commands = self.machine.handle(event)
         self.log.extend(events)
@@ -250,9 +249,9 @@ class RunLoop:
         machine = self.machine
         at = self.clock() if self.restamp and events else 0
         for event in events:
-            if event.seq != machine._next_seq or self.restamp:
+            if event.seq != machine.next_seq or self.restamp:
                 checked_bytes(event)  # the bytes the gate kept carry the step's numbering: drop them
-                _set_field(event, "seq", machine._next_seq)
+                _set_field(event, "seq", machine.next_seq)
                 if self.restamp:
                     _set_field(event, "at", at)
             self._take(machine.handle(event))

@@ -387,3 +387,17 @@ def test_a_run_recorder_holds_what_other_threads_record() -> None:
     worker.join()
     assert len(errors) == 1
     assert "after the step ended" in str(errors[0])
+
+
+async def test_an_observer_with_observes_hears_only_the_reactions_to_those_inputs() -> None:
+    everything: list[Event] = []
+    writes: list[Event] = []
+    one = started_loop(observer=everything.extend)
+    two = started_loop(observer=writes.extend, observes=frozenset({SessionUpdated}))
+    for owner in (one, two):
+        answer = Message("assistant", (call("c1"),))
+        await owner.drive(Script([answer, Message("assistant", ("done",))], calls=1))
+    assert [type(e) for e in writes] == [SessionUpdated]
+    # The unfiltered observer heard every event kept after it was set: the whole log.
+    assert everything == one.log
+    assert [type(e) for e in one.log] == [type(e) for e in two.log]
