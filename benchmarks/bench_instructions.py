@@ -14,7 +14,9 @@ yardstick for comparing two versions of the hot path, not a replacement for ``be
 ``--rev REV`` also counts a git revision of this checkout (its ``runtime/`` and ``adapters/``
 laid out as the ``agentledger`` package in a temporary folder), so a change is compared with its
 base in one command: ``python -m benchmarks.bench_instructions --rev main~3``. ``--peer`` adds
-agent-framework-core (``pip install -e '.[bench]'``) and the ratio against it.
+agent-framework-core (``pip install -e '.[bench]'``) and the ratio against it; ``--floor`` adds
+the event-sourced floor of ``bench_floor`` (the same work in the least code), so the hot path's
+distance from it is a count too.
 """
 
 from __future__ import annotations
@@ -45,6 +47,10 @@ async def _child(framework: str, key: str, runs: int) -> None:
         from ._peer import PeerRunner
 
         runner: Any = PeerRunner(SCENARIOS[key])
+    elif framework == "floor":
+        from .bench_floor import FloorRunner
+
+        runner = FloorRunner(SCENARIOS[key])
     else:
         from ._ledger import LedgerRunner
 
@@ -97,6 +103,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--scenarios", default="abc", help="scenario keys (default: abc)")
     parser.add_argument("--rev", action="append", default=[], help="also count this git revision")
     parser.add_argument("--peer", action="store_true", help="also count agent-framework-core")
+    parser.add_argument("--floor", action="store_true", help="also count bench_floor's floor")
     parser.add_argument("--low", type=int, default=10, help="measured runs of the first child")
     parser.add_argument("--high", type=int, default=210, help="measured runs of the second child")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
@@ -122,6 +129,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             versions.append(("agentledger", f"agentledger @ {rev}", checkout(rev, Path(scratch) / rev)))
         if args.peer:
             versions.append(("agent-framework-core", "agent-framework-core", None))
+        if args.floor:
+            versions.append(("floor", "floor (bench_floor)", None))
         for framework, label, package in versions:
             results[label] = {
                 key: per_run(framework, key, args.low, args.high, package) for key in args.scenarios

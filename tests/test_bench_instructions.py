@@ -39,9 +39,10 @@ def test_the_first_child_must_measure_fewer_runs_than_the_second() -> None:
     assert bench.parse_args(["--low", "5", "--high", "25"]).high == 25
 
 
-def test_a_child_does_its_runs_without_valgrind() -> None:
+@pytest.mark.parametrize("framework", ["agentledger", "floor"])
+def test_a_child_does_its_runs_without_valgrind(framework: str) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.bench_instructions", "--child", "agentledger", "b", "2"],
+        [sys.executable, "-m", "benchmarks.bench_instructions", "--child", framework, "b", "2"],
         cwd=ROOT,
         capture_output=True,
         text=True,
