@@ -104,6 +104,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--rev", action="append", default=[], help="also count this git revision")
     parser.add_argument("--peer", action="store_true", help="also count agent-framework-core")
     parser.add_argument("--floor", action="store_true", help="also count bench_floor's floor")
+    parser.add_argument(
+        "--revs-only", action="store_true", help="count only the --rev revisions, not this checkout"
+    )
     parser.add_argument("--low", type=int, default=10, help="measured runs of the first child")
     parser.add_argument("--high", type=int, default=210, help="measured runs of the second child")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
@@ -111,6 +114,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.child is None and not 0 < args.low < args.high:
         parser.error("--low must be positive and below --high")
+    if args.revs_only and not args.rev:
+        parser.error("--revs-only needs at least one --rev")
     return args
 
 
@@ -124,7 +129,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         raise SystemExit("valgrind is not installed (Debian: apt-get install valgrind)")
     results: dict[str, dict[str, float]] = {}
     with tempfile.TemporaryDirectory() as scratch:
-        versions: list[tuple[str, str, Path | None]] = [("agentledger", "agentledger (this checkout)", None)]
+        versions: list[tuple[str, str, Path | None]] = []
+        if not args.revs_only:
+            versions.append(("agentledger", "agentledger (this checkout)", None))
         for rev in args.rev:
             versions.append(("agentledger", f"agentledger @ {rev}", checkout(rev, Path(scratch) / rev)))
         if args.peer:
@@ -139,7 +146,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(json.dumps(results, indent=2))
         return
     labels = list(results)
-    width = max(map(len, labels))
+    width = max(len(label) + len(labels[0]) + 3 for label in labels)
     print(f"{'instructions per run':<{width}}  " + "  ".join(f"{k:>12}" for k in args.scenarios))
     for label in labels:
         cells = "  ".join(f"{results[label][k]:>12,.0f}" for k in args.scenarios)
@@ -147,7 +154,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     base = results[labels[0]]
     for label in labels[1:]:
         ratios = "  ".join(f"{results[label][k] / base[k]:>11.2f}x" for k in args.scenarios)
-        print(f"{label + ' / this checkout':<{width}}  {ratios}")
+        print(f"{label + ' / ' + labels[0]:<{width}}  {ratios}")
 
 
 if __name__ == "__main__":

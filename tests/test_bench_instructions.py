@@ -49,3 +49,9 @@ def test_a_child_does_its_runs_without_valgrind(framework: str) -> None:
         check=False,
     )
     assert done.returncode == 0, done.stderr
+
+
+def test_counting_only_revisions_needs_one() -> None:
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--revs-only"])
+    assert bench.parse_args(["--revs-only", "--rev", "HEAD"]).revs_only

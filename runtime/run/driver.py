@@ -11,6 +11,7 @@ and the machine's.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import typing
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
@@ -59,28 +60,24 @@ class LocalDriver:
             else None
         )
 
-    async def drive(self) -> FinishRun:
-        """Run the loop until the machine says it is over.
+    def drive(self) -> Coroutine[Any, Any, FinishRun]:
+        """Run the loop until the machine says it is over (``RunLoop.drive`` with this driver,
+        awaited by the caller: no coroutine of its own between the two).
 
         What happened so far is stored before each model call and each batch of tool calls, so
         a crash in either loses nothing already decided; the end of the run stores the rest.
         """
-        return await self.recorder.loop.drive(self)
+        return self.recorder.loop.drive(self)
 
     # -- the executor ---------------------------------------------------------------------------
-
 
     async def before(self, command: Command) -> None:
         if self.stored < len(self.log):  # nothing new: no flush to await
             await self.flush()
 
-    async def call_model(self, command: CallModel, step: StepLog) -> None:
-        current = self.recorder.current_step  # RunRecorder.into, without its context manager
-        token = current.set(step)
-        try:
-            await call_model(self.binding, command)
-        finally:
-            current.reset(token)
+    def call_model(self, command: CallModel, step: StepLog) -> Coroutine[Any, Any, None]:
+        # The call sets the run's current step itself (``RunRecorder.into`` without a layer).
+        return call_model(self.binding, command, step, self.recorder.current_step)
 
     async def awaiting_approval(self, command: InvokeTools) -> Sequence[str]:
         by_name, awaits = self.binding.registry.by_name, self.binding.spec.awaits_approval
@@ -90,10 +87,17 @@ class LocalDriver:
         ]
 
     def tool_calls(self, command: InvokeTools) -> Sequence[Callable[[StepLog], Awaitable[None]]]:
-        by_name, approved = self.binding.registry.by_name, command.approved
+        by_name, approved, binding = self.binding.registry.by_name, command.approved, self.binding
+        current = self.recorder.current_step
         return [
             functools.partial(
-                self._invoke, command.iteration, call, by_name[call.name or ""], call.call_id in approved
+                _invoke,
+                binding,
+                command.iteration,
+                call,
+                by_name[call.name or ""],
+                current,
+                call.call_id in approved,
             )
             for call in command.calls
         ]
@@ -108,16 +112,6 @@ class LocalDriver:
                     group.start_soon(_awaited, call)
         except* MiddlewareFailure as failed:  # the first one aborts the run, as on asyncio
             raise failed.exceptions[0] from None
-
-    async def _invoke(
-        self, iteration: int, call: Content, function: FunctionTool, approved: bool, step: StepLog
-    ) -> None:
-        current = self.recorder.current_step
-        token = current.set(step)
-        try:
-            await invoke_call(self.binding, iteration, call, function, approved=approved)
-        finally:
-            current.reset(token)
 
     # -- the store -----------------------------------------------------------------------------
 
@@ -166,6 +160,19 @@ class LocalDriver:
         if held and held == log[self.stored : self.stored + len(held)]:
             self.stored += len(held)
         self._in_doubt = False
+
+
+def _invoke(
+    binding: RunBinding,
+    iteration: int,
+    call: Content,
+    function: FunctionTool,
+    current: contextvars.ContextVar[StepLog | None],
+    approved: bool,
+    step: StepLog,
+) -> Coroutine[Any, Any, None]:
+    """One call of a batch, recording into ``step`` (the call sets the run's current step)."""
+    return invoke_call(binding, iteration, call, function, approved=approved, step=step, current=current)
 
 
 async def _awaited(call: Awaitable[None]) -> None:

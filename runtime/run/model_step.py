@@ -13,6 +13,7 @@ recorded as ``ModelFailed`` the same way.
 
 from __future__ import annotations
 
+import contextvars
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -31,6 +32,7 @@ from ..core.events import (
     RunTerminated,
 )
 from ..core.limits import INT64_MAX, safe_text
+from ..core.loop import StepLog
 from ..core.messages import Content, Message, Usage, malformed_calls
 from ..errors import MiddlewareFailure, MiddlewareTermination, ModelCallError, ModelResponseError, RunError
 from ..middleware import ChainOutcome, run_chain
@@ -46,8 +48,15 @@ _TEXT_OR_NONE = frozenset({str, type(None)})
 _BOOL_OR_NONE = frozenset({bool, type(None)})
 
 
-async def call_model(binding: RunBinding, command: CallModel) -> None:
-    """Carry out ``command``; a failure is recorded and kept in ``binding.error``."""
+async def call_model(
+    binding: RunBinding,
+    command: CallModel,
+    step: StepLog | None = None,
+    current: contextvars.ContextVar[StepLog | None] | None = None,
+) -> None:
+    """Carry out ``command``; a failure is recorded and kept in ``binding.error``. With ``step``
+    and ``current`` (the run's current-step variable), the call records into ``step``: the
+    variable is set for the call and reset after."""
     options: dict[str, Any] = {k: v for k, v in binding.options.items() if k not in RUN_LIMITS}
     options["tools"] = [binding.registry.by_name[name].spec for name in command.tools]
     options["tool_choice"] = command.tool_choice
@@ -69,34 +78,39 @@ async def call_model(binding: RunBinding, command: CallModel) -> None:
         if layers or binding.on_update is not None
         else None
     )
+    step_token = current.set(step) if current is not None else None
     token = writer.set("chat_middleware")
     result: ChatResponse | None
     try:
-        if context is None:  # every model call of a plain run: no closure, no copies
-            result = await binding.spec.client.get_response(
-                command.messages,
-                options=options,  # type: ignore[arg-type]
-                client_kwargs=binding.client_kwargs,
-                **binding.spec.legacy_kwargs,
+        try:
+            if context is None:  # every model call of a plain run: no closure, no copies
+                result = await binding.spec.client.get_response(
+                    command.messages,
+                    options=options,  # type: ignore[arg-type]
+                    client_kwargs=binding.client_kwargs,
+                    **binding.spec.legacy_kwargs,
+                )
+            elif layers:
+                await _through_middleware(binding, command, context, layers)
+                result = context.result
+            else:
+                result = context.result = await _get_response(binding, context, command.final)
+        except MiddlewareTermination as exc:
+            binding.recorder.record(
+                RunTerminated, iteration=command.iteration, reason=str(exc), by="chat_middleware"
             )
-        elif layers:
-            await _through_middleware(binding, command, context, layers)
-            result = context.result
-        else:
-            result = context.result = await _get_response(binding, context, command.final)
-    except MiddlewareTermination as exc:
-        binding.recorder.record(
-            RunTerminated, iteration=command.iteration, reason=str(exc), by="chat_middleware"
-        )
-        return
-    except MiddlewareFailure:
-        raise  # fail closed: not a failed model call; the run ends with RunFailed
-    except Exception as exc:
-        _model_failed(binding, command.iteration, exc, ModelCallError)
-        return
+            return
+        except MiddlewareFailure:
+            raise  # fail closed: not a failed model call; the run ends with RunFailed
+        except Exception as exc:
+            _model_failed(binding, command.iteration, exc, ModelCallError)
+            return
+        finally:
+            writer.reset(token)
+        _responded(binding, command.iteration, result)
     finally:
-        writer.reset(token)
-    _responded(binding, command.iteration, result)
+        if current is not None and step_token is not None:
+            current.reset(step_token)
 
 
 async def _through_middleware(

@@ -49,7 +49,6 @@ capture_sinks: contextvars.ContextVar[tuple[Sink, ...]] = contextvars.ContextVar
 """Sinks that see every event of every run started in this context (sub-agents included)."""
 
 
-
 @contextlib.contextmanager
 def watching(sink: Sink) -> Iterator[None]:
     """Hand every event of every run started inside the block to ``sink``."""

@@ -8,6 +8,7 @@ record it (``record_outcome``).
 
 from __future__ import annotations
 
+import contextvars
 from typing import Any
 
 from ..context import FunctionInvocationContext
@@ -21,6 +22,7 @@ from ..core.events import (
     ToolReturned,
 )
 from ..core.limits import safe_text
+from ..core.loop import StepLog
 from ..core.messages import Content
 from ..errors import ApprovalMismatchError, MiddlewareFailure, MiddlewareTermination
 from ..middleware import ChainOutcome, run_chain
@@ -64,35 +66,40 @@ async def invoke_call(
     function: FunctionTool | None = None,
     *,
     approved: bool = False,
+    step: StepLog | None = None,
+    current: contextvars.ContextVar[StepLog | None] | None = None,
 ) -> None:
     """Run one call through function middleware and its tool (``function``, else the run's tool
     of that name), and record how it ended. An ``approved`` call runs only with the arguments
     the approval answered: middleware that changed them has the call refused
-    (``ApprovalMismatchError``, recorded as ``ToolFailed``)."""
+    (``ApprovalMismatchError``, recorded as ``ToolFailed``). With ``step`` and ``current`` (the
+    run's current-step variable), the call records into ``step``: the variable is set for the
+    call and reset after."""
+    step_token = current.set(step) if current is not None else None
     call_id = call.call_id or ""
     function = function or binding.registry.by_name[call.name or ""]
     layers = binding.spec.layers["function"]
-    try:
-        arguments = function.arguments_from(call.arguments) if not layers else _as_sent(function, call)
-    except ArgumentsError as exc:
-        binding.recorder.record(ArgumentsRejected, call_id=call_id, name=function.name, reason=str(exc))
-        return
-    context = None
-    if layers or function.needs_context:
-        context = FunctionInvocationContext(
-            function=function,
-            arguments=arguments,
-            kwargs=dict(binding.kwargs),
-            session=binding.session,
-            tools=None,
-            call_id=call_id,
-            run_id=binding.run_id,
-            iteration=iteration,
-        )
-        context.bind_registry(binding.registry, call_id)
-    outcome = CallOutcome(context, middleware=bool(layers))
     token = writer.set(call_id) if layers or binding.session is not None else None  # only sessions ask
     try:
+        try:
+            arguments = function.arguments_from(call.arguments) if not layers else _as_sent(function, call)
+        except ArgumentsError as exc:
+            binding.recorder.record(ArgumentsRejected, call_id=call_id, name=function.name, reason=str(exc))
+            return
+        context = None
+        if layers or function.needs_context:
+            context = FunctionInvocationContext(
+                function=function,
+                arguments=arguments,
+                kwargs=dict(binding.kwargs),
+                session=binding.session,
+                tools=None,
+                call_id=call_id,
+                run_id=binding.run_id,
+                iteration=iteration,
+            )
+            context.bind_registry(binding.registry, call_id)
+        outcome = CallOutcome(context, middleware=bool(layers))
         try:
             if layers:
                 await _run_chain(binding, function, call_id, outcome, call if approved else None)
@@ -110,6 +117,8 @@ async def invoke_call(
     finally:
         if token is not None:
             writer.reset(token)
+        if current is not None and step_token is not None:
+            current.reset(step_token)
 
 
 def _as_sent(function: FunctionTool, call: Content) -> dict[str, Any]:
