@@ -159,6 +159,41 @@ def _response_text(messages: Sequence[Message]) -> str:
 class RunMachine:
     """One run: its state, the transitions of ``TRANSITIONS`` over it, and its live projections."""
 
+    __slots__ = (
+        "_accepts",
+        "_approvals",
+        "_at",
+        "_awaiting_approval",
+        "_batch",
+        "_batch_failed",
+        "_calls_made",
+        "_claimed_by",
+        "_commands",
+        "_config",
+        "_conversation_id",
+        "_cost",
+        "_error_streak",
+        "_expected",
+        "_failure",
+        "_final_call",
+        "_finish_reason",
+        "_held",
+        "_history",
+        "_input_count",
+        "_iteration",
+        "_limit_reason",
+        "_model_calls",
+        "_next_seq",
+        "_out",
+        "_phase",
+        "_run_id",
+        "_terminated",
+        "_tool_choice",
+        "_tools",
+        "_transcript",
+        "_usage",
+    )
+
     def __init__(self, history: Sequence[Message] = ()) -> None:
         self._phase = Phase.NEW
         self._accepts = BY_PHASE[Phase.NEW]

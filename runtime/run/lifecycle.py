@@ -11,7 +11,7 @@ runs agent middleware around the local driver's loop, and has the machine record
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import anyio
@@ -75,7 +75,7 @@ class AgentRun:
     async def execute(self, messages: Any, *, stream: bool = False) -> AgentResponse:
         session = self.session
         self.spec = spec = self.spec.on_session(session)
-        history = session.history if session is not None and spec.share_history else []
+        history: Sequence[Message] = session.history if session is not None and spec.share_history else ()
         # The agent's sinks see this run and, through the context, its sub-agents' runs too.
         token = capture_sinks.set((*capture_sinks.get(), *spec.sinks)) if spec.sinks else None
         release: Callable[[], None] | None = None
@@ -91,7 +91,8 @@ class AgentRun:
             )
             self._recorder = recorder
             inputs = normalize_messages(messages)
-            answers = approval_responses(inputs)
+            # Locals that live as long as the run hold nothing when there is nothing to hold.
+            answers = approval_responses(inputs) or ()
             check_approvals(history, inputs, spec, answers=answers)
             if answers and session is not None and spec.share_history:
                 release = session.claim((c.call_id for c in answers), self.run_id)
@@ -111,8 +112,10 @@ class AgentRun:
                     for claim in claims:
                         sink(claim)
             session_id = session.session_id if session is not None else None
-            fields = spec.started_fields(messages=inputs, session_id=session_id, history_length=len(history))
-            recorder.record(RunStarted, **fields)
+            recorder.record(
+                RunStarted,
+                **spec.started_fields(messages=inputs, session_id=session_id, history_length=len(history)),
+            )
             on_update = self._model_update if self.on_update is not None else None
             binding = RunBinding(spec, recorder, session, on_update=on_update)
             recorder.follow(binding.registry)

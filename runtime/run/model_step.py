@@ -79,7 +79,8 @@ async def call_model(
         else None
     )
     step_token = current.set(step) if current is not None else None
-    token = writer.set("chat_middleware")
+    # The writer names who changed session values: without a session or middleware, no one asks.
+    token = writer.set("chat_middleware") if layers or binding.session is not None else None
     result: ChatResponse | None
     try:
         try:
@@ -106,7 +107,8 @@ async def call_model(
             _model_failed(binding, command.iteration, exc, ModelCallError)
             return
         finally:
-            writer.reset(token)
+            if token is not None:
+                writer.reset(token)
         _responded(binding, command.iteration, result)
     finally:
         if current is not None and step_token is not None:

@@ -13,6 +13,11 @@ from ..tools import FunctionTool, normalize_tools
 
 __all__ = ("ToolRegistry",)
 
+_CHANGES = threading.RLock()
+"""Held for a change of any run's tools: sync tools run in worker threads, and a change is all or
+nothing. One for all registries, since changes are rare and brief (a lock per run would be
+made by every run, most of which change nothing)."""
+
 
 class ToolRegistry:
     """The tools a run can call now: its configured tools, then what tools added or removed."""
@@ -22,10 +27,11 @@ class ToolRegistry:
         for item in tools:
             if self.by_name.setdefault(item.name, item) is not item:
                 raise ToolDefinitionError(f"two different tools are named {item.name!r}")
-        self.known: dict[str, FunctionTool] = dict(self.by_name)
-        """Every tool the run has had under each name (what a kept change refers to)."""
         self.recorder = recorder
-        self.lock = threading.RLock()  # sync tools run in worker threads: a change is all or nothing
+        self._configured = tools
+        # Tools added while the run went on, by name, the latest under each (made by the first
+        # add: most runs change no tools, and a run in flight then holds no second mapping).
+        self._added: dict[str, FunctionTool] | None = None
 
     @property
     def tools(self) -> list[FunctionTool]:
@@ -33,7 +39,7 @@ class ToolRegistry:
 
     def add(self, items: Any, by_call_id: str | None) -> None:
         """All-or-nothing: a clash anywhere in ``items`` adds none of them."""
-        with self.lock:
+        with _CHANGES:
             batch: dict[str, FunctionTool] = {}
             for item in normalize_tools(items):
                 existing = self.by_name.get(item.name) or batch.get(item.name)
@@ -47,13 +53,15 @@ class ToolRegistry:
                 specs = tuple(t.spec for t in batch.values())
                 self.recorder.record(ToolsAdded, by_call_id=by_call_id, tools=specs)
                 self.by_name.update(batch)
-                self.known.update(batch)
+                if self._added is None:
+                    self._added = {}
+                self._added.update(batch)
 
     def remove(self, items: Any, by_call_id: str | None) -> None:
         """Remove by name, tool or callable; names not in the list are ignored."""
         if isinstance(items, str | FunctionTool) or callable(items):
             items = [items]
-        with self.lock:
+        with _CHANGES:
             names = [n for n in dict.fromkeys(self._name_of(i) for i in items) if n in self.by_name]
             if names:
                 self.recorder.record(ToolsRemoved, by_call_id=by_call_id, names=tuple(names))
@@ -65,15 +73,24 @@ class ToolRegistry:
         of concurrent calls reach the log in the model's order of the calls, not in the order
         they happened (one call removing a tool another adds); settling each as it is kept
         leaves the tools the next model call is offered, as a rebuild from the log has them."""
-        with self.lock:
+        with _CHANGES:
             if isinstance(event, ToolsAdded):
                 for spec in event.tools:
-                    tool = self.known.get(spec.name)
+                    tool = self._known(spec.name)
                     if tool is not None:
                         self.by_name[spec.name] = tool
             else:
                 for name in event.names:
                     self.by_name.pop(name, None)
+
+    def _known(self, name: str) -> FunctionTool | None:
+        """The tool the run last had under ``name`` (what a kept change refers to)."""
+        if self._added is not None and name in self._added:
+            return self._added[name]
+        for tool in self._configured:
+            if tool.name == name:
+                return tool
+        return None
 
     def _name_of(self, item: Any) -> str:
         if isinstance(item, str):
