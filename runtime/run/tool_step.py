@@ -99,18 +99,26 @@ async def invoke_call(
                 iteration=iteration,
             )
             context.bind_registry(binding.registry, call_id)
-        outcome = CallOutcome(context, middleware=bool(layers))
-        try:
-            if layers:
-                await _run_chain(binding, function, call_id, outcome, call if approved else None)
-            else:  # without middleware, whatever is raised comes from the tool itself
+        if not layers:  # whatever is raised comes from the tool itself
+            try:
                 binding.recorder.record(
                     ToolCalled, call_id=call_id, name=function.name, arguments=to_recorded(arguments)
                 )
-                outcome.value = await function.execute(arguments, context)
-                outcome.returned = True
+                value = await function.execute(arguments, context)
+            except MiddlewareFailure:
+                raise  # fail closed: never an answer to the model; the run ends with RunFailed
+            except Exception as exc:
+                outcome = CallOutcome(context)
+                outcome.error = exc
+                record_outcome(binding, iteration, call_id, function.name, outcome)
+                return
+            _record_returned(binding, call_id, function.name, value)  # the common case: no outcome
+            return
+        outcome = CallOutcome(context, middleware=True)
+        try:
+            await _run_chain(binding, function, call_id, outcome, call if approved else None)
         except MiddlewareFailure:
-            raise  # fail closed: never an answer to the model; the run ends with RunFailed
+            raise
         except Exception as exc:
             outcome.error = exc
         record_outcome(binding, iteration, call_id, function.name, outcome)
@@ -191,6 +199,19 @@ def record_outcome(
         message = safe_text(str(exc))
         binding.recorder.record(
             ToolFailed, call_id=call_id, name=name, error_type=type(exc).__name__, message=message
+        )
+
+
+def _record_returned(binding: RunBinding, call_id: str, name: str, value: Any) -> None:
+    """``record_outcome`` of a call without middleware whose tool returned ``value``."""
+    if binding.session is not None:
+        binding.session.state.checkpoint()
+    record = binding.recorder.record
+    try:
+        record(ToolReturned, call_id=call_id, name=name, result=to_recorded(value))
+    except UnrecordableError as exc:
+        record(
+            ToolFailed, call_id=call_id, name=name, error_type=type(exc).__name__, message=safe_text(str(exc))
         )
 
 
