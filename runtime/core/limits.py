@@ -18,8 +18,9 @@ and values JSON lacks). An event of flat fields only (text, numbers, flags, tupl
 JSON values such as a tool's result or a middleware's answer) is not decoded: its typed fields are
 the run's own (ids and names taken from events already checked, counters, reasons), so what can
 go wrong is the clock's ``at`` and ``seq`` (checked in place) and its free values, which decode into anything
-JSON holds; when those hold containers, the encoded text is measured for depth and scanned for
-integers past 64 bits, and a doubt sends the event the long way. An event that holds structs
+JSON holds: a mapping of a few plain values (a call's arguments) is checked in place; other
+containers have the encoded text measured for depth and scanned for integers past 64 bits, and a
+doubt sends the event the long way. An event that holds structs
 (messages, usage, tool specs, session changes, the run's config, claims) is decoded with the
 typed decoder, since the typed fields of those structs take values from outside.
 
@@ -200,9 +201,24 @@ def _flat_reads_back(event: Event, data: bytes, free: tuple[tuple[str, bool], ..
         if kind is int:
             if not INT64_MIN <= value <= INT64_MAX:
                 return False
+        elif kind is dict and len(value) <= _SMALL and not containers:
+            # A few plain values (a call's arguments, mostly): one level deep, integers checked
+            # here; a container among them sends the event to the text checks.
+            for item in value.values():
+                item_kind = type(item)
+                if item_kind is int:
+                    if not INT64_MIN <= item <= INT64_MAX:
+                        return False
+                elif item_kind not in _LEAVES:
+                    containers = True
+                    break
         elif kind not in _LEAVES:  # containers: their depth and their integers, on the text
             containers = True
     return not containers or (not too_deep(data) and not may_overflow(data))
+
+
+_SMALL = 8
+"""The most values of a mapping checked one by one rather than on the encoded text."""
 
 
 # -- the bytes a check made, for the store that writes the event ----------------------------------

@@ -15,7 +15,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentledger.core.depth import MAX_DEPTH, too_deep
-from agentledger.core.limits import INT64_MAX, INT64_MIN, may_overflow
+from agentledger.core.errors import UnrecordableError
+from agentledger.core.events import ToolCalled
+from agentledger.core.limits import INT64_MAX, INT64_MIN, check_event, may_overflow
 
 
 def _holds_a_big_int(value: object) -> bool:
@@ -85,3 +87,30 @@ def test_too_deep_agrees_with_the_nesting_of_the_value(depth: int, siblings: int
     wide = {"deep": value, "wide": [[i] for i in range(siblings)]}  # many openers, shallow
     data = json.dumps(wide).encode()
     assert too_deep(data) == (_depth(wide) > MAX_DEPTH)
+
+
+_plain = st.one_of(st.none(), st.booleans(), _ints, st.text(max_size=10), st.floats(allow_nan=False))
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.dictionaries(
+        st.text(max_size=6),
+        st.one_of(
+            _plain, st.lists(_plain, max_size=3), st.dictionaries(st.text(max_size=4), _plain, max_size=3)
+        ),
+        max_size=10,
+    )
+)
+def test_the_gate_refuses_arguments_exactly_when_they_hold_an_integer_past_64_bits(
+    arguments: dict[str, object],
+) -> None:
+    """A few plain values are checked one by one, others on the text: the same answer either way."""
+    event = ToolCalled(run_id="r", seq=1, at=1, call_id="c", name="t", arguments=arguments)
+    try:
+        check_event(event)
+    except UnrecordableError:
+        refused = True
+    else:
+        refused = False
+    assert refused == _holds_a_big_int(arguments), arguments
