@@ -331,3 +331,29 @@ def test_sqlite_stores_migrating_one_database_together(tmp_path: Path) -> None:
     assert errors == []
     written = {name: [event for batch in batches for event in batch] for name, batches in streams.items()}
     assert read == [written] * 4
+
+
+def test_sqlite_migration_that_fails_leaves_the_old_database(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A migration stopped midway (here: a statement that fails after the rows were copied) is
+    rolled back whole: the file keeps its old version and every event, and opens again."""
+    path, streams = tmp_path / "old.sqlite", _old_streams()
+    _write_old_database(path, 2, streams)
+    failing = (*sqlite_store._MIGRATE[2][:-1], "SELECT no_such_function()")
+    with monkeypatch.context() as patch:
+        patch.setitem(sqlite_store._MIGRATE, 2, failing)
+        store = SqliteEventStore(path)
+        with pytest.raises(StoreError, match="no_such_function"):
+            store.streams_sync()
+        store.close()
+    assert _user_version(path) == 2
+    connection = sqlite3.connect(path)
+    batches = sum(len(stream) for stream in streams.values())
+    assert connection.execute("SELECT count(*) FROM events").fetchone() == (batches,)
+    assert connection.execute("SELECT name FROM sqlite_master WHERE name = 'events_old'").fetchall() == []
+    connection.close()
+    store = SqliteEventStore(path)
+    written = {name: [event for batch in batches for event in batch] for name, batches in streams.items()}
+    assert {name: store.read_sync(name) for name in store.streams_sync()} == written
+    store.close()
