@@ -128,7 +128,8 @@ def _lookup(connection: sqlite3.Connection, streams: list[str]) -> dict[str, tup
     for start in range(0, len(names), _LOOKUP_CHUNK):
         chunk = names[start : start + _LOOKUP_CHUNK]
         query = (
-            "SELECT name, id, coalesce((SELECT max(last) FROM events WHERE stream = streams.id), -1) + 1"
+            "SELECT name, id, coalesce((SELECT last FROM events WHERE stream = streams.id"
+            " ORDER BY seq DESC LIMIT 1), -1) + 1"
             f" FROM streams WHERE name IN ({', '.join('?' * len(chunk))})"
         )
         for name, stream_id, version in connection.execute(query, chunk):

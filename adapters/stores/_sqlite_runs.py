@@ -1,10 +1,11 @@
 """Listing runs in a SQLite event store: the first and last row of each stream, newest first.
 
 One query a page: streams in reverse creation order, each joined with its first row (seq 0, a
-primary key lookup) and its last row (the greatest seq, the same index), filtered on the first
-event's JSON (agent, session, start time) with SQLite's JSON functions. A first record that is
-not JSON passes the filters, so that decoding reports it rather than hiding it. The outcome is
-read from the last record once decoded; pages follow one another until the limit is reached.
+lookup in the ``(stream, seq)`` index) and its last row (the greatest seq, the same index),
+filtered on the first event's JSON (agent, session, start time) with SQLite's JSON functions. A
+first record that is not JSON passes the filters, so that decoding reports it rather than hiding
+it. The outcome is read from the last record once decoded; pages follow one another until the
+limit is reached.
 """
 
 from __future__ import annotations

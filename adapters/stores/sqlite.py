@@ -1,18 +1,28 @@
 """SqliteEventStore: every stream in one SQLite database (the standard library's ``sqlite3``).
 
 Two tables. ``streams`` gives each stream an integer id in creation order; ``events`` holds one row
-per appended batch, keyed by ``(stream, seq)`` (the batch's first seq), with ``last`` its last seq
-and ``data`` its events as ``encode_event`` JSON lines. A row per batch rather than per event makes
-a read one row per step of a run instead of one per event, and a stream decodes in one call.
+per appended batch, in append order (its rowid ``id``), with ``stream``, ``seq`` (the batch's first
+seq), ``last`` (its last seq) and ``data``, its events as ``encode_event`` JSON lines. A row per
+batch rather than per event makes a read one row per step of a run instead of one per event, and
+a stream decodes in one call. Append order keeps a group commit's rows, whatever their streams,
+on the table's last pages: keyed by ``(stream, seq)`` instead (schema version 2), a group of 60
+runs' batches dirtied a page per stream, about four times the WAL. The unique index ``events_position``
+on ``(stream, seq)`` finds a stream's rows in seq order, gives the listing its first and last
+rows, and refuses a second batch at a taken seq.
+
 Appends are committed in groups (``_group``): a group runs in one ``BEGIN IMMEDIATE`` transaction
 (one writer at a time, others wait up to ``busy_timeout``) that, for each append in turn, compares
 the stream's length with its ``expected_version`` (a stale one fails alone, writing nothing),
 inserts the other batches' rows with one ``executemany``, then commits once, so a batch is stored
 whole or not at all. The lengths come from what this connection committed last, while ``PRAGMA
-data_version`` shows no other writer, or from one query. The primary key and a trigger back the
+data_version`` shows no other writer, or from one query. The unique index and a trigger back the
 check: a batch can never start anywhere but right after its stream's last event, and if that were
 attempted the group is checked again append by append, where it surfaces as ``ConflictError``.
-Databases of schema version 1 (a row per event) are migrated on open.
+
+Databases of schema versions 1 (a row per event) and 2 (a row per batch, keyed by ``(stream,
+seq)``) are migrated on a writable open, in one transaction that reads the version under the
+write lock (two stores opening one old file migrate it once); a read-only store refuses them,
+saying to open the file writable once, and refuses a newer version as every store does.
 
 The database runs in WAL mode (readers never block the writer) with ``synchronous=FULL`` by
 default, so a committed append survives power loss. Reads check that the rows they return have no
@@ -49,50 +59,65 @@ from ._threaded import ThreadedStore
 
 __all__ = ("SCHEMA_VERSION", "SqliteEventStore")
 
-SCHEMA_VERSION = 2
-"""Stored in ``PRAGMA user_version``; older versions are migrated, newer ones refused."""
+SCHEMA_VERSION = 3
+"""Stored in ``PRAGMA user_version``; older versions are migrated on a writable open, newer ones refused."""
 
 Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
 
-_SCHEMA = """
+_STREAMS = """
 CREATE TABLE IF NOT EXISTS streams (
     id INTEGER PRIMARY KEY,
     name TEXT NOT NULL UNIQUE
-);
+)"""
+# Rows in append order (the rowid): a group of batches for many streams lands on the table's last
+# pages instead of one page per stream. The unique index finds a stream's rows and refuses a
+# second batch at a taken seq.
+_EVENTS = """
 CREATE TABLE IF NOT EXISTS events (
+    id INTEGER PRIMARY KEY,
     stream INTEGER NOT NULL REFERENCES streams (id),
     seq INTEGER NOT NULL,
     last INTEGER NOT NULL,
-    data BLOB NOT NULL,
-    PRIMARY KEY (stream, seq)
-) WITHOUT ROWID;
--- A batch must start right after the stream's last event: no gap, no overlap, whatever the
--- writer believed. (The version check in the append transaction is the first line of defence.)
+    data BLOB NOT NULL
+)"""
+_POSITIONS = "CREATE UNIQUE INDEX IF NOT EXISTS events_position ON events (stream, seq)"
+# A batch must start right after the stream's last event: no gap, no overlap, whatever the
+# writer believed. (The version check in the append transaction is the first line of defence.)
+_FOLLOW = """
 CREATE TRIGGER IF NOT EXISTS events_follow BEFORE INSERT ON events
 WHEN NEW.seq != coalesce(
     (SELECT last FROM events WHERE stream = NEW.stream ORDER BY seq DESC LIMIT 1), -1) + 1
     OR NEW.last < NEW.seq
 BEGIN
     SELECT RAISE(ABORT, 'a batch must start right after the stream''s last event');
-END;
-"""
-# Version 1 had a row per event: each becomes a batch of one.
-_MIGRATE_1 = """
-ALTER TABLE events RENAME TO events_v1;
-CREATE TABLE events (
-    stream INTEGER NOT NULL REFERENCES streams (id),
-    seq INTEGER NOT NULL,
-    last INTEGER NOT NULL,
-    data BLOB NOT NULL,
-    PRIMARY KEY (stream, seq)
-) WITHOUT ROWID;
-INSERT INTO events (stream, seq, last, data) SELECT stream, seq, seq, data FROM events_v1;
-DROP TABLE events_v1;
-"""
+END"""
+_SCHEMA = (_STREAMS, _EVENTS, _POSITIONS, _FOLLOW)
+# Each older version's rows move into a fresh ``events`` table, a stream's batches in seq order;
+# the index and the trigger are created after, with the rest of the schema.
+_MIGRATE: dict[int, tuple[str, ...]] = {
+    # Version 1 had a row per event, keyed (stream, seq) without a rowid: each becomes a batch of one.
+    1: (
+        "ALTER TABLE events RENAME TO events_old",
+        _EVENTS,
+        "INSERT INTO events (stream, seq, last, data) SELECT stream, seq, seq, data FROM events_old"
+        " ORDER BY stream, seq",
+        "DROP TABLE events_old",
+    ),
+    # Version 2 had a row per batch, keyed (stream, seq) without a rowid, and the same trigger.
+    2: (
+        "DROP TRIGGER IF EXISTS events_follow",
+        "ALTER TABLE events RENAME TO events_old",
+        _EVENTS,
+        "INSERT INTO events (stream, seq, last, data) SELECT stream, seq, last, data FROM events_old"
+        " ORDER BY stream, seq",
+        "DROP TABLE events_old",
+    ),
+}
 # What a read-only handle on a file that holds no events yet reads: empty tables in memory.
 _EMPTY = """
 CREATE TEMP TABLE streams (id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE);
-CREATE TEMP TABLE events (stream INTEGER, seq INTEGER, last INTEGER, data BLOB, PRIMARY KEY (stream, seq));
+CREATE TEMP TABLE events (id INTEGER PRIMARY KEY, stream INTEGER, seq INTEGER, last INTEGER, data BLOB);
+CREATE UNIQUE INDEX temp.events_position ON events (stream, seq);
 """
 _LISTED = "SELECT 1 FROM streams WHERE name = ?"
 _READ = (
@@ -315,16 +340,35 @@ class SqliteEventStore(ThreadedStore):
             connection.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
             _use_wal(connection)
             connection.execute(f"PRAGMA synchronous = {self.synchronous}")
-            version = connection.execute("PRAGMA user_version").fetchone()[0]
-            if version not in (0, 1, SCHEMA_VERSION):
-                raise StoreError(f"{self.path}: event schema version {version}, expected {SCHEMA_VERSION}")
-            migrate = _MIGRATE_1 if version == 1 else ""
-            schema = f"BEGIN IMMEDIATE; {migrate} {_SCHEMA} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"
-            connection.executescript(schema)
+            self._create_or_migrate(connection)
         except BaseException:
             connection.close()
             raise
         return connection
+
+    def _create_or_migrate(self, connection: sqlite3.Connection) -> None:
+        """Create what is missing of the schema (a dropped trigger too), migrating an older
+        version first, in one transaction.
+
+        The version is read under the write lock, so of two stores opening one old database at
+        once, the second finds it migrated already.
+        """
+        self._begin(connection)
+        try:
+            version = connection.execute("PRAGMA user_version").fetchone()[0]
+            if version not in (0, SCHEMA_VERSION, *_MIGRATE):
+                raise StoreError(
+                    f"{self.path}: event schema version {version}, expected {SCHEMA_VERSION}"
+                    + ("; upgrade agentledger to open it" if version > SCHEMA_VERSION else "")
+                )
+            for statement in (*_MIGRATE.get(version, ()), *_SCHEMA):
+                connection.execute(statement)
+            if version != SCHEMA_VERSION:
+                connection.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            connection.execute("COMMIT")
+        except BaseException:
+            connection.rollback()
+            raise
 
     def _open_read_only(self) -> sqlite3.Connection:
         """Open without writing the file: no schema created, no migration, no journal mode change.
@@ -348,8 +392,11 @@ class SqliteEventStore(ThreadedStore):
                     f"{self.path}: event schema version {version} is newer than this agentledger reads"
                     f" ({SCHEMA_VERSION}); upgrade agentledger to read it"
                 )
-            if version == 1:
-                raise StoreError(f"{self.path}: event schema version 1; open it once writable to migrate it")
+            if 0 < version < SCHEMA_VERSION:
+                raise StoreError(
+                    f"{self.path}: event schema version {version}, older than this agentledger reads"
+                    f" ({SCHEMA_VERSION}); open it once writable (read_only=False) to migrate it"
+                )
             tables = {row[0] for row in connection.execute("SELECT name FROM sqlite_master")}
             if "streams" not in tables or "events" not in tables:  # nothing written yet
                 connection.execute("PRAGMA temp_store = MEMORY")
@@ -416,9 +463,12 @@ def _connect_read_only(uri: str, busy_timeout: float) -> sqlite3.Connection:
 
 def _version(connection: sqlite3.Connection, stream: str) -> int:
     """How many events ``stream`` holds, read from the database."""
-    query = "SELECT max(last) FROM events WHERE stream = (SELECT id FROM streams WHERE name = ?)"
-    last = connection.execute(query, (stream,)).fetchone()[0]
-    return 0 if last is None else int(last) + 1
+    query = (
+        "SELECT last FROM events WHERE stream = (SELECT id FROM streams WHERE name = ?)"
+        " ORDER BY seq DESC LIMIT 1"
+    )
+    row = connection.execute(query, (stream,)).fetchone()
+    return 0 if row is None else int(row[0]) + 1
 
 
 def _no_position(index: int) -> str:

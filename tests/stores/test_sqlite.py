@@ -8,18 +8,22 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import ClassVar
 
+import anyio
 import pytest
 
 from agentledger.adapters.stores import sqlite as sqlite_store
 from agentledger.adapters.stores.sqlite import SqliteEventStore
-from agentledger.core.events import encode_event
+from agentledger.core.events import Event, encode_event
 from agentledger.errors import ConflictError, LogCorruptError, StoreError
+from agentledger.listing import RunQuery
 from agentledger.store import EventStore
 from agentledger.testing.stores import (
     CrashOutcome,
     DurableStoreContract,
     make_events,
 )
+
+from .._runs import run_events
 
 
 @pytest.fixture
@@ -156,30 +160,200 @@ def test_sqlite_primary_key_backs_the_version_check(tmp_path: Path, monkeypatch:
     store.close()
 
 
-def test_sqlite_migrates_a_row_per_event_database(tmp_path: Path) -> None:
-    """A schema-1 database (a row per event) is migrated on open and reads the same events."""
+# The schemas of earlier versions, as those versions created them.
+_STREAMS = "CREATE TABLE streams (id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE);"
+_OLD_SCHEMAS = {
+    1: _STREAMS + "CREATE TABLE events (stream INTEGER NOT NULL REFERENCES streams (id),"
+    " seq INTEGER NOT NULL, data BLOB NOT NULL, PRIMARY KEY (stream, seq)) WITHOUT ROWID;",
+    2: _STREAMS + "CREATE TABLE events (stream INTEGER NOT NULL REFERENCES streams (id),"
+    " seq INTEGER NOT NULL, last INTEGER NOT NULL, data BLOB NOT NULL, PRIMARY KEY (stream, seq))"
+    " WITHOUT ROWID;"
+    " CREATE TRIGGER events_follow BEFORE INSERT ON events WHEN NEW.seq != coalesce("
+    "(SELECT last FROM events WHERE stream = NEW.stream ORDER BY seq DESC LIMIT 1), -1) + 1"
+    " OR NEW.last < NEW.seq BEGIN SELECT RAISE(ABORT, 'a batch must start right after the"
+    " stream''s last event'); END;",
+}
+
+
+def _old_streams() -> dict[str, list[list[Event]]]:
+    """Streams as batches: runs of every ending, and a stream of several batches of several events."""
+    return {
+        "run_a": [(events := run_events("run_a", session="s1"))[:1], events[1:]],
+        "run_b": [(events := run_events("run_b", agent="Booker", ending="failed"))[:1], events[1:]],
+        "run_c": [run_events("run_c", ending="incomplete")],
+        "long": [
+            make_events("long", 0, 3, "x"),
+            make_events("long", 3, 1, "y"),
+            make_events("long", 4, 5, "z"),
+        ],
+    }
+
+
+def _write_old_database(path: Path, version: int, streams: dict[str, list[list[Event]]]) -> None:
+    """A database as version 1 (a row per event) or 2 (a row per batch) wrote it; batches interleaved."""
+    connection = sqlite3.connect(path, isolation_level=None)
+    connection.executescript(_OLD_SCHEMAS[version] + f" PRAGMA user_version = {version};")
+    ids = {name: index + 1 for index, name in enumerate(streams)}
+    connection.executemany("INSERT INTO streams (id, name) VALUES (?, ?)", [(i, n) for n, i in ids.items()])
+    for step in range(max(len(batches) for batches in streams.values())):
+        for name, batches in streams.items():
+            if step >= len(batches):
+                continue
+            batch = batches[step]
+            if version == 1:
+                rows = [(ids[name], event.seq, encode_event(event)) for event in batch]
+                connection.executemany("INSERT INTO events (stream, seq, data) VALUES (?, ?, ?)", rows)
+            else:
+                data = b"\n".join(encode_event(event) for event in batch)
+                row = (ids[name], batch[0].seq, batch[-1].seq, data)
+                connection.execute("INSERT INTO events (stream, seq, last, data) VALUES (?, ?, ?, ?)", row)
+    connection.close()
+
+
+def _user_version(path: Path) -> int:
+    connection = sqlite3.connect(path)
+    try:
+        return int(connection.execute("PRAGMA user_version").fetchone()[0])
+    finally:
+        connection.close()
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_sqlite_migrates_an_older_database_keeping_every_stream(tmp_path: Path, version: int) -> None:
+    """A database of schema 1 or 2 is migrated on a writable open: every stream reads as it was
+    written, in creation order, lists its runs, takes appends at its version and refuses stale ones."""
+    path, streams = tmp_path / "old.sqlite", _old_streams()
+    _write_old_database(path, version, streams)
+    written = {name: [event for batch in batches for event in batch] for name, batches in streams.items()}
+    store = SqliteEventStore(path)
+    assert store.streams_sync() == list(streams)
+    for name, events in written.items():
+        assert store.read_sync(name) == events
+        assert store.read_sync(name, after=1) == events[2:]
+    runs = anyio.run(store.list_runs, RunQuery())
+    assert [(run.run_id, run.outcome, run.events) for run in runs] == [
+        ("run_c", "incomplete", 2),
+        ("run_b", "failed", 3),
+        ("run_a", "completed", 4),
+    ]
+    for name, events in written.items():
+        with pytest.raises(ConflictError):
+            store.append_sync(name, make_events(name, len(events) - 1, 1, "stale"), len(events) - 1)
+        more = make_events(name, len(events), 2, "more")
+        assert store.append_sync(name, more, len(events)) == len(events) + 2
+        written[name] = events + more
+    assert store.append_sync("new", make_events("new", 0, 2, "n"), 0) == 2
+    store.close()
+    assert _user_version(path) == 3
+    connection = sqlite3.connect(path)
+    (events_table,) = connection.execute("SELECT sql FROM sqlite_master WHERE name = 'events'").fetchone()
+    assert "WITHOUT ROWID" not in events_table  # rows in append order now
+    assert connection.execute("SELECT name FROM sqlite_master WHERE name LIKE 'events_old%'").fetchall() == []
+    connection.close()
+    reopened = SqliteEventStore(path, read_only=True)
+    assert reopened.streams_sync() == [*streams, "new"]
+    for name, events in written.items():
+        assert reopened.read_sync(name) == events
+    reopened.close()
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_sqlite_migrated_database_keeps_the_trigger_and_the_key(tmp_path: Path, version: int) -> None:
+    """After the migration the database itself still refuses a batch after a gap or at a taken seq."""
     path = tmp_path / "old.sqlite"
-    events = make_events("run_1", 0, 3, "x")
-    with sqlite3.connect(path) as connection:
-        connection.executescript(
-            "CREATE TABLE streams (id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE);"
-            "CREATE TABLE events (stream INTEGER NOT NULL, seq INTEGER NOT NULL, data BLOB NOT NULL,"
-            " PRIMARY KEY (stream, seq)) WITHOUT ROWID;"
-            "INSERT INTO streams (id, name) VALUES (1, 'run_1');"
-            "PRAGMA user_version = 1;"
-        )
-        connection.executemany(
-            "INSERT INTO events (stream, seq, data) VALUES (1, ?, ?)",
-            [(event.seq, encode_event(event)) for event in events],
-        )
+    _write_old_database(path, version, _old_streams())
+    store = SqliteEventStore(path)
+    assert len(store.read_sync("long")) == 9  # migrated on this first use
+    store.close()
+    connection = sqlite3.connect(path, isolation_level=None)
+    insert = "INSERT INTO events (stream, seq, last, data) VALUES (4, ?, ?, x'7b7d')"
+    for seq, last in [(10, 10), (8, 9), (3, 3), (9, 8)]:  # after a gap, overlapping, taken, backwards
+        with pytest.raises(sqlite3.IntegrityError):
+            connection.execute(insert, (seq, last))
+    connection.execute("DROP TRIGGER events_follow")
+    with pytest.raises(sqlite3.IntegrityError, match="UNIQUE"):
+        connection.execute(insert, (3, 3))
+    connection.close()
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_sqlite_read_only_refuses_an_older_schema_and_leaves_it(tmp_path: Path, version: int) -> None:
+    """A read-only store does not migrate: it says to open the database once writable, and the
+    file stays as it was (an older agentledger can still use it)."""
+    path = tmp_path / "old.sqlite"
+    _write_old_database(path, version, _old_streams())
+    before = path.read_bytes()
+    store = SqliteEventStore(path, read_only=True)
+    with pytest.raises(StoreError, match=f"schema version {version}.*open it once writable"):
+        store.streams_sync()
+    store.close()
+    assert path.read_bytes() == before
+    assert _user_version(path) == version
+
+
+@pytest.mark.parametrize("read_only", [False, True])
+def test_sqlite_refuses_a_newer_schema(tmp_path: Path, read_only: bool) -> None:
+    """A database of a newer schema version is refused, written or read, and left as it is."""
+    path = tmp_path / "new.sqlite"
+    _write_old_database(path, 2, _old_streams())
+    connection = sqlite3.connect(path)
+    with connection:
+        connection.execute(f"PRAGMA user_version = {sqlite_store.SCHEMA_VERSION + 1}")
+    connection.close()
+    store = SqliteEventStore(path, read_only=read_only)
+    with pytest.raises(StoreError, match=f"schema version {sqlite_store.SCHEMA_VERSION + 1}.*upgrade"):
+        store.streams_sync()
+    store.close()
+    assert _user_version(path) == sqlite_store.SCHEMA_VERSION + 1
+
+
+def test_sqlite_stores_migrating_one_database_together(tmp_path: Path) -> None:
+    """Stores that open one old database at the same moment migrate it once: no event lost or doubled."""
+    path, streams = tmp_path / "old.sqlite", _old_streams()
+    _write_old_database(path, 2, streams)
+    barrier, errors, read = threading.Barrier(4), [], []
+
+    def open_and_read() -> None:
+        store = SqliteEventStore(path)
+        barrier.wait()
+        try:
+            read.append({name: store.read_sync(name) for name in store.streams_sync()})
+        except StoreError as exc:
+            errors.append(exc)
+        finally:
+            store.close()
+
+    threads = [threading.Thread(target=open_and_read) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    written = {name: [event for batch in batches for event in batch] for name, batches in streams.items()}
+    assert read == [written] * 4
+
+
+def test_sqlite_migration_that_fails_leaves_the_old_database(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A migration stopped midway (here: a statement that fails after the rows were copied) is
+    rolled back whole: the file keeps its old version and every event, and opens again."""
+    path, streams = tmp_path / "old.sqlite", _old_streams()
+    _write_old_database(path, 2, streams)
+    failing = (*sqlite_store._MIGRATE[2][:-1], "SELECT no_such_function()")
+    with monkeypatch.context() as patch:
+        patch.setitem(sqlite_store._MIGRATE, 2, failing)
+        store = SqliteEventStore(path)
+        with pytest.raises(StoreError, match="no_such_function"):
+            store.streams_sync()
+        store.close()
+    assert _user_version(path) == 2
+    connection = sqlite3.connect(path)
+    batches = sum(len(stream) for stream in streams.values())
+    assert connection.execute("SELECT count(*) FROM events").fetchone() == (batches,)
+    assert connection.execute("SELECT name FROM sqlite_master WHERE name = 'events_old'").fetchall() == []
     connection.close()
     store = SqliteEventStore(path)
-    assert store.read_sync("run_1") == events
-    assert store.read_sync("run_1", after=1) == events[2:]
-    more = make_events("run_1", 3, 2, "y")
-    assert store.append_sync("run_1", more, 3) == 5
-    assert store.read_sync("run_1") == events + more
+    written = {name: [event for batch in batches for event in batch] for name, batches in streams.items()}
+    assert {name: store.read_sync(name) for name in store.streams_sync()} == written
     store.close()
-    with sqlite3.connect(path) as connection:
-        assert connection.execute("PRAGMA user_version").fetchone() == (2,)
-    connection.close()
