@@ -21,8 +21,9 @@ attempted the group is checked again append by append, where it surfaces as ``Co
 
 Databases of schema versions 1 (a row per event) and 2 (a row per batch, keyed by ``(stream,
 seq)``) are migrated on a writable open, in one transaction that reads the version under the
-write lock (two stores opening one old file migrate it once); a read-only store refuses them,
-saying to open the file writable once, and refuses a newer version as every store does.
+write lock (two stores opening one old file migrate it once). A read-only store reads version 2
+as it is (same columns) and refuses version 1, saying to open the file writable once; every store
+refuses a newer version.
 
 The database runs in WAL mode (readers never block the writer) with ``synchronous=FULL`` by
 default, so a committed append survives power loss. Reads check that the rows they return have no
@@ -61,6 +62,11 @@ __all__ = ("SCHEMA_VERSION", "SqliteEventStore")
 
 SCHEMA_VERSION = 3
 """Stored in ``PRAGMA user_version``; older versions are migrated on a writable open, newer ones refused."""
+
+_READABLE = 2
+"""The oldest schema a read-only store reads as it is: version 2 has the columns every read
+uses (``stream``, ``seq``, ``last``, ``data``), only keyed differently, so a database an older
+agentledger wrote stays readable, by the command line too, without a write."""
 
 Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
 
@@ -392,10 +398,10 @@ class SqliteEventStore(ThreadedStore):
                     f"{self.path}: event schema version {version} is newer than this agentledger reads"
                     f" ({SCHEMA_VERSION}); upgrade agentledger to read it"
                 )
-            if 0 < version < SCHEMA_VERSION:
+            if 0 < version < _READABLE:
                 raise StoreError(
                     f"{self.path}: event schema version {version}, older than this agentledger reads"
-                    f" ({SCHEMA_VERSION}); open it once writable (read_only=False) to migrate it"
+                    f" ({_READABLE} or later); open it once writable (read_only=False) to migrate it"
                 )
             tables = {row[0] for row in connection.execute("SELECT name FROM sqlite_master")}
             if "streams" not in tables or "events" not in tables:  # nothing written yet

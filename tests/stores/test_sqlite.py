@@ -276,19 +276,41 @@ def test_sqlite_migrated_database_keeps_the_trigger_and_the_key(tmp_path: Path, 
     connection.close()
 
 
-@pytest.mark.parametrize("version", [1, 2])
-def test_sqlite_read_only_refuses_an_older_schema_and_leaves_it(tmp_path: Path, version: int) -> None:
+def test_sqlite_read_only_refuses_schema_1_and_leaves_it(tmp_path: Path) -> None:
     """A read-only store does not migrate: it says to open the database once writable, and the
     file stays as it was (an older agentledger can still use it)."""
     path = tmp_path / "old.sqlite"
-    _write_old_database(path, version, _old_streams())
+    _write_old_database(path, 1, _old_streams())
     before = path.read_bytes()
     store = SqliteEventStore(path, read_only=True)
-    with pytest.raises(StoreError, match=f"schema version {version}.*open it once writable"):
+    with pytest.raises(StoreError, match=r"schema version 1.*open it once writable"):
         store.streams_sync()
     store.close()
     assert path.read_bytes() == before
-    assert _user_version(path) == version
+    assert _user_version(path) == 1
+
+
+def test_sqlite_read_only_reads_schema_2_as_it_is(tmp_path: Path) -> None:
+    """Schema 2 has the columns every read uses: a read-only store (the command line's) reads
+    its streams, events and runs without migrating, and the file stays as it was."""
+    path, streams = tmp_path / "old.sqlite", _old_streams()
+    _write_old_database(path, 2, streams)
+    before = path.read_bytes()
+    store = SqliteEventStore(path, read_only=True)
+    assert store.streams_sync() == list(streams)
+    for name, batches in streams.items():
+        events = [event for batch in batches for event in batch]
+        assert store.read_sync(name) == events
+        assert store.read_sync(name, after=1) == events[2:]
+    runs = anyio.run(store.list_runs, RunQuery())
+    assert [(run.run_id, run.outcome, run.events) for run in runs] == [
+        ("run_c", "incomplete", 2),
+        ("run_b", "failed", 3),
+        ("run_a", "completed", 4),
+    ]
+    store.close()
+    assert path.read_bytes() == before
+    assert _user_version(path) == 2
 
 
 @pytest.mark.parametrize("read_only", [False, True])
