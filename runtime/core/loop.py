@@ -69,7 +69,7 @@ class StepLog:
         self.run_id = run_id
         self.at = at
         self.owner = owner
-        self.events: list[Event] = []
+        self.events: Sequence[Event] = ()  # a list from the first record it keeps
         self.closed = False
         self.live = live and owner is not None
         self.threaded = False  # held a record from elsewhere: never live again
@@ -98,14 +98,18 @@ class StepLog:
         return self._keep(cls, fields)
 
     def _keep(self, cls: type[EventBase], fields: dict[str, Any]) -> Event:
-        event: Any = cls(run_id=self.run_id, seq=len(self.events), at=self.at(), **fields)
+        events = self.events
+        event: Any = cls(run_id=self.run_id, seq=len(events), at=self.at(), **fields)
         check_event(event)
-        self.events.append(event)
+        if isinstance(events, list):
+            events.append(event)
+        else:  # most steps keep nothing: a live one hands its records to the owner
+            self.events = [event]
         return event  # type: ignore[no-any-return]
 
-    def take(self, *, close: bool = False) -> list[Event]:
+    def take(self, *, close: bool = False) -> Sequence[Event]:
         """Hand over what the step holds (and, with ``close``, end it)."""
-        events, self.events = self.events, []
+        events, self.events = self.events, ()
         if close:
             self.closed, self.live = True, False
         return events
@@ -117,7 +121,8 @@ class StepLog:
 
     def extend(self, events: Sequence[Event]) -> None:
         """Keep events a step recorded elsewhere (an activity on another worker)."""
-        self.events.extend(events)
+        if events:
+            self.events = [*self.events, *events]
 
 
 class Executor(Protocol):
@@ -233,7 +238,7 @@ class RunLoop:
         if events:
             self._number(events)
 
-    def _feed(self, events: list[Event]) -> None:
+    def _feed(self, events: Sequence[Event]) -> None:
         strays = self.strays
         if strays is not None and strays.events:
             self._drain()
@@ -245,7 +250,7 @@ class RunLoop:
         if strays is not None and strays.events:
             self._number(strays.take())
 
-    def _number(self, events: list[Event]) -> None:
+    def _number(self, events: Sequence[Event]) -> None:
         machine = self.machine
         at = self.clock() if self.restamp and events else 0
         for event in events:
@@ -306,9 +311,9 @@ class RunLoop:
 
     async def drive(self, executor: Executor) -> FinishRun:
         """Carry out the machine's commands until it finishes the run."""
-        next_command = self.commands.popleft
+        commands = self.commands
         while True:
-            command = next_command()
+            command = commands.popleft()
             if type(command) is FinishRun:
                 return command
             await executor.before(command)

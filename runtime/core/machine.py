@@ -224,9 +224,9 @@ class RunMachine:
         self._batch: InvokeTools | None = None
         self._batch_failed = False
         self._at = 0
-        self._out: list[Event] = []
-        self._commands: list[Command] = []
-        self._expected: list[Event] = []  # derived events ``observe`` still has to see
+        self._out: list[Event]  # the reaction to the input being handled (``_reaction``)
+        self._commands: list[Command]
+        self._expected: Sequence[Event] = ()  # derived events ``observe`` still has to see
 
     @classmethod
     def from_events(cls, events: Sequence[Event], history: Sequence[Message] = ()) -> RunMachine:
@@ -362,7 +362,7 @@ class RunMachine:
         edge.handler(self, event)
         if self._phase not in edge.leads_to:
             self._astray(edge, type(event).__name__)
-        return self._out, self._commands
+        return self._reaction()
 
     def begin(self) -> Reaction:
         """Start the loop once agent middleware hands over: the first model call, or approvals."""
@@ -484,7 +484,9 @@ class RunMachine:
             raise self._refuse(f"calls {stray} were not gated for approval in this batch", event)
 
     def _expect(self, event: Event, strict: bool = True) -> None:
-        expected = self._expected.pop(0) if self._expected else None
+        expected = None
+        if self._expected:
+            expected, self._expected = self._expected[0], self._expected[1:]
         if expected == event:
             return
         if not strict and type(expected) is type(event):
@@ -492,7 +494,7 @@ class RunMachine:
                 calls = self._transcript.calls
                 calls[-1] = ModelCall.of(event)
             return
-        self._expected = []
+        self._expected = ()
         raise self._refuse(f"recorded {event!r} but the machine derives {expected!r}", event)
 
     def _call(self, call: Begin | Finish | Fail) -> Reaction:
@@ -509,7 +511,14 @@ class RunMachine:
         edge.handler(self, call)
         if self._phase not in edge.leads_to:
             self._astray(edge, f"{call.verb}()")
-        return self._out, self._commands
+        return self._reaction()
+
+    def _reaction(self) -> Reaction:
+        """What the input produced, handed over: the machine keeps no reference to it (a run
+        waiting on a model call holds two lists fewer for the collector to walk)."""
+        reaction = self._out, self._commands
+        del self._out, self._commands  # set again by the next input; nothing else appends
+        return reaction
 
     def _astray(self, edge: Transition[Any], what: str) -> None:
         """The table says where a transition may lead; a handler that went elsewhere is a bug."""

@@ -278,9 +278,9 @@ class LocalStep(StepLog):
         with _STEP_LOCK:
             return super().hold(cls, **fields)
 
-    def take(self, *, close: bool = False) -> list[Event]:
+    def take(self, *, close: bool = False) -> Sequence[Event]:
         with _STEP_LOCK:  # StepLog.take, under the lock
-            events, self.events = self.events, []
+            events, self.events = self.events, ()
             if close:
                 self.closed, self.live = True, False
             return events

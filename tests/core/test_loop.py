@@ -289,7 +289,7 @@ async def test_a_step_refuses_what_the_log_could_not_give_back() -> None:
     step = owner.step()
     with pytest.raises(UnrecordableError):
         step.record(SessionUpdated, session_id="s", by="x", changes=(StateChange("k", "set", "\udc80"),))
-    assert step.events == []
+    assert not step.events
 
 
 async def test_the_head_of_a_batch_is_live_the_calls_after_it_wait() -> None:
