@@ -124,6 +124,8 @@ def keep_checked_bytes() -> None:
 def checked_bytes(event: Event) -> bytes | None:
     """The bytes ``check_event`` made for this very event (taken: a second call gives None), or
     None when it was not checked or too long ago; a store writes them instead of encoding again."""
+    if not _keeping[0]:  # no store takes bytes in this process: nothing was kept
+        return None
     key = id(event)
     kept = _kept_now.pop(key, None) or _kept_before.pop(key, None)
     return kept[1] if kept is not None and kept[0] is event else None

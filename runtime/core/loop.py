@@ -226,7 +226,8 @@ class RunLoop:
         """The step is now the head of the model's order: feed what it holds, then go live
         (unless another thread records into it)."""
         if self.live and not step.closed:
-            self._feed(step.take())
+            if step.events:  # a step not started yet holds nothing (a thread's record keeps it
+                self._feed(step.take())  # from going live, and is fed with the step)
             step.go_live()
 
     def feed(self, step: StepLog) -> None:

@@ -224,7 +224,7 @@ class RunMachine:
         self._batch: InvokeTools | None = None
         self._batch_failed = False
         self._at = 0
-        self._out: list[Event]  # the reaction to the input being handled (``_reaction``)
+        self._out: list[Event]  # the reaction to the input being handled (``handle``)
         self._commands: list[Command]
         self._expected: Sequence[Event] = ()  # derived events ``observe`` still has to see
 
@@ -362,7 +362,11 @@ class RunMachine:
         edge.handler(self, event)
         if self._phase not in edge.leads_to:
             self._astray(edge, type(event).__name__)
-        return self._reaction()
+        # Handed over, not kept: a run waiting on a model call holds two lists fewer for the
+        # collector to walk. The next input sets both again; nothing else appends to them.
+        reaction = self._out, self._commands
+        del self._out, self._commands
+        return reaction
 
     def begin(self) -> Reaction:
         """Start the loop once agent middleware hands over: the first model call, or approvals."""
@@ -511,13 +515,8 @@ class RunMachine:
         edge.handler(self, call)
         if self._phase not in edge.leads_to:
             self._astray(edge, f"{call.verb}()")
-        return self._reaction()
-
-    def _reaction(self) -> Reaction:
-        """What the input produced, handed over: the machine keeps no reference to it (a run
-        waiting on a model call holds two lists fewer for the collector to walk)."""
-        reaction = self._out, self._commands
-        del self._out, self._commands  # set again by the next input; nothing else appends
+        reaction = self._out, self._commands  # handed over, not kept (as in ``handle``)
+        del self._out, self._commands
         return reaction
 
     def _astray(self, edge: Transition[Any], what: str) -> None:
