@@ -62,7 +62,7 @@ def decode_block(data: bytes, count: int, where: Callable[[int], str]) -> list[E
 def decode_records(records: Sequence[bytes], where: Callable[[int], str]) -> list[Event]:
     """Decode ``records`` (without line ends); ``where(i)`` names the position of record ``i``."""
     try:
-        data = b"\n".join(records) + b"\n"
+        data = b"\n".join([*records, b""])  # each record ends with a line end; one copy, not two
     except TypeError:  # a value that is not bytes
         return _one_by_one(records, where)
     return decode_block(data, len(records), where)
