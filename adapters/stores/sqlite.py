@@ -25,6 +25,7 @@ threads under a lock; open one store per process (after any fork).
 
 from __future__ import annotations
 
+import operator
 import os
 import sqlite3
 import threading
@@ -187,7 +188,8 @@ class SqliteEventStore(ThreadedStore):
         start, end = rows[0][0], rows[-1][1]
         count = end - start + 1
         try:
-            events = decode_block(b"\n".join(row[2] for row in rows) + b"\n", count, _no_position)
+            block = b"\n".join([*map(_data, rows), b""])  # a line end after each row: one copy
+            events = decode_block(block, count, _no_position)
         except (LogCorruptError, TypeError):
             events = self._decode_rows(stream, rows)  # names the bad record's seq
         # Each record's own seq and run id must be those of its place in the rows: a record
@@ -419,6 +421,9 @@ def _version(connection: sqlite3.Connection, stream: str) -> int:
     query = "SELECT max(last) FROM events WHERE stream = (SELECT id FROM streams WHERE name = ?)"
     last = connection.execute(query, (stream,)).fetchone()[0]
     return 0 if last is None else int(last) + 1
+
+
+_data = operator.itemgetter(2)  # a row's records
 
 
 def _no_position(index: int) -> str:
