@@ -8,8 +8,7 @@ Each projection has ``apply(event)``, which updates it in place in O(size of the
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Iterable
-from types import MethodType
+from collections.abc import Iterable
 from typing import Any, NamedTuple
 
 import msgspec
@@ -419,6 +418,10 @@ TRANSCRIPT_FOLDS: dict[type, Any] = {
 }
 
 
+_TRANSCRIPT_ONLY = {kind: fold for kind, fold in TRANSCRIPT_FOLDS.items() if kind not in _TOOL_EVENTS}
+"""The transcript's folds of the kinds that no other projection reads."""
+
+
 class Views(NamedTuple):
     """The three projections of one log."""
 
@@ -434,33 +437,22 @@ class Views(NamedTuple):
         collector paused through the fold (``collector_paused``): a fold allocates in no cycle.
         """
         views = cls(ToolsProjection(), SessionProjection(session_id), TranscriptProjection())
-        handler = views._handlers().get
+        apply_tools, apply_session, transcript = views.tools.apply, views.session.apply, views.transcript
+        tool_events, folds, transcript_only = _TOOL_EVENTS, TRANSCRIPT_FOLDS, _TRANSCRIPT_ONLY
         with collector_paused():
             for event in events:
-                fold = handler(type(event))
+                kind = type(event)
+                fold = transcript_only.get(kind)  # most events: one look-up, one call
                 if fold is not None:
-                    fold(event)
+                    fold(transcript, event)
+                elif kind in tool_events:
+                    apply_tools(event)
+                    fold = folds.get(kind)  # RunStarted and ContextProvided fold into both
+                    if fold is not None:
+                        fold(transcript, event)
+                elif kind is SessionUpdated:
+                    apply_session(event)
         return views
-
-    def _handlers(self) -> dict[type, Callable[[Any], None]]:
-        """What folds an event of each kind into these views, one callable per kind (kinds that
-        no projection reads are absent): each projection's ``apply``, dispatched once."""
-        tools, session, transcript = self
-        handlers: dict[type, Callable[[Any], None]] = {
-            kind: MethodType(fold, transcript) for kind, fold in TRANSCRIPT_FOLDS.items()
-        }
-        handlers[SessionUpdated] = session.apply
-        for kind in _TOOL_EVENTS:
-            handlers[kind] = _both(tools.apply, handlers[kind]) if kind in handlers else tools.apply
-        return handlers
-
-
-def _both(first: Callable[[Any], None], then: Callable[[Any], None]) -> Callable[[Any], None]:
-    def fold(event: Any) -> None:
-        first(event)
-        then(event)
-
-    return fold
 
 
 def fold_views(events: Iterable[Event], session_id: str | None = None) -> Views:
