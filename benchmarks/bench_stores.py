@@ -272,6 +272,92 @@ def bench_rebuild_runs(sample: Sequence[Event], runs: int, repeat: int) -> None:
     report(f"Rebuild {runs:,} runs of {len(sample)} events: list, read (and fold) each", rows, cpu=True)
 
 
+# -- PostgreSQL ---------------------------------------------------------------------------------
+
+
+async def _postgres_rebuilds(
+    dsn: str, sample: Sequence[Event], counts: Sequence[int], runs: int, repeat: int
+) -> dict[str, Timing]:
+    """The two rebuilds of ``bench_rebuild_stream`` and ``bench_rebuild_runs`` from PostgreSQL, in
+    one event loop (the store's connection pool belongs to the loop that opened it), each in a
+    schema of its own that is dropped afterwards. The server's own CPU time is not the process's:
+    the CPU column counts the client side only."""
+    import psycopg
+    from psycopg import sql
+
+    from agentledger.adapters.stores.postgres import PostgresEventStore
+
+    schema = f"bench_stores_{os.getpid()}"
+    rows: dict[str, Timing] = {}
+
+    async def best_of(work: Callable[[], Awaitable[object]]) -> Timing:
+        timings = []
+        for _ in range(repeat):
+            gc.collect()
+            timings.append(await timed_async(work))
+        return Timing(min(t.wall for t in timings), min(t.cpu for t in timings))
+
+    async def stream_rebuild(count: int, folded: bool) -> None:
+        store = PostgresEventStore(dsn, schema=schema, listen=False)
+        events = await store.read(STREAM)
+        if folded:
+            fold(events)
+        await store.aclose()
+        assert len(events) == count
+
+    async def runs_rebuild(folded: bool) -> None:
+        store, total = PostgresEventStore(dsn, schema=schema, listen=False), 0
+        for events in (await read_many(store, await store.streams())).values():
+            if folded:
+                fold(events)
+            total += len(events)
+        await store.aclose()
+        assert total == runs * len(sample)
+
+    async def drop() -> None:
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as connection:
+            await connection.execute(
+                sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema))
+            )
+
+    try:
+        for count in counts:
+            store = PostgresEventStore(dsn, schema=schema, listen=False)
+            stream = long_stream(sample, count)
+            for first in range(0, count, 1000):
+                await store.append(STREAM, stream[first : first + 1000], first)
+            await store.aclose()
+            rows[f"one stream of {count:,} events: read + decode"] = rate(
+                count, await best_of(functools.partial(stream_rebuild, count, False))
+            )
+            rows[f"one stream of {count:,} events: read + decode + fold"] = rate(
+                count, await best_of(functools.partial(stream_rebuild, count, True))
+            )
+            await drop()
+        store = PostgresEventStore(dsn, schema=schema, listen=False)
+        for index in range(runs):
+            name = f"run_{index}"
+            await store.append(name, [msgspec.structs.replace(e, run_id=name) for e in sample], 0)
+        await store.aclose()
+        total = runs * len(sample)
+        rows[f"{runs:,} runs of {len(sample)}: read + decode"] = rate(
+            total, await best_of(functools.partial(runs_rebuild, False))
+        )
+        rows[f"{runs:,} runs of {len(sample)}: read + decode + fold"] = rate(
+            total, await best_of(functools.partial(runs_rebuild, True))
+        )
+    finally:
+        await drop()
+    return rows
+
+
+def bench_rebuild_postgres(
+    dsn: str, sample: Sequence[Event], counts: Sequence[int], runs: int, repeat: int
+) -> None:
+    rows = anyio.run(_postgres_rebuilds, dsn, sample, counts, runs, repeat)
+    report("Rebuild from PostgreSQL (the CPU column is the client's only)", rows, cpu=True)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument(
@@ -283,6 +369,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--dir", type=Path, default=None, help="where to put the stores (a temp dir)")
     parser.add_argument(
         "--only", choices=["appends", "stream", "runs"], action="append", help="run only these parts"
+    )
+    parser.add_argument(
+        "--postgres",
+        metavar="DSN",
+        default=None,
+        help="also rebuild from PostgreSQL at DSN (in a schema of its own, dropped afterwards)",
     )
     args = parser.parse_args(argv)
     parts = set(args.only or ["appends", "stream", "runs"])
@@ -299,6 +391,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             bench_rebuild_stream(sample, count, args.repeat)
     if "runs" in parts:
         bench_rebuild_runs(sample, args.runs, args.repeat)
+    if args.postgres is not None:
+        bench_rebuild_postgres(args.postgres, sample, args.events, args.runs, args.repeat)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,8 @@ of the file (rebuilding every run of a journal), decodes the file in one call.
 
 from __future__ import annotations
 
+import itertools
+import operator
 from array import array
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -157,11 +159,17 @@ class Journal:
             self.index, self.indexed, self.generation = {}, 0, self.file.generation
         if self.indexed == self.file.count:
             return self.index
-        new: dict[str, list[int]] = {}
-        for number, envelope in enumerate(self._envelopes(handle), self.indexed):
-            new.setdefault(envelope.run_id, []).append(number)
-        for run_id, numbers in new.items():
-            self.index.setdefault(run_id, array("q")).extend(numbers)
+        # Appends write a stream's lines together: one group of consecutive lines per batch.
+        new: dict[str, list[range]] = {}
+        number = self.indexed
+        for run_id, group in itertools.groupby(map(_run_id, self._envelopes(handle))):
+            size = len(list(group))
+            new.setdefault(run_id, []).append(range(number, number + size))
+            number += size
+        for run_id, ranges in new.items():
+            numbers = self.index.setdefault(run_id, array("q"))
+            for lines in ranges:
+                numbers.extend(lines)
         self.indexed = self.file.count
         return self.index
 
@@ -183,6 +191,9 @@ class Journal:
             except (msgspec.DecodeError, RecursionError, ValueError) as exc:  # ValueError: not UTF-8
                 raise LogCorruptError(f"{EXPECTED}; {exc}", where=f"{self.file.path}:{number + 1}") from exc
         return envelopes
+
+
+_run_id = operator.attrgetter("run_id")
 
 
 def _line_of(path: Path, lines: array[int]) -> Callable[[int], str]:

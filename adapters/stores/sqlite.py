@@ -36,6 +36,7 @@ threads under a lock; open one store per process (after any fork).
 
 from __future__ import annotations
 
+import operator
 import os
 import sqlite3
 import threading
@@ -218,7 +219,8 @@ class SqliteEventStore(ThreadedStore):
         start, end = rows[0][0], rows[-1][1]
         count = end - start + 1
         try:
-            events = decode_block(b"\n".join(row[2] for row in rows) + b"\n", count, _no_position)
+            block = b"\n".join([*map(_data, rows), b""])  # a line end after each row: one copy
+            events = decode_block(block, count, _no_position)
         except (LogCorruptError, TypeError):
             events = self._decode_rows(stream, rows)  # names the bad record's seq
         # Each record's own seq and run id must be those of its place in the rows: a record
@@ -475,6 +477,9 @@ def _version(connection: sqlite3.Connection, stream: str) -> int:
     )
     row = connection.execute(query, (stream,)).fetchone()
     return 0 if row is None else int(row[0]) + 1
+
+
+_data = operator.itemgetter(2)  # a row's records
 
 
 def _no_position(index: int) -> str:

@@ -20,6 +20,7 @@ MAX_DEPTH = 256
 _OPENERS_ONLY = bytes.maketrans(b"{", b"[")
 _NOT_OPENERS = bytes(b for b in range(256) if b not in b"[{\n")
 _TOO_MANY = b"[" * (MAX_DEPTH + 1)
+_COUNTED = 4096  # up to this size, counting openers is cheaper than translating the bytes
 _TOKENS = re.compile(rb'"(?:[^"\\]|\\.)*+"|[\[\]{}]', re.S)
 
 
@@ -46,9 +47,12 @@ def too_deep(data: bytes, limit: int = MAX_DEPTH) -> bool:
     """
     if len(data) <= 2 * limit:  # a container needs two bytes
         return False
-    if data.count(b"[") + data.count(b"{") <= limit:  # two counts, no copy: most records
+    # A short record: two counts, no copy. A longer block holds more openers than any limit, so
+    # counting them would decide nothing; one translate keeps them and the line ends instead.
+    if len(data) <= _COUNTED and data.count(b"[") + data.count(b"{") <= limit:
         return False
-    if limit == MAX_DEPTH and data.translate(_OPENERS_ONLY, _NOT_OPENERS).find(_TOO_MANY) < 0:
+    run = _TOO_MANY if limit == MAX_DEPTH else b"[" * (limit + 1)
+    if data.translate(_OPENERS_ONLY, _NOT_OPENERS).find(run) < 0:
         return False
     return any(
         line.count(b"[") + line.count(b"{") > limit and _json_depth(line) > limit

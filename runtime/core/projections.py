@@ -98,17 +98,19 @@ class ToolsProjection:
         return tuple(self.specs)
 
     def apply(self, event: Event) -> None:
-        if type(event) not in _TOOL_EVENTS:
-            return
         if type(event) is RunStarted:
             self.specs = {spec.name: spec for spec in event.tools}
         elif type(event) is ToolsAdded or type(event) is ContextProvided:
+            specs = self.specs
             for spec in event.tools:
-                self.specs.setdefault(spec.name, spec)
+                specs.setdefault(spec.name, spec)
         elif type(event) is ToolsRemoved:
+            specs = self.specs
             for name in event.names:
-                self.specs.pop(name, None)
-        self.gated = sum(1 for spec in self.specs.values() if spec.approval_mode == ALWAYS_REQUIRE)
+                specs.pop(name, None)
+        else:
+            return
+        self.gated = [spec.approval_mode for spec in self.specs.values()].count(ALWAYS_REQUIRE)
 
     @classmethod
     def from_events(cls, events: Iterable[Event]) -> ToolsProjection:
@@ -289,15 +291,30 @@ class TranscriptProjection:
         self.provided = at + len(event.messages)
 
     def _called(self, event: ModelCalled) -> None:
-        self.calls.append(ModelCall.of(event))
+        self.calls.append(
+            ModelCall(  # ModelCall.of, without the extra call
+                event.iteration,
+                event.message_count,
+                event.tools,
+                event.tool_choice,
+                event.conversation_id,
+                event.held,
+            )
+        )
 
     def _responded(self, event: ModelResponded) -> None:
-        self.messages.append(event.message)
-        self._open_batch(tuple(c.call_id or "" for c in event.message.contents if c.type == "function_call"))
+        message = event.message
+        self.messages.append(message)
+        calls = [c.call_id or "" for c in message.contents if c.type == "function_call"]
+        self.batch = call_ids = tuple(calls)
+        self._open = set(call_ids)
+        self._results = {}
 
     def _returned(self, event: ToolReturned | MiddlewareShortCircuit) -> None:
-        if event.call_id is not None:
-            self.resolve(event.call_id, result_text(event.result))
+        call_id = event.call_id
+        if call_id is not None:
+            result = event.result
+            self.resolve(call_id, result if type(result) is str else result_text(result))
 
     def _failed(self, event: ToolFailed | ArgumentsRejected | ToolNotFound) -> None:
         self.resolve(event.call_id, error_text(event, self.config.detailed_errors), _exception_text(event))
@@ -333,15 +350,17 @@ class TranscriptProjection:
         message is appended when it is whole."""
         if call_id not in self._open:
             return
-        self._results[call_id] = Content("function_result", call_id=call_id, result=text, exception=exception)
-        if len(self._results) >= len(self.batch):
+        results = self._results
+        results[call_id] = Content("function_result", call_id=call_id, result=text, exception=exception)
+        if len(results) >= len(self.batch):
             self._close_if_whole()
 
     def _close_if_whole(self) -> None:
-        if len(self._results) < len(self.batch):
+        results, batch = self._results, self.batch
+        if len(results) < len(batch):
             return
-        if self._results:
-            self.messages.append(Message("tool", tuple(self._results[c] for c in self.batch)))
+        if results:
+            self.messages.append(Message("tool", tuple(map(results.__getitem__, batch))))
         self._open_batch(())
 
     def call_at(self, iteration: int) -> ModelCall:
@@ -399,6 +418,10 @@ TRANSCRIPT_FOLDS: dict[type, Any] = {
 }
 
 
+_TRANSCRIPT_ONLY = {kind: fold for kind, fold in TRANSCRIPT_FOLDS.items() if kind not in _TOOL_EVENTS}
+"""The transcript's folds of the kinds that no other projection reads."""
+
+
 class Views(NamedTuple):
     """The three projections of one log."""
 
@@ -415,17 +438,20 @@ class Views(NamedTuple):
         """
         views = cls(ToolsProjection(), SessionProjection(session_id), TranscriptProjection())
         apply_tools, apply_session, transcript = views.tools.apply, views.session.apply, views.transcript
-        tool_events, folds = _TOOL_EVENTS, TRANSCRIPT_FOLDS
+        tool_events, folds, transcript_only = _TOOL_EVENTS, TRANSCRIPT_FOLDS, _TRANSCRIPT_ONLY
         with collector_paused():
             for event in events:
                 kind = type(event)
-                if kind in tool_events:
-                    apply_tools(event)
-                elif kind is SessionUpdated:
-                    apply_session(event)
-                fold = folds.get(kind)
+                fold = transcript_only.get(kind)  # most events: one look-up, one call
                 if fold is not None:
                     fold(transcript, event)
+                elif kind in tool_events:
+                    apply_tools(event)
+                    fold = folds.get(kind)  # RunStarted and ContextProvided fold into both
+                    if fold is not None:
+                        fold(transcript, event)
+                elif kind is SessionUpdated:
+                    apply_session(event)
         return views
 
 

@@ -114,3 +114,34 @@ def test_the_gate_refuses_arguments_exactly_when_they_hold_an_integer_past_64_bi
     else:
         refused = False
     assert refused == _holds_a_big_int(arguments), arguments
+
+
+def _nested(depth: int, wide: int, text: str) -> object:
+    """A value ``depth`` containers deep (lists and objects in turn), beside ``wide`` shallow
+    lists; ``text`` (brackets in a string count for nothing) sits at the bottom."""
+    value: object = text
+    for level in range(depth):
+        value = [value] if level % 2 else {"k": value}
+    return {"deep": value, "wide": [[i] for i in range(wide)]}
+
+
+blocks = st.lists(
+    st.tuples(
+        st.integers(min_value=0, max_value=2 * MAX_DEPTH + 2),
+        st.integers(min_value=0, max_value=700),  # lines from a few bytes to past 4 KiB
+        st.sampled_from(["", "[[[[{{{{", "]}"]),
+    ),
+    min_size=1,
+    max_size=10,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(blocks, st.sampled_from([MAX_DEPTH, MAX_DEPTH - 1, MAX_DEPTH - 3, 40, 3]))
+def test_too_deep_of_a_block_agrees_with_its_deepest_line(
+    lines: list[tuple[int, int, str]], limit: int
+) -> None:
+    """Short records and long blocks take different paths; both say what the lines' depths say."""
+    values = [_nested(*line) for line in lines]
+    data = b"".join(json.dumps(value, separators=(",", ":")).encode() + b"\n" for value in values)
+    assert too_deep(data, limit) == any(_depth(value) > limit for value in values)
