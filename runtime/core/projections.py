@@ -8,7 +8,7 @@ Each projection has ``apply(event)``, which updates it in place in O(size of the
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
 import msgspec
@@ -240,7 +240,7 @@ class TranscriptProjection:
         self.calls: list[ModelCall] = []
         self.history_length = 0
         self.provided = 0
-        self.context: list[Message] = []
+        self.context: Sequence[Message] = ()  # messages providers added in a resume (rare)
         self.resuming = False
         self.config = RunConfig()
         self.batch: tuple[str, ...] = ()
@@ -270,7 +270,7 @@ class TranscriptProjection:
         self.messages = conversation(event.messages)
         self.history_length = event.history_length
         self.provided = 0
-        self.context = []
+        self.context = ()
         self.resuming = bool(approval_responses(event.messages))
         self.config = event.config
 
@@ -284,7 +284,7 @@ class TranscriptProjection:
         (before the history in a resume: counted with it, kept in ``context``)."""
         at = self.provided
         if self.resuming:
-            self.context.extend(event.messages)
+            self.context = (*self.context, *event.messages)
             self.history_length += len(event.messages)
         else:
             self.messages[at:at] = event.messages
