@@ -17,7 +17,7 @@ import anyio
 import pytest
 
 from agentledger.errors import ConflictError, LogCorruptError, StoreError
-from agentledger.store import EventStore
+from agentledger.store import EventStore, SupportsReadMany
 from agentledger.testing.stores import (
     CrashOutcome,
     DurableStoreContract,
@@ -194,6 +194,36 @@ async def test_a_record_whose_own_seq_is_not_its_row_is_corruption(dsn: str, sch
         with pytest.raises(LogCorruptError, match="expected seq 2 of 'run_1', found seq 0") as caught:
             await store.read("run_1")
         assert caught.value.where.endswith("stream 'run_1' seq 2")
+
+
+@pytest.mark.anyio
+async def test_read_many_reads_in_one_query_and_checks_each_stream_as_read_does(
+    dsn: str, schema: str
+) -> None:
+    """Several streams come back whole in the order asked, an unknown one empty; a gap or a record
+    out of place in any of them is LogCorruptError naming that stream and seq."""
+    async with _store(dsn, schema) as store:
+        reader = store
+        assert isinstance(reader, SupportsReadMany)  # what read_many() looks for
+        for name, count in (("run_b", 3), ("run_a", 2), ("run_c", 4)):
+            await store.append(name, make_events(name, 0, count, name), 0)
+        many = await store.read_many(["run_c", "run_nope", "run_a"])
+        assert list(many) == ["run_c", "run_nope", "run_a"]
+        assert many == {name: await store.read(name) for name in ["run_c", "run_nope", "run_a"]}
+        assert [len(v) for v in many.values()] == [4, 0, 2]
+        async with _connection(dsn) as connection:
+            await connection.execute(f"DELETE FROM {schema}.events WHERE stream = 'run_c' AND seq = 1")
+        with pytest.raises(LogCorruptError, match="expected seq 1, found 2") as gap:
+            await store.read_many(["run_a", "run_c"])
+        assert gap.value.where.endswith("stream 'run_c' seq 2")
+        async with _connection(dsn) as connection:
+            await connection.execute(
+                f"UPDATE {schema}.events SET data = jsonb_set(data::jsonb, '{{seq}}', '0')::json"
+                " WHERE stream = 'run_b' AND seq = 2"
+            )
+        with pytest.raises(LogCorruptError, match="expected seq 2 of 'run_b', found seq 0") as moved:
+            await store.read_many(["run_a", "run_b"])
+        assert moved.value.where.endswith("stream 'run_b' seq 2")
 
 
 async def _schema_exists(dsn: str, schema: str) -> bool:
