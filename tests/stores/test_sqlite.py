@@ -379,3 +379,54 @@ def test_sqlite_migration_that_fails_leaves_the_old_database(
     written = {name: [event for batch in batches for event in batch] for name, batches in streams.items()}
     assert {name: store.read_sync(name) for name in store.streams_sync()} == written
     store.close()
+
+
+def test_sqlite_read_many_in_chunks_equals_reading_one_by_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Streams read many at a time (several chunks of names) come back as ``read_sync`` gives
+    each, in the order asked, an unknown one empty."""
+    monkeypatch.setattr(sqlite_store, "_MANY", 3)
+    store = SqliteEventStore(tmp_path / "events.sqlite")
+    names = [f"run_{i}" for i in range(8)]
+    for i, name in enumerate(names):
+        store.append_sync(name, make_events(name, 0, 1 + i % 3, name), 0)
+        store.append_sync(name, make_events(name, 1 + i % 3, 2, name), 1 + i % 3)  # two rows
+    asked = [*reversed(names), "run_nope", names[0]]
+    many = store.read_many_sync(asked)
+    assert list(many) == [*reversed(names), "run_nope"]
+    assert many == {name: store.read_sync(name) for name in asked}
+    store.close()
+
+
+def test_sqlite_read_many_refuses_what_read_refuses(tmp_path: Path) -> None:
+    """A stream listed without events, a gap, or a record out of place in any of the streams
+    read at once is LogCorruptError naming that stream, as reading it alone is."""
+    path = tmp_path / "events.sqlite"
+    store = SqliteEventStore(path)
+    for name in ("run_a", "run_b", "run_c"):
+        store.append_sync(name, make_events(name, 0, 2, name), 0)
+        store.append_sync(name, make_events(name, 2, 2, name), 2)
+    store.close()
+    edits = {
+        "DELETE FROM events WHERE stream = 2": "listed but holds no events",
+        "DELETE FROM events WHERE stream = 2 AND seq = 0": "seq",
+        (
+            "UPDATE events SET data = (SELECT data FROM events WHERE stream = 1 AND seq = 2)"
+            " WHERE stream = 2 AND seq = 2"
+        ): "run_a",
+    }
+    for edit, problem in edits.items():
+        copy = tmp_path / "copy.sqlite"
+        copy.write_bytes(path.read_bytes())
+        connection = sqlite3.connect(copy, isolation_level=None)
+        connection.execute(edit)
+        connection.close()
+        reader = SqliteEventStore(copy)
+        with pytest.raises(LogCorruptError, match=problem) as alone:
+            reader.read_sync("run_b")
+        with pytest.raises(LogCorruptError, match=problem) as many:
+            reader.read_many_sync(["run_a", "run_b", "run_c"])
+        assert (str(many.value), many.value.where) == (str(alone.value), alone.value.where), edit
+        reader.close()
+        copy.unlink()
