@@ -291,16 +291,7 @@ class TranscriptProjection:
         self.provided = at + len(event.messages)
 
     def _called(self, event: ModelCalled) -> None:
-        self.calls.append(
-            ModelCall(  # ModelCall.of, without the extra call
-                event.iteration,
-                event.message_count,
-                event.tools,
-                event.tool_choice,
-                event.conversation_id,
-                event.held,
-            )
-        )
+        self.calls.append(ModelCall.of(event))
 
     def _responded(self, event: ModelResponded) -> None:
         message = event.message

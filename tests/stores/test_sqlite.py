@@ -139,11 +139,7 @@ def test_sqlite_stores_opening_a_new_database_together(tmp_path: Path) -> None:
         finally:
             store.close()
 
-    threads = [threading.Thread(target=open_and_list) for _ in range(6)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    _in_threads(open_and_list, 6)
     assert errors == []
 
 
@@ -208,6 +204,15 @@ def _write_old_database(path: Path, version: int, streams: dict[str, list[list[E
                 row = (ids[name], batch[0].seq, batch[-1].seq, data)
                 connection.execute("INSERT INTO events (stream, seq, last, data) VALUES (?, ?, ?, ?)", row)
     connection.close()
+
+
+def _in_threads(target: Callable[[], None], count: int) -> None:
+    """Run ``target`` in ``count`` threads at once and wait for all of them."""
+    threads = [threading.Thread(target=target) for _ in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
 
 
 def _user_version(path: Path) -> int:
@@ -345,11 +350,7 @@ def test_sqlite_stores_migrating_one_database_together(tmp_path: Path) -> None:
         finally:
             store.close()
 
-    threads = [threading.Thread(target=open_and_read) for _ in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    _in_threads(open_and_read, 4)
     assert errors == []
     written = {name: [event for batch in batches for event in batch] for name, batches in streams.items()}
     assert read == [written] * 4
