@@ -33,11 +33,18 @@ def _holds_a_big_int(value: object) -> bool:
 
 
 def _depth(value: object) -> int:
-    if isinstance(value, dict):
-        return 1 + max(map(_depth, value.values()), default=0)
-    if isinstance(value, list):
-        return 1 + max(map(_depth, value), default=0)
-    return 0
+    """How deeply ``value`` nests (walked with a stack: the values go deeper than Python's
+    recursion limit allows under a tracer, as Python 3.12's monitoring is)."""
+    deepest, stack = 0, [(value, 0)]
+    while stack:
+        item, above = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        if children is None:
+            deepest = max(deepest, above)
+            continue
+        deepest = max(deepest, above + 1)
+        stack.extend((child, above + 1) for child in children)
+    return deepest
 
 
 _edge_ints = st.sampled_from(
