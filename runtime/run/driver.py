@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
+import sys
 import typing
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any
@@ -189,8 +190,12 @@ async def _all_on_asyncio(calls: list[Coroutine[Any, Any, None]]) -> None:
     wait for every call to finish before the exception goes on.
     """
     loop = asyncio.get_running_loop()
+    tasks = _started(loop, calls)
+    if all(task.done() for task in tasks):  # every call ran to its end without waiting
+        _raise_first(tasks)
+        return
     finished = loop.create_future()
-    remaining = len(calls)
+    remaining = len(tasks)
 
     def one_done(task: asyncio.Task[None]) -> None:
         nonlocal remaining
@@ -203,7 +208,6 @@ async def _all_on_asyncio(calls: list[Coroutine[Any, Any, None]]) -> None:
         elif remaining == 0:
             finished.set_result(None)
 
-    tasks = [loop.create_task(call) for call in calls]
     for task in tasks:
         task.add_done_callback(one_done)
     try:
@@ -214,10 +218,35 @@ async def _all_on_asyncio(calls: list[Coroutine[Any, Any, None]]) -> None:
         with anyio.CancelScope(shield=True):
             await asyncio.wait(tasks)
         raise
-    for task in tasks:
-        error = None if task.cancelled() else task.exception()
-        if error is not None:  # a bug in the call's own handling, not a tool's failure
-            raise error
+    _raise_first(tasks)
+
+
+def _raise_first(tasks: list[asyncio.Task[None]]) -> None:
+    """Raise the first error a call's task ended with (a bug in the call's own handling, or a
+    ``MiddlewareFailure``: a tool's own failure is recorded, never raised)."""
+    errors = [task.exception() for task in tasks if not task.cancelled()]  # each one retrieved
+    error = next((e for e in errors if e is not None), None)
+    if error is not None:
+        raise error
+
+
+if sys.version_info >= (3, 12):
+
+    def _started(
+        loop: asyncio.AbstractEventLoop, calls: list[Coroutine[Any, Any, None]]
+    ) -> list[asyncio.Task[None]]:
+        """One task per call, each started at once (eagerly): a call that finishes without
+        waiting (most tool calls) never goes through the event loop's queue. Each still runs as
+        its own task, in a copy of the context, as a task started later would."""
+        return [asyncio.Task(call, loop=loop, eager_start=True) for call in calls]
+
+else:
+
+    def _started(
+        loop: asyncio.AbstractEventLoop, calls: list[Coroutine[Any, Any, None]]
+    ) -> list[asyncio.Task[None]]:
+        """One task per call, scheduled (Python 3.11 starts no task eagerly)."""
+        return [loop.create_task(call) for call in calls]
 
 
 def _on_asyncio() -> bool:
