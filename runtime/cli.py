@@ -11,6 +11,8 @@ current directory under a name made safe from the run id (see ``_cli_checks``).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import contextvars
 import os
 import sys
 import warnings
@@ -38,13 +40,18 @@ from .core.events import ChildRunStarted, Event, encode_event
 from .errors import AgentLedgerError, RunNotFoundError
 from .listing import OUTCOMES, RunQuery
 from .runtree import check_run_tree
-from .store import EventStore, list_runs
+from .store import EventStore, SupportsAclose, list_runs
 
 __all__ = ("DEFAULT_AGENT", "DEFAULT_STORE", "main", "open_store")
 
 DEFAULT_STORE = "agentledger.db"
 DEFAULT_AGENT = "agentledger.demo:build_demo_agent"
 T = TypeVar("T")
+
+_OPENED: contextvars.ContextVar[list[EventStore] | None] = contextvars.ContextVar(
+    "agentledger_cli_stores", default=None
+)
+"""The stores the running command opened, for ``main`` to close when it is done."""
 
 
 def open_store(spec: str | None, *, create: bool = False) -> EventStore:
@@ -55,17 +62,36 @@ def open_store(spec: str | None, *, create: bool = False) -> EventStore:
     if spec.startswith(("postgresql://", "postgres://")):
         from agentledger.adapters.stores.postgres import PostgresEventStore
 
-        return PostgresEventStore(spec, read_only=not create)
+        return _opened(PostgresEventStore(spec, read_only=not create))
     path = Path(spec)
     if not create and not path.exists():
         raise UsageError(f"no event store at {path} (run `agentledger demo` first, or pass --store)")
     if path.suffix == ".jsonl" or path.is_dir():
         from agentledger.adapters.stores.jsonl import JsonlEventStore
 
-        return JsonlEventStore(path, read_only=not create)
+        return _opened(JsonlEventStore(path, read_only=not create))
     from agentledger.adapters.stores.sqlite import SqliteEventStore
 
-    return SqliteEventStore(path, read_only=not create)
+    return _opened(SqliteEventStore(path, read_only=not create))
+
+
+def _opened(store: EventStore) -> EventStore:
+    """``store``, closed when the command ``main`` runs is over (inside ``main``)."""
+    opened = _OPENED.get()
+    if opened is not None:
+        opened.append(store)
+    return store
+
+
+def _close(stores: list[EventStore]) -> None:
+    """Close what a command opened, each once, the last opened first: its connections and
+    threads are released and a writable store commits what it holds."""
+    seen: set[int] = set()
+    while stores:
+        store = stores.pop()
+        if id(store) not in seen and isinstance(store, SupportsAclose):
+            seen.add(id(store))
+            _run(store.aclose)
 
 
 def _run(func: Callable[[], Awaitable[T]]) -> T:
@@ -477,8 +503,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     shown = warnings.showwarning
     warnings.showwarning = _warn
+    opened: list[EventStore] = []
+    token = _OPENED.set(opened)
     try:
-        return int(args.handler(args))
+        try:
+            code = int(args.handler(args))
+        except BaseException:
+            with contextlib.suppress(Exception):  # what the command raised is the error to show
+                _close(opened)
+            raise
+        _close(opened)  # a store that cannot commit what it holds fails the command
+        return code
     except (UsageError, RunNotFoundError) as exc:
         print(f"agentledger: {_one_line(exc)}", file=sys.stderr)
         return 2
@@ -495,6 +530,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"agentledger: {type(exc).__name__}: {_one_line(exc)}", file=sys.stderr)
         return 1
     finally:
+        _OPENED.reset(token)
         warnings.showwarning = shown
 
 
