@@ -2,9 +2,11 @@
 
 A line's stream is its event's ``run_id``. The store keeps an index of the lines of each stream,
 brought up to date at each operation by reading only the ``run_id`` of lines appended since (one
-decoding call when all is well). A group of appends is checked in queue order and written with
-one write and one sync. ``read_many`` reads whole streams under one lock and, when they are most
-of the file (rebuilding every run of a journal), decodes the file in one call.
+decoding call when all is well); a fresh store reading a stream whose lines open and close the
+file decodes every line's event at once and indexes the file from those. A group of appends is
+checked in queue order and written with one write and one sync. ``read_many`` reads whole
+streams under one lock and, when they are most of the file (rebuilding every run of a journal),
+decodes the file in one call.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 import itertools
 import operator
 from array import array
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 import msgspec
@@ -91,7 +93,10 @@ class Journal:
 
     def read(self, stream: str, after: int) -> list[Event]:
         with self.file.locked(create=False) as handle:
+            whole = self._decode_whole(handle, stream) if handle is not None else None
             numbers = self._refresh(handle).get(stream) if handle is not None else None
+            if whole is not None and numbers is not None:
+                return self._pick(whole, numbers, stream, after)
             selected = numbers[max(after + 1, 0) :] if numbers is not None else None  # a copy
             if handle is None or not selected:
                 return []
@@ -153,16 +158,58 @@ class Journal:
         with self.file.locked(create=False) as handle:
             return list(self._refresh(handle)) if handle is not None else []
 
+    def _decode_whole(self, handle: OpenLineFile, stream: str) -> list[Event] | None:
+        """Every line's event, when a store that has indexed nothing yet reads a stream whose
+        lines open and close the file (most likely all of it, a run's own journal): the index is
+        then made from the events' run ids, and the pass that finds each line's run id first is
+        saved (the decoding then happens under the file's lock, as indexing does). ``None``
+        otherwise, or when a line does not decode as an event: the lines are then indexed and
+        read as usual, which finds and names what is wrong as before."""
+        if self.generation != self.file.generation:
+            self.index, self.indexed, self.generation = {}, 0, self.file.generation
+        count = self.file.count
+        if self.indexed or not count:
+            return None
+        try:
+            edges = {_envelope.decode(line).run_id for line in handle.lines(sorted({0, count - 1}))}
+        except (msgspec.DecodeError, RecursionError, ValueError):
+            return None
+        if edges != {stream}:
+            return None
+        try:
+            events = decode_block(handle.block(0, count), count, str)
+        except LogCorruptError:
+            return None
+        self._add(map(_run_id, events))
+        return events
+
+    def _pick(self, events: list[Event], numbers: array[int], stream: str, after: int) -> list[Event]:
+        """``read``'s answer from every line's event (``_decode_whole``): the stream's, checked."""
+        first = max(after + 1, 0)
+        selected = numbers[first:]
+        if not selected:
+            return []
+        if selected[-1] + 1 - selected[0] == len(selected):
+            mine = events[selected[0] : selected[-1] + 1]
+        else:
+            mine = list(map(events.__getitem__, selected))
+        return check_sequence(mine, stream, first, _line_of(self.file.path, selected))
+
     def _refresh(self, handle: OpenLineFile) -> dict[str, array[int]]:
         """Index the lines appended since the last operation, all or none of them."""
         if self.generation != self.file.generation:
             self.index, self.indexed, self.generation = {}, 0, self.file.generation
         if self.indexed == self.file.count:
             return self.index
+        self._add(map(_run_id, self._envelopes(handle)))
+        return self.index
+
+    def _add(self, run_ids: Iterable[str]) -> None:
+        """Index the lines from ``indexed`` on, whose streams are ``run_ids``."""
         # Appends write a stream's lines together: one group of consecutive lines per batch.
         new: dict[str, list[range]] = {}
         number = self.indexed
-        for run_id, group in itertools.groupby(map(_run_id, self._envelopes(handle))):
+        for run_id, group in itertools.groupby(run_ids):
             size = len(list(group))
             new.setdefault(run_id, []).append(range(number, number + size))
             number += size
@@ -171,7 +218,6 @@ class Journal:
             for lines in ranges:
                 numbers.extend(lines)
         self.indexed = self.file.count
-        return self.index
 
     def _envelopes(self, handle: OpenLineFile) -> list[_Envelope]:
         """The ``run_id`` of every line not indexed yet, in one decoding call when all is well."""

@@ -36,9 +36,10 @@ store belongs to that loop. Close it with ``await store.aclose()`` or ``async wi
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import re
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from types import TracebackType
 from typing import Any, NamedTuple, Self
 
@@ -49,7 +50,7 @@ from agentledger.core.events import Event
 from agentledger.errors import CommitUnknownError, ConflictError, LogCorruptError, StoreError
 from agentledger.listing import RunQuery, RunSummary
 
-from ._codec import check_sequence, decode_records, encode_records
+from ._codec import check_sequence, decode_block, decode_records, encode_records
 from ._group import Append, LoopGroups, appending, remember
 from ._listing import report
 
@@ -112,6 +113,39 @@ class _Behind(Exception):
     """The stream is shorter than the expected version: nothing was inserted."""
 
 
+_BLOCK = 1024
+"""Rows joined into one block of lines by a read (the server's limit on a value is 1 GB)."""
+_LINES = r"convert_to(string_agg(data::text || E'\n', '' ORDER BY seq), 'UTF8')"
+_BLOCKS = (
+    f"SELECT count(*), min(seq), max(seq), {_LINES} FROM {{schema}}.events"
+    f" WHERE stream = %s AND seq > %s GROUP BY seq / {_BLOCK} ORDER BY min(seq)"
+)
+_MANY_BLOCKS = (
+    f"SELECT stream, count(*), min(seq), max(seq), {_LINES} FROM {{schema}}.events"
+    f" WHERE stream = ANY(%s) GROUP BY stream, seq / {_BLOCK} ORDER BY stream, min(seq)"
+)
+
+
+def _whole(blocks: Sequence[Sequence[Any]], first: int) -> bool:
+    """Whether blocks of ``(count, min seq, max seq, ...)`` hold seqs ``first``, ``first + 1``,
+    ... with none missing: each block's count spans its bounds (a seq is unique per stream, the
+    table's key) and each block starts right after the one before."""
+    expected = first
+    for count, low, high, *_ in blocks:
+        if low != expected or high - low + 1 != count:
+            return False
+        expected = high + 1
+    return True
+
+
+def _decode_blocks(blocks: Sequence[Sequence[Any]], where: Callable[[int], str]) -> list[Event]:
+    """The events of blocks ``(count, ..., lines)``, in order (one block is decoded as it came)."""
+    if not blocks:
+        return []
+    data = blocks[0][-1] if len(blocks) == 1 else b"".join([block[-1] for block in blocks])
+    return decode_block(data, sum(block[0] for block in blocks), where)
+
+
 class PostgresEventStore:
     """An ``EventStore`` in a PostgreSQL schema; see the module docstring.
 
@@ -170,12 +204,33 @@ class PostgresEventStore:
         return await self._groups.run(Append(stream, rows, expected_version))
 
     async def read(self, stream: str, after: int = -1) -> list[Event]:
-        """The stream's events with ``seq > after``, in order ([] for an unknown stream)."""
+        """The stream's events with ``seq > after``, in order ([] for an unknown stream).
+
+        The server joins each run of up to ``_BLOCK`` rows into one block of lines (``_BLOCKS``),
+        so the client decodes a few values, not a row per event; a block whose count and bounds
+        do not show whole consecutive seqs (the key makes them unique) is read again row by row,
+        which names the first gap or misplaced record as before.
+        """
+        if not await self._has_schema():
+            return []
+        first = max(after + 1, 0)
+        async with self.connection() as connection:
+            blocks: list[tuple[int, int, int, bytes]] | None = await self._blocks(
+                connection, self.query(_BLOCKS), (stream, after)
+            )
+        if blocks is None or not _whole(blocks, first):
+            return await self._read_rows(stream, after)
+
+        def where(index: int) -> str:
+            return self.where(stream, first + index)
+
+        return check_sequence(_decode_blocks(blocks, where), stream, first, where)
+
+    async def _read_rows(self, stream: str, after: int) -> list[Event]:
+        """``read``, a row per event: the gap or misplaced record named where it is."""
         query = self.query(
             "SELECT seq, data::text FROM {schema}.events WHERE stream = %s AND seq > %s ORDER BY seq"
         )
-        if not await self._has_schema():
-            return []
         async with self.connection() as connection:
             rows: list[tuple[int, str]] = await self.fetch(connection, query, (stream, after))
         first = max(after + 1, 0)
@@ -190,10 +245,47 @@ class PostgresEventStore:
 
     async def read_many(self, streams: Sequence[str]) -> dict[str, list[Event]]:
         """Several whole streams in one query (``SupportsReadMany``): every stream asked for, in
-        the order asked, ``[]`` for an unknown one; checked as ``read`` checks one stream."""
+        the order asked, ``[]`` for an unknown one; checked as ``read`` checks one stream (blocks
+        of lines as ``read`` reads them, all decoded in one call)."""
         asked = list(dict.fromkeys(streams))
         if not asked or not await self._has_schema():
             return {stream: [] for stream in streams}
+        async with self.connection() as connection:
+            rows: list[tuple[str, int, int, int, bytes]] | None = await self._blocks(
+                connection, self.query(_MANY_BLOCKS), (asked,)
+            )
+        if rows is None:
+            return await self._read_many_rows(streams, asked)
+        names: list[str] = []  # each stream found, in the order of the blocks
+        starts: list[int] = []  # the index of its first event among all the blocks' events
+        start = total = 0
+        for index in range(1, len(rows) + 1):
+            if index == len(rows) or rows[index][0] != rows[start][0]:
+                if not _whole([row[1:] for row in rows[start:index]], 0):
+                    return await self._read_many_rows(streams, asked)
+                names.append(rows[start][0])
+                starts.append(total)
+                total += sum(row[1] for row in rows[start:index])
+                start = index
+
+        def where(index: int) -> str:
+            at = bisect.bisect_right(starts, index) - 1
+            return self.where(names[at], index - starts[at])
+
+        with collector_paused():  # many small containers in no cycle: see ``read_many_sync``
+            events = _decode_blocks([row[1:] for row in rows], where)
+            found: dict[str, list[Event]] = {}
+            for at, (stream, begin) in enumerate(zip(names, starts, strict=True)):
+                end = starts[at + 1] if at + 1 < len(starts) else total
+
+                def within(index: int, begin: int = begin) -> str:
+                    return where(begin + index)
+
+                found[stream] = check_sequence(events[begin:end], stream, 0, within)
+        return {stream: found.get(stream, []) for stream in streams}
+
+    async def _read_many_rows(self, streams: Sequence[str], asked: list[str]) -> dict[str, list[Event]]:
+        """``read_many``, a row per event: the gap or misplaced record named where it is."""
         query = self.query(
             "SELECT stream, seq, data::text FROM {schema}.events WHERE stream = ANY(%s) ORDER BY stream, seq"
         )
@@ -225,6 +317,19 @@ class PostgresEventStore:
 
                 found[stream] = check_sequence(events[begin:end], stream, 0, within)
         return {stream: found.get(stream, []) for stream in streams}
+
+    async def _blocks(
+        self, connection: psycopg.AsyncConnection[Any], query: sql.Composed, params: Any
+    ) -> Any:
+        """The rows of a ``_BLOCKS`` query, fetched in binary (a block arrives as ``bytes``);
+        ``None`` when a block outgrew what the server can make of one value (read row by row)."""
+        try:
+            cursor = await connection.execute(query, params, binary=True)
+            return await cursor.fetchall()
+        except (pg_errors.ProgramLimitExceeded, pg_errors.OutOfMemory):
+            return None
+        except psycopg.Error as exc:
+            raise StoreError(f"{self}: {exc}") from exc
 
     async def streams(self) -> list[str]:
         """Every stream's name, oldest first."""

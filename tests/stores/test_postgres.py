@@ -226,6 +226,106 @@ async def test_read_many_reads_in_one_query_and_checks_each_stream_as_read_does(
         assert moved.value.where.endswith("stream 'run_b' seq 2")
 
 
+_CORRUPTIONS = [
+    None,
+    "DELETE FROM {schema}.events WHERE stream = %(stream)s AND seq = %(seq)s",
+    "UPDATE {schema}.events SET seq = seq + 5000 WHERE stream = %(stream)s AND seq = %(seq)s",
+    "UPDATE {schema}.events SET data = jsonb_set(data::jsonb, '{{seq}}', '7')::json"
+    " WHERE stream = %(stream)s AND seq = %(seq)s",
+    "UPDATE {schema}.events SET data = jsonb_set(data::jsonb, '{{run_id}}', '\"run_x\"')::json"
+    " WHERE stream = %(stream)s AND seq = %(seq)s",
+    'UPDATE {schema}.events SET data = \'{{"type": "Nope"}}\' WHERE stream = %(stream)s AND seq = %(seq)s',
+    "UPDATE {schema}.events SET data = '[1, 2]' WHERE stream = %(stream)s AND seq = %(seq)s",
+]
+
+
+def _by_definition(rows: list[tuple[str, int, str]], stream: str, first: int) -> list[Any]:
+    """What reading ``stream``'s ``rows`` (from ``first`` on) must give, by the definition: its
+    events if the rows hold seqs ``first``, ``first + 1``, ... each decoding to the event of that
+    stream and seq; else ``LogCorruptError`` at the first row that does not."""
+    from agentledger.core.events import decode_event
+
+    events = []
+    for expected, (_, seq, _text) in enumerate(rows, first):
+        if seq != expected:
+            raise LogCorruptError(f"expected seq {expected}, found {seq}", where=f"seq {seq}")
+    for expected, (_, seq, text) in enumerate(rows, first):
+        try:
+            event = decode_event(text.encode())
+        except Exception as exc:
+            raise LogCorruptError(str(exc), where=f"seq {seq}") from exc
+        if event.seq != expected or event.run_id != stream:
+            raise LogCorruptError("out of place", where=f"seq {seq}")
+        events.append(event)
+    return events
+
+
+async def _outcome(read: Any) -> Any:
+    """The events read, or where the read found corruption."""
+    try:
+        return await read
+    except LogCorruptError as exc:
+        return ("corrupt", exc.where.rsplit("seq ", 1)[1])
+
+
+def test_reads_in_blocks_give_what_the_rows_define(dsn: str, schema: str) -> None:
+    """``read`` and ``read_many`` fetch blocks of up to 1,024 rows joined by the server; whatever
+    a stream's rows hold (a row missing or moved, a record of another seq or stream, a record
+    that is no event), they give what reading the rows one by one defines, and a corrupt stream
+    is named at the same seq."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    names = iter(range(10**6))
+
+    @settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(
+        lengths=st.lists(st.sampled_from([0, 1, 3, 1023, 1024, 1025, 2050]), min_size=1, max_size=3),
+        corruption=st.sampled_from(_CORRUPTIONS),
+        where=st.floats(0, 1),
+        after=st.integers(-1, 1100),
+    )
+    def check(lengths: list[int], corruption: str | None, where: float, after: int) -> None:
+        async def run() -> None:
+            streams = [f"run_{next(names)}" for _ in lengths]
+            async with _store(dsn, schema) as store:
+                await store.migrate()
+                for stream, length in zip(streams, lengths, strict=True):
+                    for start in range(0, length, 1000):
+                        events = make_events(stream, start, min(1000, length - start), stream)
+                        await store.append(stream, events, start)
+                hit = streams[0]
+                async with _connection(dsn) as connection:
+                    if corruption is not None and lengths[0]:
+                        params = {"stream": hit, "seq": int(where * (lengths[0] - 1))}
+                        await connection.execute(corruption.format(schema=schema), params)
+                    cursor = await connection.execute(
+                        f"SELECT stream, seq, data::text FROM {schema}.events"
+                        " WHERE stream = ANY(%s) ORDER BY stream, seq",
+                        (streams,),
+                    )
+                    rows = await cursor.fetchall()
+
+                async def defined(stream: str, first: int) -> Any:
+                    mine = [row for row in rows if row[0] == stream and row[1] >= first]
+                    return _by_definition(mine, stream, first)
+
+                for stream in streams:
+                    assert await _outcome(store.read(stream)) == await _outcome(defined(stream, 0))
+                first = max(after + 1, 0)
+                assert await _outcome(store.read(hit, after)) == await _outcome(defined(hit, first))
+                many = await _outcome(store.read_many(streams))
+                if not isinstance(many, tuple):
+                    assert many == {stream: await defined(stream, 0) for stream in streams}
+                else:  # the first corrupt stream, in name order, is named
+                    corrupt = [await _outcome(defined(stream, 0)) for stream in sorted(streams)]
+                    assert many == next(o for o in corrupt if isinstance(o, tuple))
+
+        anyio.run(run)
+
+    check()
+
+
 async def _schema_exists(dsn: str, schema: str) -> bool:
     async with _connection(dsn) as connection:
         cursor = await connection.execute("SELECT count(*) FROM pg_namespace WHERE nspname = %s", (schema,))
