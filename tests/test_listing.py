@@ -4,7 +4,7 @@ and last record of each stream, and skips (and reports) a stream that does not d
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import anyio
@@ -19,6 +19,7 @@ from agentledger.store import (
     MemoryEventStore,
     RunQuery,
     RunSummary,
+    SupportsAclose,
     SupportsRunListing,
     list_runs,
 )
@@ -66,15 +67,23 @@ async def _filled(store: EventStore) -> EventStore:
     return store
 
 
+def _close(store: EventStore) -> None:
+    if isinstance(store, SupportsAclose):
+        anyio.run(store.aclose)
+
+
 def _ids(runs: list[RunSummary]) -> list[str]:
     return [run.run_id for run in runs]
 
 
 @pytest.fixture(params=[*STORES, "plain"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> EventStore:
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[EventStore]:
     if request.param == "plain":
-        return anyio.run(_filled, PlainStore())
-    return anyio.run(_filled, STORES[request.param](tmp_path))
+        yield anyio.run(_filled, PlainStore())
+        return
+    filled = anyio.run(_filled, STORES[request.param](tmp_path))
+    yield filled
+    _close(filled)
 
 
 def test_durable_and_memory_stores_offer_listing(tmp_path: Path) -> None:
@@ -148,6 +157,7 @@ def test_durable_stores_list_without_reading_whole_streams(
     monkeypatch.setattr(type(store), "read_sync", refuse)
     monkeypatch.setattr(type(store), "read_many_sync", refuse)
     assert _ids(anyio.run(list_runs, store, RunQuery(limit=None))) == ["run_d", "run_c", "run_b", "run_a"]
+    _close(store)
 
 
 def corrupt(name: str, path: Path, run_id: str) -> None:
@@ -169,11 +179,12 @@ def corrupt(name: str, path: Path, run_id: str) -> None:
 @pytest.mark.parametrize("name", ["sqlite", "directory", "journal"])
 def test_a_stream_that_does_not_decode_is_skipped_and_reported(name: str, tmp_path: Path) -> None:
     """The other runs are listed; the bad one is named in one warning, with where it is corrupt."""
-    anyio.run(_filled, STORES[name](tmp_path))
+    _close(anyio.run(_filled, STORES[name](tmp_path)))
     corrupt(name, tmp_path, "run_b")
     reopened = STORES[name](tmp_path)
     with pytest.warns(UnreadableStreamWarning) as warned:
         runs = anyio.run(list_runs, reopened, RunQuery(limit=None))
+    _close(reopened)
     assert _ids(runs) == ["run_d", "run_c", "run_a"]
     assert len(warned) == 1
     message = str(warned[0].message)
@@ -184,10 +195,12 @@ def test_a_stream_that_does_not_decode_is_skipped_and_reported(name: str, tmp_pa
 @pytest.mark.parametrize("name", ["sqlite", "directory", "journal"])
 def test_a_skipped_stream_does_not_count_against_the_limit(name: str, tmp_path: Path) -> None:
     """With a limit, the runs after a bad one fill its place."""
-    anyio.run(_filled, STORES[name](tmp_path))
+    _close(anyio.run(_filled, STORES[name](tmp_path)))
     corrupt(name, tmp_path, "run_d")
+    reopened = STORES[name](tmp_path)
     with pytest.warns(UnreadableStreamWarning):
-        runs = anyio.run(list_runs, STORES[name](tmp_path), RunQuery(limit=2))
+        runs = anyio.run(list_runs, reopened, RunQuery(limit=2))
+    _close(reopened)
     assert _ids(runs) == ["run_c", "run_b"]
 
 
@@ -203,6 +216,7 @@ def test_sqlite_lists_many_runs_in_pages(tmp_path: Path) -> None:
 
     anyio.run(fill)
     runs = anyio.run(list_runs, store, RunQuery(limit=None, outcome="completed"))
+    store.close()
     assert _ids(runs) == [f"run_{n:03d}" for n in range(147, -1, -3)]
 
 

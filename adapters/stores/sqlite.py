@@ -510,6 +510,9 @@ def _connect_read_only(uri: str, busy_timeout: float) -> sqlite3.Connection:
         connection = sqlite3.connect(
             uri + "&immutable=1", uri=True, isolation_level=None, check_same_thread=False
         )
+    except BaseException:  # a file that is no database: the caller reports it, nothing stays open
+        connection.close()
+        raise
     return connection
 
 

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from contextlib import closing
 from pathlib import Path
 
 import anyio
@@ -17,11 +18,10 @@ import pytest
 from agentledger.adapters.stores.jsonl import JsonlEventStore
 from agentledger.adapters.stores.sqlite import SqliteEventStore
 from agentledger.cli import main
-from agentledger.store import EventStore
 from tests._runs import T0, Ending, corrupt_line, record, run_events
 from tests.test_listing import corrupt
 
-STORES: dict[str, Callable[[Path], EventStore]] = {
+STORES: dict[str, Callable[[Path], SqliteEventStore | JsonlEventStore]] = {
     "sqlite": lambda d: SqliteEventStore(d / "events.sqlite"),
     "directory": lambda d: JsonlEventStore(d / "runs"),
     "journal": lambda d: JsonlEventStore(d / "runs.jsonl"),
@@ -29,13 +29,16 @@ STORES: dict[str, Callable[[Path], EventStore]] = {
 PATHS = {"sqlite": "events.sqlite", "directory": "runs", "journal": "runs.jsonl"}
 
 
-def _fill(store: EventStore, count: int = 4) -> None:
+def _fill(store: SqliteEventStore | JsonlEventStore, count: int = 4) -> None:
+    """Record ``count`` runs into ``store``, then close it: the commands open the store themselves."""
+
     async def go() -> None:
-        for number in range(count):
-            ending: Ending = "failed" if number % 2 else "completed"
-            events = run_events(f"run_{number:02d}", agent=("Planner", "Booker")[number % 2], ending=ending,
-                                session=f"s{number % 2}", at=T0 + number * 10**9)  # fmt: skip
-            await record(store, events)
+        async with store:
+            for number in range(count):
+                ending: Ending = "failed" if number % 2 else "completed"
+                agent, session, at = ("Planner", "Booker")[number % 2], f"s{number % 2}", T0 + number * 10**9
+                events = run_events(f"run_{number:02d}", agent=agent, ending=ending, session=session, at=at)
+                await record(store, events)
 
     anyio.run(go)
 
@@ -151,10 +154,10 @@ def test_show_and_state_json(sqlite_store: str, capsys: pytest.CaptureFixture[st
 
 def test_a_unique_prefix_names_a_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A unique prefix works wherever a run id does; an exact id wins over longer ones."""
-    store = SqliteEventStore(tmp_path / "events.sqlite")
-    anyio.run(record, store, run_events("run_abc123"))
-    anyio.run(record, store, run_events("run_x"))
-    anyio.run(record, store, run_events("run_x2"))
+    with closing(SqliteEventStore(tmp_path / "events.sqlite")) as store:
+        anyio.run(record, store, run_events("run_abc123"))
+        anyio.run(record, store, run_events("run_x"))
+        anyio.run(record, store, run_events("run_x2"))
     path = str(tmp_path / "events.sqlite")
     assert main(["state", "run_ab", "--at", "1", "--json", "--store", path]) == 0
     assert json.loads(capsys.readouterr().out)["seq"] == 1
@@ -180,8 +183,8 @@ def test_an_empty_run_id_is_refused_even_when_the_store_holds_one_run(
 ) -> None:
     """``show ""`` names no run: as a prefix it would name the only run of the store."""
     monkeypatch.chdir(tmp_path)
-    store = SqliteEventStore(tmp_path / "events.sqlite")
-    anyio.run(record, store, run_events("run_only"))
+    with closing(SqliteEventStore(tmp_path / "events.sqlite")) as store:
+        anyio.run(record, store, run_events("run_only"))
     assert main([command, "", "--store", str(tmp_path / "events.sqlite")]) == 2
     captured = capsys.readouterr()
     assert captured.out == ""
@@ -257,8 +260,9 @@ def _session_with_a_corrupt_earlier_run(name: str, tmp_path: Path) -> str:
     store = STORES[name](tmp_path)
 
     async def go() -> None:
-        for number in range(3):
-            await record(store, run_events(f"run_{number}", session="s", at=T0 + number))
+        async with store:
+            for number in range(3):
+                await record(store, run_events(f"run_{number}", session="s", at=T0 + number))
 
     anyio.run(go)
     if name == "sqlite":

@@ -130,6 +130,7 @@ def test_reading_commands_leave_a_sqlite_database_unchanged(capsys: pytest.Captu
     store.close()
     with sqlite3.connect("events.db") as connection:  # back to a rollback journal: nothing beside it
         connection.execute("PRAGMA journal_mode = DELETE")
+    connection.close()
     before = Path("events.db").read_bytes()
     for command in (["runs"], ["show", "run_1"], ["state", "run_1"], ["export", "run_1"]):
         assert main([*command, "--store", "events.db"]) == 0

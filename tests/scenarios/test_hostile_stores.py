@@ -9,6 +9,7 @@ values nested past the recursion limit. The command line must say so in one line
 from __future__ import annotations
 
 import sqlite3
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from agentledger.adapters.stores.jsonl import JsonlEventStore
 from agentledger.adapters.stores.sqlite import SqliteEventStore
 from agentledger.cli import main
 from agentledger.core import MAX_DEPTH, decode_event, decode_events
+from agentledger.core.events import Event
 from agentledger.store import EventStore
 from agentledger.testing import FixedClock, SequentialIds
 
@@ -38,6 +40,17 @@ def sqlite_log(tmp_path: Path) -> Path:
     record_run(store)
     store.close()
     return path
+
+
+def sqlite_read(path: Path) -> list[Event]:
+    """The events of run_1, read through a store that is closed again, whatever the read raised."""
+    with closing(SqliteEventStore(path)) as store:
+        return store.read_sync("run_1")
+
+
+def sqlite_streams(path: Path) -> list[str]:
+    with closing(SqliteEventStore(path)) as store:
+        return store.streams_sync()
 
 
 def edit(path: Path, *statements: str) -> None:
@@ -77,7 +90,7 @@ def test_sqlite_text_where_seq_belongs_is_corruption(
     path = sqlite_log(tmp_path)
     edit(path, "DROP TRIGGER events_follow", f"UPDATE events SET {column} = 'x' || {column}")
     with pytest.raises(LogCorruptError, match="expected integer seq and last") as caught:
-        SqliteEventStore(path).read_sync("run_1")
+        sqlite_read(path)
     assert "run_1" in caught.value.where
     for command in READ_COMMANDS[1:]:
         fails_in_one_line(path, command, capsys)
@@ -89,7 +102,7 @@ def test_sqlite_undecodable_stream_name_is_corruption(
     path = sqlite_log(tmp_path)
     edit(path, "UPDATE streams SET name = CAST(X'ff00fe' AS TEXT)")
     with pytest.raises(StoreError, match="decode"):
-        SqliteEventStore(path).streams_sync()
+        sqlite_streams(path)
     fails_in_one_line(path, ["runs"], capsys)
 
 
@@ -103,7 +116,7 @@ def test_sqlite_undecodable_schema_text_is_a_store_error(
         "UPDATE sqlite_master SET sql = CAST(X'435245415445205441424c45ff' AS TEXT) WHERE name = 'streams'",
     )
     with pytest.raises(StoreError):
-        SqliteEventStore(path).streams_sync()
+        sqlite_streams(path)
     for command in READ_COMMANDS:
         fails_in_one_line(path, command, capsys)
 
@@ -117,7 +130,7 @@ def test_sqlite_blob_data_too_deep_is_corruption(tmp_path: Path, capsys: pytest.
     finally:
         connection.close()
     with pytest.raises(LogCorruptError, match="nested deeper") as caught:
-        SqliteEventStore(path).read_sync("run_1")
+        sqlite_read(path)
     assert caught.value.where.endswith("stream 'run_1' seq 0")
     for command in READ_COMMANDS[1:]:
         fails_in_one_line(path, command, capsys)
@@ -240,7 +253,7 @@ def test_sqlite_records_whose_own_seq_is_not_their_row_are_corruption(
     finally:
         connection.close()
     with pytest.raises(LogCorruptError, match=expected) as caught:
-        SqliteEventStore(path).read_sync("run_1")
+        sqlite_read(path)
     assert "stream 'run_1' seq" in caught.value.where
     for command in READ_COMMANDS[1:]:
         fails_in_one_line(path, command, capsys)
@@ -261,7 +274,7 @@ def test_a_sqlite_file_replaced_under_a_running_writer_refuses_appends(
     writer = SqliteEventStore(path)
     record_run(writer)
     copy = tmp_path / "backup.db"
-    with sqlite3.connect(path) as source, sqlite3.connect(copy) as target:
+    with closing(sqlite3.connect(path)) as source, closing(sqlite3.connect(copy)) as target:
         source.backup(target)
     if replacement == "empty file":
         (tmp_path / "empty.db").write_bytes(b"")

@@ -7,7 +7,7 @@ other appends queue; the test knows they all have once every task is blocked.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -67,10 +67,12 @@ STORES: dict[str, Callable[[Path], GatedSqlite | GatedJsonl]] = {
 
 
 @pytest.fixture(params=list(STORES))
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> GatedSqlite | GatedJsonl:
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[GatedSqlite | GatedJsonl]:
+    """The store, closed at teardown too: a test that fails before its own close leaves nothing open."""
     opened = STORES[request.param](tmp_path)
     opened.gate = Gate()
-    return opened
+    yield opened
+    opened.close()
 
 
 def reopen(store: GatedSqlite | GatedJsonl) -> SqliteEventStore | JsonlEventStore:
@@ -153,7 +155,8 @@ async def test_a_failed_commit_fails_every_append_of_its_group_only(store: Gated
     assert await store.read("run_first") == make_events("run_first", 0, 1, "first")
     assert await store.read("run_y") == []
     assert await store.append("run_x", make_events("run_x", 0, 2, "x"), 0) == 2
-    assert await reopen(store).read("run_x") == make_events("run_x", 0, 2, "x")
+    async with reopen(store) as fresh:
+        assert await fresh.read("run_x") == make_events("run_x", 0, 2, "x")
     store.close()
 
 
@@ -205,7 +208,8 @@ async def test_a_cancelled_append_still_waits_for_its_commit(store: GatedSqlite 
         store.gate.opened.set()
     assert outcomes == ["cancelled"]
     assert store.gate.groups == [1, 1]
-    assert await reopen(store).read("run_c") == make_events("run_c", 0, 2, "c")
+    async with reopen(store) as fresh:
+        assert await fresh.read("run_c") == make_events("run_c", 0, 2, "c")
     store.close()
 
 

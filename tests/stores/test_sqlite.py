@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
 from collections.abc import Callable, Mapping
@@ -293,6 +294,36 @@ def test_sqlite_read_only_refuses_schema_1_and_leaves_it(tmp_path: Path) -> None
     store.close()
     assert path.read_bytes() == before
     assert _user_version(path) == 1
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="reads the open files from /proc")
+@pytest.mark.parametrize("read_only", [True, False])
+def test_sqlite_a_file_that_is_no_database_is_refused_and_left_closed(
+    tmp_path: Path, read_only: bool
+) -> None:
+    """Opening a file that is not a SQLite database fails with StoreError, and the connection
+    tried on it is closed there and then, not left to the collector (the failure is kept)."""
+    path = tmp_path / "notes.sqlite"
+    path.write_bytes(b"these are not the pages of a database " * 200)
+    store = SqliteEventStore(path, read_only=read_only)
+    with pytest.raises(StoreError, match="not a database") as caught:
+        store.streams_sync()
+    assert caught.value.__cause__ is not None  # its traceback, frames and all, is still held here
+    assert _open_files_under(tmp_path) == []
+    store.close()
+
+
+def _open_files_under(folder: Path) -> list[str]:
+    """The files of ``folder`` this process holds open (Linux: its descriptors in /proc)."""
+    held = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:  # the descriptor of the listing itself, closed by now
+            continue
+        if target.startswith(str(folder)):
+            held.append(target)
+    return held
 
 
 def test_sqlite_read_only_reads_schema_2_as_it_is(tmp_path: Path) -> None:
