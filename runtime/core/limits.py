@@ -33,6 +33,9 @@ runs only go to the memory store keeps nothing.
 
 from __future__ import annotations
 
+import functools
+import operator
+from collections.abc import Callable
 from typing import Any, get_args
 
 import msgspec
@@ -107,8 +110,8 @@ def check_event(event: Event) -> bytes:
         raise UnrecordableError(f"{type(event).__name__} is nested deeper than {MAX_DEPTH} levels") from exc
     except (TypeError, ValueError, msgspec.EncodeError) as exc:
         raise UnrecordableError(f"{type(event).__name__} holds a value JSON cannot hold: {exc}") from exc
-    plan = _FLAT.get(type(event))
-    if plan is None or not _flat_reads_back(event, data, plan):
+    flat = _FLAT.get(type(event))
+    if flat is None or not flat(event, data):
         _read_back(event, data)
     if _keeping[0]:
         _keep(event, data)
@@ -178,9 +181,6 @@ def _plan(cls: type[Any]) -> tuple[tuple[str, bool], ...] | None:
     return tuple((f.name, isinstance(f.type, mi.DictType)) for f in fields if _free_json(f.type))
 
 
-_FLAT: dict[type[Any], tuple[tuple[str, bool], ...]] = {
-    cls: plan for cls in get_args(Event) if (plan := _plan(cls)) is not None
-}
 
 
 def _flat_reads_back(event: Event, data: bytes, free: tuple[tuple[str, bool], ...]) -> bool:
@@ -221,6 +221,78 @@ def _flat_reads_back(event: Event, data: bytes, free: tuple[tuple[str, bool], ..
 
 _SMALL = 8
 """The most values of a mapping checked one by one rather than on the encoded text."""
+
+
+def _stamp_reads_back(event: Event, data: bytes) -> bool:
+    """``_flat_reads_back`` for an event with no free field: its stamp is all that can fail."""
+    at, seq = event.at, event.seq
+    return type(at) is int and type(seq) is int and INT64_MIN <= at <= INT64_MAX >= seq >= 0
+
+
+FlatCheck = Callable[[Event, bytes], bool]
+
+
+def _flat_check(free: tuple[tuple[str, bool], ...]) -> FlatCheck:
+    """``_flat_reads_back`` specialised to one event type's free fields: the same answer, without
+    walking the plan for every event (the gate runs for each tool call and each result)."""
+    if not free:
+        return _stamp_reads_back
+    if len(free) == 1 and free[0][1]:
+        get = operator.attrgetter(free[0][0])
+
+        def one_object(event: Event, data: bytes) -> bool:  # a call's arguments
+            at, seq = event.at, event.seq
+            if type(at) is not int or type(seq) is not int or not INT64_MIN <= at <= INT64_MAX >= seq >= 0:
+                return False
+            value = get(event)
+            if type(value) is not dict:
+                return False
+            if len(value) <= _SMALL:
+                for item in value.values():
+                    kind = type(item)
+                    if kind is int:
+                        if not INT64_MIN <= item <= INT64_MAX:
+                            return False
+                    elif kind not in _LEAVES:
+                        return not too_deep(data) and not may_overflow(data)
+                return True
+            return not too_deep(data) and not may_overflow(data)
+
+        return one_object
+    if not any(must_be_object for _, must_be_object in free):
+        names = [name for name, _ in free]
+        get_all = operator.attrgetter(*names) if len(names) > 1 else _one_of(names[0])
+
+        def values_only(event: Event, data: bytes) -> bool:
+            at, seq = event.at, event.seq
+            if type(at) is not int or type(seq) is not int or not INT64_MIN <= at <= INT64_MAX >= seq >= 0:
+                return False
+            for value in get_all(event):
+                kind = type(value)
+                if kind in _LEAVES:  # a tool's text result, mostly, or no value at all
+                    continue
+                if kind is int:
+                    if not INT64_MIN <= value <= INT64_MAX:
+                        return False
+                    continue
+                # A container: the general check decides (a mapping of a few plain values in
+                # place, anything else on the text).
+                return _flat_reads_back(event, data, free)
+            return True
+
+        return values_only
+    return functools.partial(_flat_reads_back, free=free)
+
+
+def _one_of(name: str) -> Callable[[Any], tuple[Any]]:
+    get = operator.attrgetter(name)
+    return lambda event: (get(event),)
+
+
+_FLAT: dict[type[Any], FlatCheck] = {
+    cls: _flat_check(plan) for cls in get_args(Event) if (plan := _plan(cls)) is not None
+}
+"""Per flat event type, its check (``_flat_reads_back``, specialised)."""
 
 
 # -- the bytes a check made, for the store that writes the event ----------------------------------

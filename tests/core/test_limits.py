@@ -11,12 +11,12 @@ import json
 import re
 
 import msgspec
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from agentledger.core.depth import MAX_DEPTH, too_deep
 from agentledger.core.errors import UnrecordableError
-from agentledger.core.events import ToolCalled
+from agentledger.core.events import Event, MiddlewareShortCircuit, ToolCalled, ToolNotFound, ToolReturned
 from agentledger.core.limits import INT64_MAX, INT64_MIN, check_event, may_overflow
 
 
@@ -152,3 +152,58 @@ def test_too_deep_of_a_block_agrees_with_its_deepest_line(
     values = [_nested(*line) for line in lines]
     data = b"".join(json.dumps(value, separators=(",", ":")).encode() + b"\n" for value in values)
     assert too_deep(data, limit) == any(_depth(value) > limit for value in values)
+
+
+_results = st.one_of(
+    _values,
+    st.dictionaries(st.text(max_size=6), _plain, max_size=10),  # a few plain values, or more
+    st.builds(
+        lambda depth: _nested(depth, 0, "x"), st.integers(min_value=MAX_DEPTH - 2, max_value=MAX_DEPTH + 2)
+    ),
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_results, st.one_of(st.none(), _results), st.sampled_from(["returned", "short_circuit"]))
+@example(INT64_MAX + 1, None, "returned")  # a number on its own, checked in place
+@example("ok", INT64_MIN - 1, "returned")
+@example(2**64, None, "short_circuit")
+@example({"n": INT64_MAX + 1}, None, "returned")
+def test_the_gate_refuses_a_result_exactly_when_it_would_not_read_back(
+    result: object, tool_result: object, kind: str
+) -> None:
+    """A tool's result (and the value middleware replaced) is checked by its type's own check:
+    text and numbers in place, containers on the text; refused exactly when a value holds an
+    integer past 64 bits or nests deeper than the log reads."""
+    event: Event
+    if kind == "returned":
+        event = ToolReturned(
+            run_id="r", seq=1, at=1, call_id="c", name="t", result=result, tool_result=tool_result
+        )
+        values = [result, tool_result]
+    else:
+        event = MiddlewareShortCircuit(run_id="r", seq=1, at=1, call_id="c", middleware="m", result=result)
+        values = [result]
+    try:
+        check_event(event)
+    except UnrecordableError:
+        refused = True
+    else:
+        refused = False
+    # The event's own level of nesting counts: a value at the limit is one deeper in the record.
+    expected = any(_holds_a_big_int(v) for v in values) or any(_depth(v) + 1 > MAX_DEPTH for v in values)
+    assert refused == expected, values
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.sampled_from([INT64_MIN - 1, INT64_MIN, -1, 0, INT64_MAX, INT64_MAX + 1]), st.booleans())
+def test_the_gate_checks_the_stamp_of_an_event_with_no_free_value(value: int, in_seq: bool) -> None:
+    seq, at = (value, 1) if in_seq else (1, value)
+    event = ToolNotFound(run_id="r", seq=seq, at=at, call_id="c", name="t", reason="unknown")
+    fits = INT64_MIN <= value <= INT64_MAX  # what the log holds; the machine checks the order
+    try:
+        check_event(event)
+    except UnrecordableError:
+        assert not fits
+    else:
+        assert fits
