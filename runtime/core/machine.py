@@ -343,9 +343,10 @@ class RunMachine:
 
     def handle(self, event: Event) -> Reaction:
         """Take one input event; return it with the derived events, and the next commands."""
-        edge = self._accepts.get(type(event))
+        kind = type(event)
+        edge = self._accepts.get(kind)
         if edge is None:
-            raise self._refuse(f"{type(event).__name__} is not accepted in phase {self._phase.value}", event)
+            raise self._refuse(f"{kind.__name__} is not accepted in phase {self._phase.value}", event)
         if event.seq != self._next_seq or (self._phase is not Phase.NEW and event.run_id != self._run_id):
             raise self._refuse(
                 f"expected seq {self._next_seq} of run {self._run_id!r}, got seq {event.seq} of run "
@@ -358,7 +359,12 @@ class RunMachine:
         self._commands = []
         self._next_seq += 1
         self._at = event.at
-        self._project(event)
+        # Fold it into the live projections (the folds a rebuild uses), inline: once per event.
+        if kind in _TOOL_EVENTS:
+            self._tools.apply(event)
+        fold = TRANSCRIPT_FOLDS.get(kind)
+        if fold is not None:
+            fold(self._transcript, event)
         edge.handler(self, event)
         if self._phase not in edge.leads_to:
             self._astray(edge, type(event).__name__)
@@ -527,19 +533,14 @@ class RunMachine:
         self._phase = phase
         self._accepts = BY_PHASE[phase]
 
-    def _project(self, event: Event) -> None:
-        """Fold ``event`` into the live projections (the same folds a rebuild uses)."""
-        kind = type(event)
-        if kind in _TOOL_EVENTS:
-            self._tools.apply(event)
-        fold = TRANSCRIPT_FOLDS.get(kind)
-        if fold is not None:
-            fold(self._transcript, event)
-
     def _derive(self, cls: type[EventBase], **fields: Any) -> None:
         event: Any = cls(run_id=self._run_id, seq=self._next_seq, at=self._at, **fields)
         self._next_seq += 1
-        self._project(event)
+        if cls in _TOOL_EVENTS:  # folded as ``handle`` folds an input
+            self._tools.apply(event)
+        fold = TRANSCRIPT_FOLDS.get(cls)
+        if fold is not None:
+            fold(self._transcript, event)
         self._out.append(event)
 
     # -- decisions ----------------------------------------------------------------------------
