@@ -210,12 +210,11 @@ class RunLoop:
             self._drain()
         event: Any = cls(run_id=self.run_id, seq=self.machine.next_seq, at=self.clock(), **fields)
         check_event(event)
-        events, commands = self.machine.handle(event)
-        self.log.extend(events)
-        if commands:
-            self.commands.extend(commands)
+        log = self.log
+        kept = len(log)
+        self.machine.handle_into(event, log, self.commands)
         if self.observer is not None and (self.observes is None or cls in self.observes):
-            self.observer(events)
+            self.observer(log[kept:])
         return event  # type: ignore[no-any-return]
 
     def step(self, *, live: bool = False) -> StepLog:
@@ -260,12 +259,21 @@ class RunLoop:
                 _set_field(event, "seq", machine.next_seq)
                 if self.restamp:
                     _set_field(event, "at", at)
-            self._take(machine.handle(event))
+            self._handle(event)
 
     def adopt(self, events: Sequence[Event]) -> None:
         """Feed events already numbered as the log keeps them (a start step stored them)."""
         for event in events:
-            self._take(self.machine.handle(event))
+            self._handle(event)
+
+    def _handle(self, event: Event) -> None:
+        """The machine takes one numbered input into the log and the command queue."""
+        log = self.log
+        kept = len(log)
+        self.machine.handle_into(event, log, self.commands)
+        observer = self.observer
+        if observer is not None and (self.observes is None or type(event) in self.observes):
+            observer(log[kept:])
 
     def begin(self) -> None:
         """Hand over to the loop (after agent middleware): the machine's first command."""

@@ -23,7 +23,7 @@ outside through read-only properties; only the machine's transitions change it.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, MutableSequence, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, TypeVar
 
@@ -224,8 +224,8 @@ class RunMachine:
         self._batch: InvokeTools | None = None
         self._batch_failed = False
         self._at = 0
-        self._out: list[Event]  # the reaction to the input being handled (``handle``)
-        self._commands: list[Command]
+        self._out: list[Event]  # where the reaction to the input being handled goes (``handle``)
+        self._commands: MutableSequence[Command]
         self._expected: Sequence[Event] = ()  # derived events ``observe`` still has to see
 
     @classmethod
@@ -343,6 +343,18 @@ class RunMachine:
 
     def handle(self, event: Event) -> Reaction:
         """Take one input event; return it with the derived events, and the next commands."""
+        out: list[Event] = []
+        commands: list[Command] = []
+        self.handle_into(event, out, commands)
+        # Handed over, not kept: a run waiting on a model call holds two lists fewer for the
+        # collector to walk. The next input sets both again; nothing else appends to them.
+        del self._out, self._commands
+        return out, commands
+
+    def handle_into(self, event: Event, log: list[Event], commands: MutableSequence[Command]) -> None:
+        """``handle``, appending to the owner's own ``log`` (the event, then what it derives) and
+        ``commands`` instead of returning new lists: one input costs no list of its own. A
+        refused event appends nothing."""
         kind = type(event)
         edge = self._accepts.get(kind)
         if edge is None:
@@ -355,24 +367,27 @@ class RunMachine:
             )
         if edge.guard is not None:
             edge.guard(self, event)
-        self._out = [event]
-        self._commands = []
+        self._out = log
+        self._commands = commands
         self._next_seq += 1
         self._at = event.at
-        # Fold it into the live projections (the folds a rebuild uses), inline: once per event.
-        if kind in _TOOL_EVENTS:
-            self._tools.apply(event)
-        fold = TRANSCRIPT_FOLDS.get(kind)
-        if fold is not None:
-            fold(self._transcript, event)
-        edge.handler(self, event)
-        if self._phase not in edge.leads_to:
-            self._astray(edge, type(event).__name__)
-        # Handed over, not kept: a run waiting on a model call holds two lists fewer for the
-        # collector to walk. The next input sets both again; nothing else appends to them.
-        reaction = self._out, self._commands
-        del self._out, self._commands
-        return reaction
+        kept, issued = len(log), len(commands)
+        log.append(event)
+        try:
+            # Fold it into the live projections (the folds a rebuild uses), inline: once per event.
+            if kind in _TOOL_EVENTS:
+                self._tools.apply(event)
+            fold = TRANSCRIPT_FOLDS.get(kind)
+            if fold is not None:
+                fold(self._transcript, event)
+            edge.handler(self, event)
+            if self._phase not in edge.leads_to:
+                self._astray(edge, kind.__name__)
+        except BaseException:  # a bug in a handler: the owner's log keeps no half of a reaction
+            del log[kept:]
+            while len(commands) > issued:
+                commands.pop()
+            raise
 
     def begin(self) -> Reaction:
         """Start the loop once agent middleware hands over: the first model call, or approvals."""

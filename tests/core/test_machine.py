@@ -7,6 +7,8 @@ imported.
 
 from __future__ import annotations
 
+import collections
+import dataclasses
 from collections.abc import Sequence
 from typing import Any, TypeVar, get_args
 
@@ -63,7 +65,7 @@ from agentledger.core import (
     TransitionError,
     Usage,
 )
-from agentledger.core.machine import Begin, Fail, Finish
+from agentledger.core.machine import BY_PHASE, Begin, Fail, Finish
 
 E = TypeVar("E", bound=EventBase)
 
@@ -385,6 +387,59 @@ def test_every_pair_in_the_table_is_accepted(pair: tuple[Phase, type[EventBase]]
     assert events == [event]
     assert run.machine.next_seq == event.seq + 1
     assert (run.machine.phase, tuple(type(c) for c in commands)) == ACCEPTED[pair]
+
+
+@pytest.mark.parametrize("pair", list(ACCEPTED), ids=_id)
+def test_handle_into_appends_what_handle_returns(
+    pair: tuple[Phase, type[EventBase]],
+) -> None:
+    """The owner's form of ``handle``: the same events and commands, appended after what the
+    log and the queue already hold, and the machine left in the same state."""
+    phase, kind = pair
+    returned, appended = reach(phase), reach(phase)
+    first: Any = returned.make(kind, **SAMPLES[kind])
+    events, commands = returned.machine.handle(first)
+    earlier = returned.make(ToolCalled, call_id="earlier", name="t")  # stands for the log so far
+    log: list[Event] = [earlier]
+    queue: collections.deque[Command] = collections.deque([FinishRun(reason="earlier")])
+    again: Any = appended.make(kind, **SAMPLES[kind])
+    appended.machine.handle_into(again, log, queue)
+    assert log == [earlier, *events]
+    assert list(queue) == [FinishRun(reason="earlier"), *commands]
+    assert snapshot(appended.machine) == snapshot(returned.machine)
+
+
+@pytest.mark.parametrize("pair", REFUSED[::7], ids=_id)
+def test_handle_into_appends_nothing_it_refuses(pair: tuple[Phase, type[EventBase]]) -> None:
+    phase, kind = pair
+    run = reach(phase)
+    log: list[Event] = []
+    queue: collections.deque[Command] = collections.deque()
+    event: Any = run.make(kind, **SAMPLES[kind])
+    with pytest.raises(TransitionError):
+        run.machine.handle_into(event, log, queue)
+    assert (log, list(queue)) == ([], [])
+
+
+def test_a_failing_handler_leaves_no_half_reaction(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A bug in a transition's handler after it derived events: the log and the queue are as
+    they were before the input, and the error goes on."""
+    run = reach(A)
+    edge = TRANSITIONS[(A, ModelResponded)]
+
+    def broken(machine: RunMachine, event: Any) -> None:
+        edge.handler(machine, event)  # derives and issues what the real one does
+        raise RuntimeError("handler bug")
+
+    monkeypatch.setitem(BY_PHASE[A], ModelResponded, dataclasses.replace(edge, handler=broken))
+    log: list[Event] = [run.make(ToolCalled, call_id="before", name="t")]
+    queue: collections.deque[Command] = collections.deque()
+    with pytest.raises(RuntimeError, match="handler bug"):
+        run.machine.handle_into(run.make(ModelResponded, **SAMPLES[ModelResponded]), log, queue)
+    assert [type(e) for e in log] == [ToolCalled]
+    assert not queue
 
 
 @pytest.mark.parametrize("pair", REFUSED, ids=_id)
