@@ -177,6 +177,8 @@ class MemoryEventStore:
                     finished[stream] = None
                 elif stream in finished:  # a finished run written to again is in flight again
                     del finished[stream]
+                elif self.max_events is None:  # only a run finishing can pass max_runs
+                    return current + len(events)
                 if finished and (
                     (self.max_runs is not None and len(finished) > self.max_runs)
                     or (self.max_events is not None and self._events > self.max_events)

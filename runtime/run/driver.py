@@ -74,7 +74,10 @@ class LocalDriver:
 
     async def before(self, command: Command) -> None:
         if self.stored < len(self.log):  # nothing new: no flush to await
-            await self.flush()
+            if self._append_nowait is not None:
+                self._store_now(self._append_nowait)
+            else:
+                await self.flush()
 
     def call_model(self, command: CallModel, step: StepLog) -> Coroutine[Any, Any, None]:
         # The call sets the run's current step itself (``RunRecorder.into`` without a layer).
@@ -127,30 +130,37 @@ class LocalDriver:
         log = self.log
         if self.store is None or self.stored >= len(log):
             return
-        run_id = self.recorder.run_id
         if self._append_nowait is not None:  # an in-memory store: no IO to wait for, nothing in doubt
-            try:
-                self.stored = self._append_nowait(run_id, log[self.stored :], self.stored)
+            self._store_now(self._append_nowait)
+            return
+        if self._in_doubt:
+            await self._read_back()
+            if self.stored >= len(log):
                 return
-            except ConflictError as exc:
-                conflict = exc
-        else:
-            if self._in_doubt:
-                await self._read_back()
-                if self.stored >= len(log):
-                    return
-            self._in_doubt = True  # until the store says how the append went
-            try:
-                self.stored = await self.store.append(run_id, log[self.stored :], self.stored)
-                self._in_doubt = False
-                return
-            except ConflictError as exc:
-                self._in_doubt = False  # a refusal: nothing of it was written
-                conflict = exc
+        self._in_doubt = True  # until the store says how the append went
+        try:
+            self.stored = await self.store.append(self.recorder.run_id, log[self.stored :], self.stored)
+            self._in_doubt = False
+            return
+        except ConflictError as exc:
+            self._in_doubt = False  # a refusal: nothing of it was written
+            conflict = exc
+        self._refused(conflict)
+
+    def _store_now(self, append_nowait: Callable[[str, Sequence[Event], int], int]) -> None:
+        """``flush`` to a store that does no IO: nothing to await (``before`` makes no coroutine)."""
+        try:
+            self.stored = append_nowait(self.recorder.run_id, self.log[self.stored :], self.stored)
+            return
+        except ConflictError as exc:
+            conflict = exc
+        self._refused(conflict)
+
+    def _refused(self, conflict: ConflictError) -> typing.NoReturn:
         if self.stored == 0 and type(conflict) is ConflictError:
             # The run's first append found its stream there: another run holds the id. One
-            # error, raised outside the handler so it does not carry the store's along.
-            raise RunIdTakenError(run_id, conflict.actual)
+            # error, raised outside the store's handler so it does not carry the store's along.
+            raise RunIdTakenError(self.recorder.run_id, conflict.actual)
         raise conflict
 
     async def _read_back(self) -> None:

@@ -9,6 +9,8 @@ from typing import Any
 
 import anyio
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from agentledger import (
     Agent,
@@ -207,3 +209,46 @@ async def test_a_session_outlives_the_eviction_of_its_runs() -> None:
 class TestMemoryStore(StoreContract):
     def open_store(self, location: Path) -> EventStore:
         return self.opened[0] if self.opened else MemoryEventStore()
+
+
+_appends = st.lists(
+    st.tuples(st.sampled_from("abcde"), st.integers(min_value=1, max_value=3), st.booleans()), max_size=40
+)
+_limit = st.one_of(st.none(), st.integers(min_value=0, max_value=6))
+
+
+@settings(max_examples=300, deadline=None)
+@given(_appends, _limit, _limit)
+def test_eviction_follows_its_definition_for_any_appends(
+    appends: list[tuple[str, int, bool]], max_runs: int | None, max_events: int | None
+) -> None:
+    """After every append, finished runs are evicted oldest finished first while a limit is
+    passed; runs in flight never; an evicted run refuses appends, a finished one written to
+    again is in flight again."""
+    store = MemoryEventStore(max_runs=max_runs, max_events=max_events, remember=100)
+    logs: dict[str, int] = {}  # the definition: events per stream kept
+    done: dict[str, None] = {}  # finished streams, in the order they finished
+    gone: dict[str, int] = {}  # evicted streams, with the version they had
+    for stream, count, ends in appends:
+        version = logs.get(stream, 0)
+        events = make_events(stream, version, count - 1 if ends else count, "s")
+        if ends:
+            events.append(RunCompleted(run_id=stream, seq=version + count - 1, at=0))
+        if stream in gone:  # written to at the version it had
+            with pytest.raises(RunEvictedError):
+                store.append_nowait(stream, events, gone[stream])
+            continue
+        assert store.append_nowait(stream, events, version) == version + count
+        logs[stream] = version + count
+        done.pop(stream, None)
+        if ends:
+            done[stream] = None
+        while done and (
+            (max_runs is not None and len(done) > max_runs)
+            or (max_events is not None and sum(logs.values()) > max_events)
+        ):
+            oldest = next(iter(done))
+            gone[oldest] = logs.pop(oldest)
+            del done[oldest]
+        assert {s: len(store.read_nowait(s)) for s in logs} == logs
+        assert store.evicted == len(gone)
