@@ -8,7 +8,13 @@ instead of calling a server. With nothing but waiting in the model calls, the id
 three latencies (1.5 s); what a framework adds above that is its own work for all the runs, done
 on one event loop. Memory per run is the growth of the process's peak resident size over the
 batch divided by the runs (a fresh subprocess per framework, so one does not inherit the other's
-heap).
+heap). The time spent in the cycle collector is reported too (its callbacks time each
+collection), and ``--no-collector`` runs the batch with it off, to show what is the collector's.
+
+``floor`` is ``bench_floor``'s event-sourced floor (the same work in the least code) playing the
+same three model calls: msgspec events, each checked once, a transition table, one task per run,
+no event log kept (as the agents here keep none). It shows what this many runs at once cost on
+this machine with nothing but the work itself, the collector included.
 
 Run ``python -m benchmarks.bench_concurrency`` (``--help`` for options).
 """
@@ -30,6 +36,7 @@ from ._scenarios import ANSWER, TOOL_NAME
 
 LEDGER = "agentledger"
 PEER = "agent-framework-core"
+FLOOR = "floor"
 
 
 def _peak_rss() -> int:
@@ -94,24 +101,90 @@ async def _peer_batch(runs: int, latency: float) -> None:
     assert all(r.text == ANSWER for r in results)
 
 
-def child(framework: str, runs: int, latency: float) -> dict[str, Any]:
-    batch = _ledger_batch if framework == LEDGER else _peer_batch
+async def _floor_batch(runs: int, latency: float) -> None:
+    from . import bench_floor as floor
+    from ._scenarios import SCENARIOS
+
+    class SlowFloor(floor.FloorRunner):
+        async def model(self, transcript: Sequence[floor.Message]) -> floor.Message:
+            await asyncio.sleep(latency)
+            tools_done = sum(1 for m in transcript if m.role == "tool")
+            if tools_done >= 2:
+                return floor.Message("assistant", (floor.Content("text", text=ANSWER),))
+            call = floor.Content(
+                "function_call", call_id=f"c{tools_done}", name=TOOL_NAME, arguments='{"n": 1}'
+            )
+            return floor.Message("assistant", (call,))
+
+    class Versions(floor.MemoryStore):
+        """Checks each append's expected version, keeps no events (the agents keep no log)."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.versions: dict[str, int] = {}
+
+        def append(self, stream: str, events: Sequence[Any], expected_version: int) -> int:
+            if self.versions.get(stream, 0) != expected_version:
+                raise RuntimeError(f"{stream}: expected version {expected_version}")
+            version = self.versions[stream] = expected_version + len(events)
+            return version
+
+    runner = SlowFloor(SCENARIOS["b"])  # the scenario only names the tool; the model is above
+    runner.store = Versions()
+    results = await asyncio.gather(*(runner.run() for _ in range(runs)))
+    assert all(r == ANSWER for r in results)
+
+
+_BATCHES = {LEDGER: _ledger_batch, PEER: _peer_batch, FLOOR: _floor_batch}
+
+
+class _CollectorClock:
+    """Wall time inside the cycle collector, and how many full collections (its callbacks)."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.full = 0
+        self._start = 0.0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._start = time.perf_counter()
+            return
+        self.seconds += time.perf_counter() - self._start
+        self.full += info["generation"] == 2
+
+
+def child(framework: str, runs: int, latency: float, collector: bool = True) -> dict[str, Any]:
+    batch = _BATCHES[framework]
     asyncio.run(batch(10, 0.001))  # warm the code paths
     gc.collect()
+    clock = _CollectorClock()
+    if not collector:
+        gc.disable()
+    gc.callbacks.append(clock)
     before = _peak_rss()
     start = time.perf_counter()
-    asyncio.run(batch(runs, latency))
-    wall = time.perf_counter() - start
+    try:
+        asyncio.run(batch(runs, latency))
+    finally:
+        wall = time.perf_counter() - start
+        gc.callbacks.remove(clock)
+        if not collector:
+            gc.enable()
     return {
         "framework": framework,
         "runs": runs,
         "wall_s": wall,
         "rss_per_run": (_peak_rss() - before) / runs,
+        "collector_s": clock.seconds,
+        "full_collections": clock.full,
     }
 
 
-def measure(framework: str, runs: int, latency: float) -> dict[str, Any] | None:
+def measure(framework: str, runs: int, latency: float, collector: bool = True) -> dict[str, Any] | None:
     argv = [sys.executable, "-m", "benchmarks.bench_concurrency", "--child", framework]
+    if not collector:
+        argv.append("--no-collector")
     done = subprocess.run(
         [*argv, "--runs", str(runs), "--latency", str(latency)], capture_output=True, text=True, check=False
     )
@@ -127,22 +200,37 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--runs", type=int, default=10_000)
     parser.add_argument("--latency", type=float, default=0.5, help="seconds per model call")
     parser.add_argument("--no-peer", action="store_true")
-    parser.add_argument("--child", choices=(LEDGER, PEER), help=argparse.SUPPRESS)
+    parser.add_argument("--no-floor", action="store_true")
+    parser.add_argument(
+        "--no-collector", action="store_true", help="run each batch with the cycle collector off"
+    )
+    parser.add_argument("--child", choices=tuple(_BATCHES), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    collector = not args.no_collector
     if args.child:
-        print(json.dumps(child(args.child, args.runs, args.latency)))
+        print(json.dumps(child(args.child, args.runs, args.latency, collector)))
         return
-    frameworks = [LEDGER] if args.no_peer else [LEDGER, PEER]
+    frameworks = [FLOOR, LEDGER, PEER]
+    if args.no_peer:
+        frameworks.remove(PEER)
+    if args.no_floor:
+        frameworks.remove(FLOOR)
     ideal = 3 * args.latency
     print(f"{args.runs:,} runs at once, 3 model calls each, {args.latency} s per call (ideal {ideal:.1f} s)")
-    print("| framework | wall time | above ideal | peak RSS growth per run |")
-    print("|---|---|---|---|")
+    if not collector:
+        print("(the cycle collector off)")
+    columns = ("framework", "wall time", "above ideal", "in the collector", "full collections", "RSS per run")
+    print(f"| {' | '.join(columns)} |")
+    print("|---|---|---|---|---|---|")
     for framework in frameworks:
-        row = measure(framework, args.runs, args.latency)
+        row = measure(framework, args.runs, args.latency, collector)
         if row is not None:
             over = row["wall_s"] - ideal
             kib = row["rss_per_run"] / 1024
-            print(f"| {framework} | {row['wall_s']:.2f} s | {over:.2f} s | {kib:.1f} KiB |")
+            print(
+                f"| {framework} | {row['wall_s']:.2f} s | {over:.2f} s | {row['collector_s']:.2f} s | "
+                f"{row['full_collections']} | {kib:.1f} KiB |"
+            )
 
 
 if __name__ == "__main__":
