@@ -144,6 +144,7 @@ class Agent:
         self.clock: Clock = clock or time.time_ns  # the wall clock (SystemClock), without a wrapper call
         self.id = id or (name or "agent")
         self.tools = normalize_tools(tools)
+        self._offered: tuple[FunctionTool, ...] = ()  # the last run's tools, shared by runs offering them
         self.middleware = list(middleware or ())
         self._layers = _frozen_layers(split_middleware(self.middleware))
         self.default_options = dict(default_options or {})
@@ -339,6 +340,10 @@ class Agent:
         merged = merge_options(self.default_options, self.instructions, own)
         given = normalize_tools(tools) if tools is not None else []
         offered = tuple(self.tools + given) if given else tuple(self.tools)
+        if offered == self._offered:  # the same tools as the last run: one tuple for all of them
+            offered = self._offered
+        else:
+            self._offered = offered
         if merged.get("tool_choice") is not None:
             check_tool_choice(merged["tool_choice"], offered)
         if merged.get("response_format") is not None:  # OptionsError now, not at the first call

@@ -19,7 +19,7 @@ from agentledger import (
     tool,
 )
 from agentledger.adapters.chat.scripted import Call, ScriptedChatClient, ScriptEntry
-from agentledger.core import ToolChoiceReset, ToolsAdded, ToolsRemoved
+from agentledger.core import RunStarted, ToolChoiceReset, ToolsAdded, ToolsRemoved
 from agentledger.testing import FixedClock, SequentialIds, event_types
 
 pytestmark = pytest.mark.anyio
@@ -456,3 +456,24 @@ async def test_concurrent_calls_changing_the_tools_leave_the_logs_tools() -> Non
     assert "extra" in client.requests[1].tools
     assert ran == ["extra"]
     assert response.text == "done"
+
+
+async def test_each_run_offers_the_agents_tools_as_they_are_when_it_starts() -> None:
+    """Runs share what they offer while the agent's tools stay the same; a tool added to,
+    replaced in or removed from ``agent.tools`` between runs is offered (or not) from the next."""
+    client = ScriptedChatClient(["a", "b", "c", "d"])
+    agent = Agent(client=client, tools=[factorial], ids=SequentialIds(), clock=FixedClock())
+
+    async def offered() -> tuple[str, ...]:
+        started = (await agent.run("go")).events[0]
+        assert isinstance(started, RunStarted)
+        return tuple(spec.name for spec in started.tools)
+
+    assert await offered() == ("factorial",)
+    agent.tools.append(fibonacci)  # in place: the same list
+    assert await offered() == ("factorial", "fibonacci")
+    agent.tools[0] = fibonacci
+    agent.tools.pop()
+    assert await offered() == ("fibonacci",)
+    agent.tools.clear()
+    assert await offered() == ()

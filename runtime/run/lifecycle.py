@@ -127,6 +127,7 @@ class AgentRun:
                 # The loop alone (no agent middleware): nothing can change the run's input.
                 try:
                     provided = await provide_before(binding, inputs) if spec.context_providers else None
+                    del inputs  # recorded: a run waiting on its model keeps no list of its input
                     recorder.begin()
                     response = self._response(recorder, await driver.drive())
                     if provided is not None:
