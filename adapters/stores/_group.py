@@ -19,12 +19,13 @@ Two ways to run the commits share ``Append``. ``LoopGroups`` is for a store that
 the event loop (PostgreSQL): the appends of the loop's tasks queue there, and a leader lets the
 loop's ready tasks run once before it takes its group. The runs a commit wakes become ready
 together; without that pass the first of them to append commits alone and the rest wait for
-that commit to end (at 100 runs in flight, groups of 1 and of about 98 alternated). ``Committer`` is for a
-store that does blocking IO (SQLite, JSONL): appends from any thread or event loop queue in one
-list, and one committer thread commits group after group for as long as appends keep coming,
-without waiting for an event loop between two commits (the next flush starts while the loop
-wakes the runs of the last one). Each append says how to wake its caller: a waiting thread's
-event, or a callback scheduled on the caller's event loop (one call per loop and group).
+that commit to end (at 100 runs in flight, groups of 1 and of about 98 alternated).
+``Committer`` is for a store that does blocking IO (SQLite, JSONL): appends from any thread or
+event loop queue in one list, and one committer thread commits group after group for as long as
+appends keep coming, without waiting for an event loop between two commits (the next flush
+starts while the loop wakes the runs of the last one). Each append says how to wake its caller:
+a waiting thread's event, or a callback scheduled on the caller's event loop (one call per loop
+and group).
 """
 
 from __future__ import annotations
