@@ -16,12 +16,16 @@ after the other). If the commit function raises, the group as a whole failed (no
 durable) and every append not yet settled fails with that error.
 
 Two ways to run the commits share ``Append``. ``LoopGroups`` is for a store that does its IO on
-the event loop (PostgreSQL): the appends of the loop's tasks queue there. ``Committer`` is for a
-store that does blocking IO (SQLite, JSONL): appends from any thread or event loop queue in one
-list, and one committer thread commits group after group for as long as appends keep coming,
-without waiting for an event loop between two commits (the next flush starts while the loop
-wakes the runs of the last one). Each append says how to wake its caller: a waiting thread's
-event, or a callback scheduled on the caller's event loop (one call per loop and group).
+the event loop (PostgreSQL): the appends of the loop's tasks queue there, and a leader lets the
+loop's ready tasks run once before it takes its group. The runs a commit wakes become ready
+together; without that pass the first of them to append commits alone and the rest wait for
+that commit to end (at 100 runs in flight, groups of 1 and of about 98 alternated).
+``Committer`` is for a store that does blocking IO (SQLite, JSONL): appends from any thread or
+event loop queue in one list, and one committer thread commits group after group for as long as
+appends keep coming, without waiting for an event loop between two commits (the next flush
+starts while the loop wakes the runs of the last one). Each append says how to wake its caller:
+a waiting thread's event, or a callback scheduled on the caller's event loop (one call per loop
+and group).
 """
 
 from __future__ import annotations
@@ -290,6 +294,9 @@ class LoopGroups(Generic[Payload]):
 
     async def _lead(self) -> None:
         self._busy = True
+        # The tasks already scheduled to run (most often those the last commit woke) run before the
+        # group is taken, so that their appends join it; one pass of the loop, not a timer.
+        await anyio.lowlevel.cancel_shielded_checkpoint()
         group, self._queue = self._queue, []
         try:
             await self._commit(group)

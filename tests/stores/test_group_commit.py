@@ -12,8 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import pytest
 
+from agentledger.adapters.stores._group import Append, LoopGroups
 from agentledger.adapters.stores.jsonl import JsonlEventStore
 from agentledger.adapters.stores.sqlite import SqliteEventStore
 from agentledger.errors import ConflictError, StoreError
@@ -229,3 +231,52 @@ def test_appends_through_two_connections_see_each_other(tmp_path: Path) -> None:
     )
     one.close()
     two.close()
+
+
+def recording_groups(held: anyio.Event | None = None) -> tuple[LoopGroups[bytes], list[list[str]]]:
+    """Group commit on the event loop (PostgreSQL's), with a commit that records each group;
+    with ``held``, the second commit waits for it."""
+    groups: list[list[str]] = []
+
+    async def commit(group: list[Append[bytes]]) -> None:
+        groups.append([append.stream for append in group])
+        if held is not None and len(groups) == 2:
+            await held.wait()
+        await anyio.lowlevel.checkpoint()  # a round trip to the server
+        for append in group:
+            append.succeed()
+
+    return LoopGroups(commit), groups
+
+
+@pytest.mark.anyio
+async def test_appends_ready_in_one_pass_of_the_loop_share_one_group() -> None:
+    """Tasks that become ready together (a commit woke them) append in one group: the first
+    lets the others run before it takes the group, instead of committing alone."""
+    commits, groups = recording_groups()
+    versions: list[int] = []
+
+    async def one(stream: str) -> None:
+        versions.append(await commits.run(Append(stream, [b"{}"], 0)))
+
+    async with anyio.create_task_group() as group:
+        for i in range(10):
+            group.start_soon(one, f"run_{i}")
+    assert groups == [[f"run_{i}" for i in range(10)]]
+    assert versions == [1] * 10
+
+
+@pytest.mark.anyio
+async def test_a_lone_append_on_the_loop_commits_alone_and_the_next_ones_together() -> None:
+    """A lone writer is not held for company; appends that queue meanwhile share the next group."""
+    held = anyio.Event()
+    commits, groups = recording_groups(held)
+    assert await commits.run(Append("run_a", [b"{}"], 0)) == 1
+    async with anyio.create_task_group() as group:
+        group.start_soon(commits.run, Append("run_a", [b"{}"], 1))
+        await anyio.wait_all_tasks_blocked()  # its commit is held: the next two queue
+        group.start_soon(commits.run, Append("run_b", [b"{}"], 0))
+        group.start_soon(commits.run, Append("run_c", [b"{}"], 0))
+        await anyio.wait_all_tasks_blocked()
+        held.set()
+    assert groups == [["run_a"], ["run_a"], ["run_b", "run_c"]]
