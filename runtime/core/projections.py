@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Iterable, Sequence
+from collections.abc import Set as AbstractSet
 from typing import Any, NamedTuple
 
 import msgspec
@@ -127,6 +128,8 @@ class ToolsProjection:
 
 
 _TOOL_EVENTS = frozenset({RunStarted, ToolsAdded, ToolsRemoved, ContextProvided})
+_NO_CALLS: frozenset[str] = frozenset()
+"""The open calls of a transcript with no batch open."""
 
 
 class SessionProjection:
@@ -244,12 +247,13 @@ class TranscriptProjection:
         self.resuming = False
         self.config = RunConfig()
         self.batch: tuple[str, ...] = ()
-        self._open: set[str] = set()  # the batch's call ids, for O(1) membership
+        self._open: AbstractSet[str] = _NO_CALLS  # the batch's call ids, for O(1) membership
         self._results: dict[str, Content] = {}
 
     def _open_batch(self, call_ids: tuple[str, ...]) -> None:
         self.batch = call_ids
-        self._open = set(call_ids)
+        # No batch open (a run waiting on its model): one set shared by every run, not one each.
+        self._open = frozenset(call_ids) if call_ids else _NO_CALLS
         self._results = {}
 
     @property
@@ -298,7 +302,7 @@ class TranscriptProjection:
         self.messages.append(message)
         calls = [c.call_id or "" for c in message.contents if c.type == "function_call"]
         self.batch = call_ids = tuple(calls)
-        self._open = set(call_ids)
+        self._open = frozenset(call_ids) if call_ids else _NO_CALLS
         self._results = {}
 
     def _returned(self, event: ToolReturned | MiddlewareShortCircuit) -> None:
@@ -332,7 +336,7 @@ class TranscriptProjection:
     def _approval_resolved(self, event: ApprovalResolved) -> None:
         if event.call_id not in self._open:
             self.batch = (*self.batch, event.call_id)
-            self._open.add(event.call_id)
+            self._open = self._open | {event.call_id}
         if not event.approved:
             self.resolve(event.call_id, REJECTED_BY_USER)
 

@@ -48,6 +48,8 @@ class RunBinding:
         """The model failure that ended the run, raised to the caller once the run is recorded."""
         self._error_event: Event | None = None
         self.session_sink = self._session_sink(session) if session is not None else None
+        self._token: Any = None  # what ``enter`` set, for ``leave`` to undo
+        self._unbind: Callable[[], None] | None = None
         self.context = RunContext(
             agent=spec.agent,
             run_id=self.run_id,
@@ -91,8 +93,27 @@ class RunBinding:
             self.session.state.checkpoint()
 
     def bound(self) -> contextlib.AbstractContextManager[RunContext]:
-        """The session records into this run, and the run is the current one, inside the block."""
+        """The session records into this run, and the run is the current one, inside the block
+        (``enter`` and ``leave`` around it; a binding is held once)."""
         return _Bound(self)
+
+    def enter(self) -> RunContext:
+        """Hold the binding: the session records into this run and the run is the current one,
+        until ``leave``. A driver that holds it for a whole run calls the two itself (no context
+        manager object for the run to keep while it waits); ``bound()`` wraps them for a block."""
+        session, sink = self.session, self.session_sink
+        if session is not None and sink is not None:
+            self._unbind = session.bind(sink)
+        self._token = enter_run(self.context)
+        return self.context
+
+    def leave(self) -> None:
+        """Undo ``enter``: the run current before is current again, the session unbound."""
+        token, unbind = self._token, self._unbind
+        self._token = self._unbind = None
+        leave_run(token)
+        if unbind is not None:
+            unbind()
 
     def _session_sink(self, session: AgentSession) -> SessionSink:
         """Record session changes in this run (a caller sharing the session is given a copy of
@@ -116,27 +137,18 @@ class RunBinding:
 
 
 class _Bound:
-    """``RunBinding.bound()``: a plain context manager (it is entered once per run)."""
+    """``RunBinding.bound()``: ``enter`` and ``leave`` as a plain context manager."""
 
-    __slots__ = ("binding", "token", "unbind")
+    __slots__ = ("binding",)
 
     def __init__(self, binding: RunBinding) -> None:
         self.binding = binding
-        self.unbind: Callable[[], None] | None = None
-        self.token: Any = None
 
     def __enter__(self) -> RunContext:
-        binding = self.binding
-        session, sink = binding.session, binding.session_sink
-        if session is not None and sink is not None:
-            self.unbind = session.bind(sink)
-        self.token = enter_run(binding.context)
-        return binding.context
+        return self.binding.enter()
 
     def __exit__(self, *exc_info: object) -> None:
-        leave_run(self.token)
-        if self.unbind is not None:
-            self.unbind()
+        self.binding.leave()
 
 
 def _strings(value: Any, depth: int) -> list[str]:

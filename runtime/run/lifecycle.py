@@ -121,7 +121,8 @@ class AgentRun:
             recorder.follow(binding.registry)
             driver = LocalDriver(binding, recorder, spec.store)
             self._binding = binding
-            with binding.bound():
+            binding.enter()  # held for the whole run (``bound()`` without an object to keep)
+            try:
                 if spec.layers["agent"]:
                     return await self._run_agent_layers(binding, driver, inputs, stream)
                 # The loop alone (no agent middleware): nothing can change the run's input.
@@ -136,6 +137,8 @@ class AgentRun:
                     await self._failed(driver, exc)
                     raise
                 return await self._complete(binding, driver, response, response)
+            finally:
+                binding.leave()
         finally:
             if release is not None:
                 release()
