@@ -22,7 +22,7 @@ from agentledger.core.events import Event, decode_event, encode_event
 from agentledger.core.limits import checked_bytes, keep_checked_bytes
 from agentledger.errors import LogCorruptError
 
-__all__ = ("EXPECTED", "check_sequence", "decode_block", "decode_exact", "decode_records", "encode_records")
+__all__ = ("EXPECTED", "check_sequence", "decode_block", "decode_records", "encode_records")
 
 EXPECTED = 'expected one event: a JSON object tagged with its "type"'
 
@@ -57,20 +57,6 @@ def decode_block(data: bytes, count: int, where: Callable[[int], str]) -> list[E
     if len(events) == count:
         return events
     return _one_by_one(data.split(b"\n")[:count], where)
-
-
-def decode_exact(data: bytes, count: int) -> list[Event] | None:
-    """The ``count`` events of ``data`` (each record ending with a line end) decoded in one call,
-    or None when the block holds a record nested too deep or does not decode as exactly ``count``
-    events: the caller then decodes it part by part, which names what is wrong."""
-    if too_deep(data):
-        return None
-    try:
-        with collector_paused():
-            events = _decoder.decode_lines(data)
-    except (msgspec.DecodeError, RecursionError, ValueError):  # ValueError: text that is not UTF-8
-        return None
-    return events if len(events) == count else None
 
 
 def decode_records(records: Sequence[bytes], where: Callable[[int], str]) -> list[Event]:

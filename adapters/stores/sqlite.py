@@ -54,7 +54,7 @@ from agentledger.errors import LogCorruptError, StoreError
 from agentledger.listing import RunQuery, RunSummary
 
 from . import _sqlite_runs
-from ._codec import check_sequence, decode_block, decode_exact, decode_records, encode_records
+from ._codec import check_sequence, decode_block, decode_records, encode_records
 from ._group import Append, appending
 from ._listing import report
 from ._sqlite_append import StreamVersions, insert_each
@@ -243,11 +243,7 @@ class SqliteEventStore(ThreadedStore):
                 by_stream: dict[str, list[tuple[int, int, bytes]]] = {}
                 for name, seq, last, data in rows:
                     by_stream.setdefault(name, []).append((seq, last, data))
-                whole = self._chunk_events(chunk, by_stream, listed)
-                if whole is not None:
-                    found.update(whole)
-                    continue
-                for name in chunk:  # something is wrong: stream by stream, which names it
+                for name in chunk:
                     held = by_stream.get(name)
                     if held is None:
                         if name in listed:  # listed, yet holds none of its events: they were lost
@@ -257,44 +253,6 @@ class SqliteEventStore(ThreadedStore):
                         continue
                     found[name] = self._events(name, held, 0)
         return {stream: found.get(stream, []) for stream in streams}
-
-    def _chunk_events(
-        self, chunk: list[str], by_stream: dict[str, list[tuple[int, int, bytes]]], listed: set[str]
-    ) -> dict[str, list[Event]] | None:
-        """The events of every stream of ``chunk`` decoded in one call, each stream then checked
-        as ``_events`` checks it, or None at the first doubt (a stream listed without events, a
-        row out of place, a row not of ``last - seq + 1`` lines, a record that does not decode):
-        the chunk is then read stream by stream, which raises what reading it alone raises."""
-        parts: list[tuple[str, int, int]] = []  # each stream's name, first seq and count
-        records: list[bytes] = []
-        try:
-            for name in chunk:
-                rows = by_stream.get(name)
-                if rows is None:
-                    if name in listed:
-                        return None
-                    continue
-                self._check_types(name, rows)
-                self._check_contiguous(name, rows, 0)
-                for seq, last, data in rows:
-                    if type(data) is not bytes or data.count(b"\n") != last - seq:
-                        return None
-                    records.append(data)
-                parts.append((name, rows[0][0], rows[-1][1] - rows[0][0] + 1))
-            if not parts:
-                return {}
-            events = decode_exact(b"\n".join([*records, b""]), sum(part[2] for part in parts))
-            if events is None:
-                return None
-            found: dict[str, list[Event]] = {}
-            at = 0
-            for name, start, count in parts:
-                mine = check_sequence(events[at : at + count], name, start, _no_position)
-                found[name] = mine[-start:] if start < 0 else mine
-                at += count
-        except LogCorruptError:
-            return None
-        return found
 
     def _events(self, stream: str, rows: list[tuple[int, int, bytes]], first: int) -> list[Event]:
         """The events of ``stream`` from seq ``first`` in its ``rows``, checked and decoded."""
