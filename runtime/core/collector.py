@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import gc
 import sys
-import sysconfig
 from contextlib import AbstractContextManager
 from types import TracebackType
 
@@ -46,9 +45,10 @@ PROMOTE_BUDGET = 1_000_000
 _holders: list[None] = []  # one entry per block inside the current pause
 _paused: list[bool] = [False]  # whether a block here turned the collector off
 _moved = [0, -1]  # containers moved since the full collection numbered [1], that number
-# gc.freeze() and gc.unfreeze() splice the generations' lists here; a free-threaded build walks
-# the heap instead, and later versions' collectors are not measured.
-_SPLICES = sys.version_info < (3, 14) and not sysconfig.get_config_var("Py_GIL_DISABLED")
+# gc.freeze() and gc.unfreeze() splice the generations' lists here; a free-threaded build ("t" in
+# its ABI flags; sysconfig would import threading on 3.12+) walks the heap instead, and later
+# versions' collectors are not measured.
+_SPLICES = sys.version_info < (3, 14) and "t" not in getattr(sys, "abiflags", "")
 
 
 class _Pause:

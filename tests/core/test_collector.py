@@ -85,6 +85,11 @@ def _oldest() -> set[int]:
 SPLICES = sys.version_info < (3, 14) and not sysconfig.get_config_var("Py_GIL_DISABLED")
 
 
+def test_the_build_check_agrees_with_sysconfig() -> None:
+    """The collector tells a free-threaded build by its ABI flags (sysconfig imports threading)."""
+    assert (sys.version_info < (3, 14) and "t" not in getattr(sys, "abiflags", "")) == SPLICES
+
+
 def test_a_large_pause_moves_its_containers_to_the_oldest_generation_unless_objects_are_frozen() -> None:
     gc.collect()
     moves = SPLICES and gc.get_freeze_count() == 0  # CPython 3.12 keeps its static types' tuples frozen
