@@ -490,7 +490,7 @@ _EDITS = st.sampled_from(
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(edits=st.lists(st.tuples(_EDITS, st.integers(1, 8), st.integers(1, 8)), max_size=3))
-def test_sqlite_read_many_decoded_at_once_equals_reading_each_stream_alone(
+def test_sqlite_read_many_equals_reading_each_stream_alone_on_hostile_rows(
     tmp_path_factory: pytest.TempPathFactory, edits: list[tuple[str, int, int]]
 ) -> None:
     """Whatever was done to the rows (records copied between rows, lines added or cut off, a
