@@ -133,7 +133,8 @@ PINNED: dict[str, tuple[str, ...]] = {
     "agentledger.core": (
         "approval_requests", "approval_responses", "conversation", "paused_calls", "resumed_batch",
         "unmatched_approvals", "ClaimDecision", "HistoryGrowth", "PausedBatch", "arguments_digest",
-        "decide_claim", "history_growth", "paused_batch", "collector_paused", "CallModel", "Command",
+        "decide_claim", "history_growth", "paused_batch", "PROMOTE_AT", "PROMOTE_BUDGET", "collector_paused",
+        "CallModel", "Command",
         "FinishRun", "InvokeTools", "Phase", "AgentLedgerError", "TransitionError", "UnrecordableError",
         "MAX_DEPTH", "too_deep", "ALWAYS_REQUIRE", "APPROVAL_MODES", "NEVER_REQUIRE", "SCHEMA_VERSION",
         "ApprovalRequested", "ApprovalResolved", "ArgumentsRejected", "BatchClaimed", "BatchResumed",
@@ -159,7 +160,7 @@ PINNED: dict[str, tuple[str, ...]] = {
         "history_growth", "paused_batch"
     ),
     "agentledger.core.collector": (
-        "collector_paused",
+        "PROMOTE_AT", "PROMOTE_BUDGET", "collector_paused"
     ),
     "agentledger.core.commands": (
         "CallModel", "Command", "FinishRun", "InvokeTools", "Phase"

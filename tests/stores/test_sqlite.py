@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 import threading
@@ -11,6 +12,8 @@ from typing import ClassVar
 
 import anyio
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from agentledger.adapters.stores import sqlite as sqlite_store
 from agentledger.adapters.stores.sqlite import SqliteEventStore
@@ -462,3 +465,65 @@ def test_sqlite_read_many_refuses_what_read_refuses(tmp_path: Path) -> None:
         assert (str(many.value), many.value.where) == (str(alone.value), alone.value.where), edit
         reader.close()
         copy.unlink()
+
+
+_EDITS = st.sampled_from(
+    [
+        "UPDATE events SET data = (SELECT data FROM events WHERE id = {other}) WHERE id = {row}",
+        "UPDATE events SET data = CAST(data || X'0A' || data AS BLOB) WHERE id = {row}",
+        "UPDATE events SET data = CAST(substr(data, 1, instr(data, X'0A') - 1) AS BLOB) WHERE id = {row}",
+        'UPDATE events SET data = CAST(\'{{"type": "RunStarted"\' AS BLOB) WHERE id = {row}',
+        "UPDATE events SET data = CAST('" + "[" * 300 + "]" * 300 + "' AS BLOB) WHERE id = {row}",
+        "UPDATE events SET data = CAST(data AS TEXT) WHERE id = {row}",
+        "UPDATE events SET seq = seq + 7 WHERE id = {row}",
+        "DELETE FROM events WHERE id = {row}",
+        "DELETE FROM events WHERE stream = (SELECT stream FROM events WHERE id = {row})",
+        # the next row's first line moved to the end of this one: the records, joined, are as
+        # they should be, but neither row holds as many lines as its seq and last say
+        "UPDATE events SET data = CAST(data || X'0A' || substr((SELECT data FROM events"
+        " WHERE id = {row} + 1), 1, instr((SELECT data FROM events WHERE id = {row} + 1), X'0A') - 1)"
+        " AS BLOB) WHERE id = {row};"
+        " UPDATE events SET data = CAST(substr(data, instr(data, X'0A') + 1) AS BLOB) WHERE id = {row} + 1",
+    ]
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(edits=st.lists(st.tuples(_EDITS, st.integers(1, 8), st.integers(1, 8)), max_size=3))
+def test_sqlite_read_many_equals_reading_each_stream_alone_on_hostile_rows(
+    tmp_path_factory: pytest.TempPathFactory, edits: list[tuple[str, int, int]]
+) -> None:
+    """Whatever was done to the rows (records copied between rows, lines added or cut off, a
+    record that is no event or is nested too deep, text for bytes, a row moved or deleted, a
+    stream's rows deleted), ``read_many_sync`` gives what reading each stream alone gives, or
+    raises what reading the first stream that fails alone raises."""
+    path = tmp_path_factory.mktemp("many") / "events.sqlite"
+    names = ["run_a", "run_b", "run_c", "run_d"]
+    store = SqliteEventStore(path)
+    for name in names:  # two rows each, of 3 and 2 events (row ids 1 to 8)
+        store.append_sync(name, make_events(name, 0, 3, name), 0)
+        store.append_sync(name, make_events(name, 3, 2, name), 3)
+    store.close()
+    connection = sqlite3.connect(path, isolation_level=None)
+    for edit, row, other in edits:
+        with contextlib.suppress(sqlite3.IntegrityError):  # a record copied from a deleted row
+            connection.executescript(edit.format(row=row, other=other))
+    connection.close()
+    reader = SqliteEventStore(path)
+    try:
+        alone: dict[str, list[Event]] = {}
+        failure: LogCorruptError | None = None
+        for name in names:
+            try:
+                alone[name] = reader.read_sync(name)
+            except LogCorruptError as exc:
+                failure = exc
+                break
+        if failure is None:
+            assert reader.read_many_sync(names) == alone
+        else:
+            with pytest.raises(LogCorruptError) as many:
+                reader.read_many_sync(names)
+            assert (str(many.value), many.value.where) == (str(failure), failure.where)
+    finally:
+        reader.close()
