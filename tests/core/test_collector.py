@@ -18,10 +18,14 @@ from agentledger.core.events import RunStarted
 
 @pytest.fixture(autouse=True)
 def collector_on() -> Iterator[None]:
+    """Each test starts with the collector on and leaves it as it found it (a test that turns
+    it off must not leave every later test in the session without it)."""
     was = gc.isenabled()
     gc.enable()
     yield
-    if not was:
+    if was:
+        gc.enable()
+    else:
         gc.disable()
 
 
