@@ -181,8 +181,6 @@ def _plan(cls: type[Any]) -> tuple[tuple[str, bool], ...] | None:
     return tuple((f.name, isinstance(f.type, mi.DictType)) for f in fields if _free_json(f.type))
 
 
-
-
 def _flat_reads_back(event: Event, data: bytes, free: tuple[tuple[str, bool], ...]) -> bool:
     """Whether an event of flat fields certainly reads back; False sends it the long way.
 
@@ -206,14 +204,10 @@ def _flat_reads_back(event: Event, data: bytes, free: tuple[tuple[str, bool], ..
         elif kind is dict and len(value) <= _SMALL and not containers:
             # A few plain values (a call's arguments, mostly): one level deep, integers checked
             # here; a container among them sends the event to the text checks.
-            for item in value.values():
-                item_kind = type(item)
-                if item_kind is int:
-                    if not INT64_MIN <= item <= INT64_MAX:
-                        return False
-                elif item_kind not in _LEAVES:
-                    containers = True
-                    break
+            plain = _plain_values(value)
+            if plain is False:
+                return False
+            containers = plain is None
         elif kind not in _LEAVES:  # containers: their depth and their integers, on the text
             containers = True
     return not containers or (not too_deep(data) and not may_overflow(data))
@@ -221,6 +215,19 @@ def _flat_reads_back(event: Event, data: bytes, free: tuple[tuple[str, bool], ..
 
 _SMALL = 8
 """The most values of a mapping checked one by one rather than on the encoded text."""
+
+
+def _plain_values(mapping: dict[str, Any]) -> bool | None:
+    """A mapping's values checked one by one: True when each is plain and fits the log, False
+    for an integer past 64 bits, None at the first container (the encoded text decides)."""
+    for item in mapping.values():
+        kind = type(item)
+        if kind is int:
+            if not INT64_MIN <= item <= INT64_MAX:
+                return False
+        elif kind not in _LEAVES:
+            return None
+    return True
 
 
 def _stamp_reads_back(event: Event, data: bytes) -> bool:
@@ -247,15 +254,9 @@ def _flat_check(free: tuple[tuple[str, bool], ...]) -> FlatCheck:
             value = get(event)
             if type(value) is not dict:
                 return False
-            if len(value) <= _SMALL:
-                for item in value.values():
-                    kind = type(item)
-                    if kind is int:
-                        if not INT64_MIN <= item <= INT64_MAX:
-                            return False
-                    elif kind not in _LEAVES:
-                        return not too_deep(data) and not may_overflow(data)
-                return True
+            plain = _plain_values(value) if len(value) <= _SMALL else None
+            if plain is not None:
+                return plain
             return not too_deep(data) and not may_overflow(data)
 
         return one_object
