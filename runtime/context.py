@@ -362,21 +362,25 @@ def current_run_context() -> RunContext | None:
     return _current.get()
 
 
-def enter_run(context: RunContext) -> contextvars.Token[RunContext | None]:
-    """Make ``context`` the current run; ``leave_run`` with the token undoes it."""
-    return _current.set(context)
+def enter_run(context: RunContext) -> RunContext | None:
+    """Make ``context`` the current run; return the one current before, which ``leave_run``
+    makes current again. (The previous run, not a ``contextvars.Token``: a run held while it
+    waits keeps no token object for the cycle collector to walk.)"""
+    previous = _current.get()
+    _current.set(context)
+    return previous
 
 
-def leave_run(token: contextvars.Token[RunContext | None]) -> None:
-    """The run current before ``enter_run`` is current again."""
-    _current.reset(token)
+def leave_run(previous: RunContext | None) -> None:
+    """The run current before ``enter_run`` (what it returned) is current again."""
+    _current.set(previous)
 
 
 @contextlib.contextmanager
 def running(context: RunContext) -> Iterator[RunContext]:
     """Make ``context`` the current run inside the block (what a driver does around a run)."""
-    token = enter_run(context)
+    previous = enter_run(context)
     try:
         yield context
     finally:
-        leave_run(token)
+        leave_run(previous)

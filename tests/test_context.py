@@ -715,3 +715,26 @@ async def test_a_misspelt_run_parameter_is_refused_not_passed_on(typo: str, mean
     given: dict[str, Any] = {typo: object()}
     with pytest.raises(TypeError, match=f"did you mean '{meant}'"):
         await agent.run("hi", **given)
+
+
+def test_enter_and_leave_restore_the_run_before_in_any_nesting() -> None:
+    from agentledger.context import enter_run, leave_run, running
+
+    def context(run_id: str) -> RunContext:
+        return RunContext(agent=None, run_id=run_id, session=None, options={}, kwargs={})
+
+    outer, inner = context("outer"), context("inner")
+    assert current_run_context() is None
+    before_outer = enter_run(outer)
+    assert before_outer is None
+    assert current_run_context() is outer
+    before_inner = enter_run(inner)
+    assert before_inner is outer
+    assert current_run_context() is inner
+    with running(context("block")) as block:
+        assert current_run_context() is block
+    assert current_run_context() is inner
+    leave_run(before_inner)
+    assert current_run_context() is outer
+    leave_run(before_outer)
+    assert current_run_context() is None

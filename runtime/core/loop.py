@@ -29,7 +29,6 @@ it imports nothing beyond the core, so a Temporal workflow runs it in its sandbo
 
 from __future__ import annotations
 
-import collections
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
@@ -195,7 +194,9 @@ class RunLoop:
         """Where a driver holds records from threads outside any step; fed before anything else
         the owner feeds, closed when the run ends."""
         self.log: list[Event] = list(log)
-        self.commands: collections.deque[Command] = collections.deque()
+        # A list, not a deque: it holds one or two commands at a time, and a run waiting on its
+        # model keeps it (a deque's first block is some 600 bytes for the collector to walk).
+        self.commands: list[Command] = []
 
     # -- events -------------------------------------------------------------------------------
 
@@ -322,7 +323,7 @@ class RunLoop:
         """Carry out the machine's commands until it finishes the run."""
         commands = self.commands
         while True:
-            command = commands.popleft()
+            command = commands.pop(0)
             if type(command) is FinishRun:
                 return command
             await executor.before(command)

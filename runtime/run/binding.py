@@ -48,7 +48,7 @@ class RunBinding:
         """The model failure that ended the run, raised to the caller once the run is recorded."""
         self._error_event: Event | None = None
         self.session_sink = self._session_sink(session) if session is not None else None
-        self._token: Any = None  # what ``enter`` set, for ``leave`` to undo
+        self._previous: RunContext | None = None  # the run current before ``enter``
         self._unbind: Callable[[], None] | None = None
         self.context = RunContext(
             agent=spec.agent,
@@ -104,14 +104,14 @@ class RunBinding:
         session, sink = self.session, self.session_sink
         if session is not None and sink is not None:
             self._unbind = session.bind(sink)
-        self._token = enter_run(self.context)
+        self._previous = enter_run(self.context)
         return self.context
 
     def leave(self) -> None:
         """Undo ``enter``: the run current before is current again, the session unbound."""
-        token, unbind = self._token, self._unbind
-        self._token = self._unbind = None
-        leave_run(token)
+        previous, unbind = self._previous, self._unbind
+        self._previous = self._unbind = None
+        leave_run(previous)
         if unbind is not None:
             unbind()
 
