@@ -347,8 +347,7 @@ def _apply(binding: Any, provider: str, added: _Contribution, names: tuple[str, 
         tools=tuple(t.spec for t in added.tools if t.name not in registry.by_name),
         middleware=names,
     )
-    for tool in added.tools:
-        registry.by_name.setdefault(tool.name, tool)
+    registry.provide(added.tools)
     if added.instructions:
         binding.options["instructions"] = append_instructions(
             binding.options.get("instructions"), added.instructions

@@ -19,14 +19,38 @@ nothing. One for all registries, since changes are rare and brief (a lock per ru
 made by every run, most of which change nothing)."""
 
 
+_last: tuple[Sequence[FunctionTool], dict[str, FunctionTool]] | None = None
+"""The tools of the last registry made from a tuple, and their mapping by name: runs of an agent
+whose tools did not change share one tuple (``Agent.run_spec``), so they share its mapping too
+until one of them changes its tools (a run waiting on its model holds one mapping fewer)."""
+
+
+def _by_name(tools: Sequence[FunctionTool]) -> dict[str, FunctionTool]:
+    """``tools`` by name, shared with every registry made from the same tuple (never changed in
+    place: a registry copies it before its first change)."""
+    global _last
+    last = _last
+    if last is not None and last[0] is tools:
+        return last[1]
+    by_name: dict[str, FunctionTool] = {}
+    for item in tools:
+        if by_name.setdefault(item.name, item) is not item:
+            raise ToolDefinitionError(f"two different tools are named {item.name!r}")
+    if type(tools) is tuple:  # immutable: the same object means the same tools
+        _last = (tools, by_name)
+    return by_name
+
+
 class ToolRegistry:
-    """The tools a run can call now: its configured tools, then what tools added or removed."""
+    """The tools a run can call now: its configured tools, then what tools added or removed.
+
+    ``by_name`` is the run's live mapping; read it, and change it only through the methods
+    here (it starts shared with other runs of the same tools and is copied on the first change).
+    """
 
     def __init__(self, tools: Sequence[FunctionTool], recorder: Recorder) -> None:
-        self.by_name: dict[str, FunctionTool] = {}
-        for item in tools:
-            if self.by_name.setdefault(item.name, item) is not item:
-                raise ToolDefinitionError(f"two different tools are named {item.name!r}")
+        self.by_name = _by_name(tools)
+        self._shared = True  # ``by_name`` is not this run's own yet
         self.recorder = recorder
         self._configured = tools
         # Tools added while the run went on, by name, the latest under each (made by the first
@@ -52,7 +76,7 @@ class ToolRegistry:
             if batch:
                 specs = tuple(t.spec for t in batch.values())
                 self.recorder.record(ToolsAdded, by_call_id=by_call_id, tools=specs)
-                self.by_name.update(batch)
+                self._own().update(batch)
                 if self._added is None:
                     self._added = {}
                 self._added.update(batch)
@@ -65,8 +89,9 @@ class ToolRegistry:
             names = [n for n in dict.fromkeys(self._name_of(i) for i in items) if n in self.by_name]
             if names:
                 self.recorder.record(ToolsRemoved, by_call_id=by_call_id, names=tuple(names))
+                by_name = self._own()
                 for name in names:
-                    del self.by_name[name]
+                    del by_name[name]
 
     def settle(self, event: ToolsAdded | ToolsRemoved) -> None:
         """Follow the log: apply a kept change again, so the live tools are the log's. Changes
@@ -74,14 +99,30 @@ class ToolRegistry:
         they happened (one call removing a tool another adds); settling each as it is kept
         leaves the tools the next model call is offered, as a rebuild from the log has them."""
         with _CHANGES:
+            by_name = self._own()
             if isinstance(event, ToolsAdded):
                 for spec in event.tools:
                     tool = self._known(spec.name)
                     if tool is not None:
-                        self.by_name[spec.name] = tool
+                        by_name[spec.name] = tool
             else:
                 for name in event.names:
-                    self.by_name.pop(name, None)
+                    by_name.pop(name, None)
+
+    def provide(self, tools: Sequence[FunctionTool]) -> None:
+        """Tools a context provider offers this run (recorded by the caller as
+        ``ContextProvided``): each is kept under its name unless the run has a tool of that name."""
+        with _CHANGES:
+            by_name = self._own()
+            for tool in tools:
+                by_name.setdefault(tool.name, tool)
+
+    def _own(self) -> dict[str, FunctionTool]:
+        """``by_name``, made this run's own first if it is still shared (call under ``_CHANGES``)."""
+        if self._shared:
+            self.by_name = dict(self.by_name)
+            self._shared = False
+        return self.by_name
 
     def _known(self, name: str) -> FunctionTool | None:
         """The tool the run last had under ``name`` (what a kept change refers to)."""
