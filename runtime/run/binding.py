@@ -27,6 +27,11 @@ __all__ = ("RunBinding",)
 class RunBinding:
     """One run's spec and recorder, with the live state its steps share."""
 
+    __slots__ = (
+        "_error_event", "_previous", "_unbind", "client_kwargs", "context", "error", "kwargs",
+        "on_update", "options", "recorder", "registry", "run_id", "session", "session_sink", "spec",
+    )  # fmt: skip
+
     def __init__(
         self,
         spec: RunSpec,

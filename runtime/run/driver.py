@@ -46,6 +46,8 @@ class LocalDriver:
     """Carries out one run's commands in this process and appends its log to the run's store
     as it goes (an ``Executor`` of ``RunLoop``)."""
 
+    __slots__ = ("_append_nowait", "_in_doubt", "binding", "log", "recorder", "sequential", "store", "stored")
+
     def __init__(self, binding: RunBinding, recorder: RunRecorder, store: EventStore | None) -> None:
         self.binding = binding
         self.recorder = recorder

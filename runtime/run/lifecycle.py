@@ -55,6 +55,8 @@ __all__ = ("AgentRun",)
 class AgentRun:
     """One call of ``Agent.run`` (or of a sub-agent tool, or a rerun) in this process."""
 
+    __slots__ = ("_binding", "_machine", "_recorder", "on_update", "parent_sink", "run_id", "session", "spec")
+
     def __init__(
         self,
         spec: RunSpec,
