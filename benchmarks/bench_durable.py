@@ -6,8 +6,12 @@ flight at once (that many tasks, each starting its next run when one ends). Each
 its full durability: SQLite ``synchronous=FULL``, JSONL ``fsync=True``, PostgreSQL with its
 server's settings (``synchronous_commit``, reported). The memory store, the agent's default, is
 measured in the same invocation, and each durable figure is also given as a ratio of the memory
-store's events per second at the same concurrency: the two share whatever else the machine was
-doing. Each case starts from an empty store; the figure is the median of ``--repeat`` timings.
+store's events per second at the same concurrency. The timings go in rounds: each round times
+every store once, the memory store included, in an order that rotates from round to round, and
+a store's ratio in a round divides its events/s by the memory store's of the same round, so the
+two share whatever else the machine was doing then. Each case starts from an empty store; a
+figure is the median over ``--repeat`` rounds, and the ratio columns give the median of the
+rounds' ratios and the lowest and highest of them (a target "in every round" is the lowest).
 
 PostgreSQL is measured when a server answers at ``--postgres`` (default
 ``postgresql://postgres@127.0.0.1:5432/test``); each case uses a fresh schema, dropped afterwards.
@@ -84,10 +88,13 @@ class Figure(NamedTuple):
     events_per_s: float
 
 
+MEMORY = "memory (default)"
+
+
 def stores(postgres: str | None) -> dict[str, StoreFactory]:
     """Every store to measure, by name; the memory store first."""
     factories: dict[str, StoreFactory] = {
-        "memory (default)": lambda d: None,
+        MEMORY: lambda d: None,
         "SQLite": lambda d: SqliteEventStore(d / "events.sqlite"),
         "JSONL directory": lambda d: JsonlEventStore(d / "runs"),
         "JSONL journal": lambda d: JsonlEventStore(d / "runs.jsonl"),
@@ -159,11 +166,40 @@ def case(factory: StoreFactory, concurrency: int, runs: int, root: Path, dsn: st
             drop_schema(dsn, directory.name)
 
 
+def paired(
+    names: Sequence[str],
+    factories: Mapping[str, StoreFactory],
+    level: int,
+    runs: int,
+    rounds: int,
+    root: Path,
+    dsn: str,
+) -> list[tuple[str, Figure, list[float]]]:
+    """Each store's median figure and its events/s as a share of the memory store's, round by
+    round: a round times every store once, in an order rotated by one each round."""
+    timed: dict[str, list[Figure]] = {name: [] for name in names}
+    for index in range(rounds):
+        for name in [*names[index % len(names) :], *names[: index % len(names)]]:
+            timed[name].append(case(factories[name], level, runs, root, dsn))
+    memory = timed[MEMORY]
+    return [
+        (
+            name,
+            Figure(
+                statistics.median(f.runs_per_s for f in figures),
+                statistics.median(f.events_per_s for f in figures),
+            ),
+            [f.events_per_s / m.events_per_s for f, m in zip(figures, memory, strict=True)],
+        )
+        for name, figures in timed.items()
+    ]
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--concurrency", default="1,10,100,1000", help="runs in flight, comma-separated")
     parser.add_argument("--runs", type=int, default=400, help="runs per case (at least 2x the concurrency)")
-    parser.add_argument("--repeat", type=int, default=3, help="timings per figure (the median is kept)")
+    parser.add_argument("--repeat", type=int, default=5, help="rounds (each times every store once)")
     parser.add_argument("--only", default="", help="measure only the stores whose name contains this")
     parser.add_argument("--dir", type=Path, default=None, help="where to put the stores (a temp dir)")
     parser.add_argument("--postgres", default=DSN, help="PostgreSQL DSN ('' to skip PostgreSQL)")
@@ -174,26 +210,18 @@ def main(argv: Sequence[str] | None = None) -> None:
     factories = stores(args.postgres if synchronous is not None else None)
     print(f"Python {platform.python_version()}, {os.cpu_count()} CPUs, stores in {root}")
     print(f"PostgreSQL: {'synchronous_commit=' + synchronous if synchronous else 'not reachable, skipped'}")
-    print(f"{TOOL_CALLS}-tool-call runs of {EVENTS_PER_RUN} events; median of {args.repeat}\n")
-    print("| store | concurrent runs | runs/s | events/s | of memory's events/s |")
-    print("|---|---:|---:|---:|---:|")
+    print(f"{TOOL_CALLS}-tool-call runs of {EVENTS_PER_RUN} events; {args.repeat} rounds, medians\n")
+    print("| store | in flight | runs/s | events/s | of memory's events/s | lowest round | highest round |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    names = [n for n in factories if not args.only or args.only.lower() in n.lower() or n == MEMORY]
     try:
         for level in levels:
             runs = max(args.runs, 2 * level)
-            memory: float | None = None
-            for name, factory in factories.items():
-                if args.only and args.only.lower() not in name.lower() and memory is not None:
-                    continue
-                figures = [case(factory, level, runs, root, args.postgres) for _ in range(args.repeat)]
-                figure = Figure(
-                    statistics.median(f.runs_per_s for f in figures),
-                    statistics.median(f.events_per_s for f in figures),
-                )
-                if memory is None:
-                    memory = figure.events_per_s
-                ratio = figure.events_per_s / memory
+            measured = paired(names, factories, level, runs, args.repeat, root, args.postgres)
+            for name, figure, ratios in measured:
                 rates = f"{figure.runs_per_s:,.0f} | {figure.events_per_s:,.0f}"
-                print(f"| {name} | {level:,} | {rates} | {ratio:.0%} |", flush=True)
+                spread = f"{statistics.median(ratios):.0%} | {min(ratios):.0%} | {max(ratios):.0%}"
+                print(f"| {name} | {level:,} | {rates} | {spread} |", flush=True)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     sys.stdout.flush()
