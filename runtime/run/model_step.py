@@ -80,10 +80,7 @@ async def call_model(
         if layers or binding.on_update is not None
         else None
     )
-    # The step before this one, set again after (not a token held for the length of the call).
-    previous = current.get() if current is not None else None
-    if current is not None:
-        current.set(step)
+    step_token = current.set(step) if current is not None else None
     # The writer names who changed session values: without a session or middleware, no one asks.
     token = writer.set("chat_middleware") if layers or binding.session is not None else None
     result: ChatResponse | None
@@ -116,8 +113,8 @@ async def call_model(
                 writer.reset(token)
         _responded(binding, command.iteration, result)
     finally:
-        if current is not None:
-            current.set(previous)
+        if current is not None and step_token is not None:
+            current.reset(step_token)
 
 
 async def _through_middleware(

@@ -75,10 +75,7 @@ async def invoke_call(
     (``ApprovalMismatchError``, recorded as ``ToolFailed``). With ``step`` and ``current`` (the
     run's current-step variable), the call records into ``step``: the variable is set for the
     call and reset after."""
-    # The step before this one, set again after (not a token held for the length of the call).
-    previous = current.get() if current is not None else None
-    if current is not None:
-        current.set(step)
+    step_token = current.set(step) if current is not None else None
     call_id = call.call_id or ""
     function = function or binding.registry.by_name[call.name or ""]
     layers = binding.spec.layers["function"]
@@ -128,8 +125,8 @@ async def invoke_call(
     finally:
         if token is not None:
             writer.reset(token)
-        if current is not None:
-            current.set(previous)
+        if current is not None and step_token is not None:
+            current.reset(step_token)
 
 
 def _as_sent(function: FunctionTool, call: Content) -> dict[str, Any]:
