@@ -9,7 +9,7 @@ import contextvars
 import pytest
 
 from agentledger import Agent, tool
-from agentledger.adapters.chat.scripted import Call, ScriptedChatClient
+from agentledger.adapters.chat.scripted import Call, ScriptedChatClient, ScriptEntry
 
 pytestmark = pytest.mark.anyio
 
@@ -28,7 +28,8 @@ async def pong(n: int) -> str:
 
 @pytest.mark.parametrize("sequential", [False, True])
 async def test_runs_leave_the_callers_context_unchanged(sequential: bool) -> None:
-    script = [[Call("ping", {"n": 1}), Call("pong", {"n": 2})], Call("pong", {"n": 3}), "done"]
+    batch = [Call("ping", {"n": 1}), Call("pong", {"n": 2})]
+    script: list[ScriptEntry] = [batch, Call("pong", {"n": 3}), "done"]
     agent = Agent(client=ScriptedChatClient(script * 3), tools=[ping, pong], sequential_tools=sequential)
     before = dict(contextvars.copy_context())
     assert (await agent.run("go")).text == "done"
