@@ -272,7 +272,7 @@ PINNED: dict[str, tuple[str, ...]] = {
         "fork", "replay", "rerun"
     ),
     "agentledger.replay.stand_ins": (
-        "RecordedTools", "apply_session"
+        "RecordedTools", "apply_session", "approved_calls"
     ),
     "agentledger.replay.state": (
         "RecordedRun", "RunState", "is_replaying", "load"

@@ -17,7 +17,7 @@ from ..agent import Agent
 from ..chat import ChatClient
 from ..context import current_run_context, replaying
 from ..core.errors import TransitionError
-from ..core.events import Event, SessionUpdated, ToolFailed, ToolReturned
+from ..core.events import ALWAYS_REQUIRE, Event, SessionUpdated, ToolFailed, ToolReturned
 from ..errors import AgentLedgerError, MiddlewareFailure, ReplayDrift, RunError
 from ..providers import RecordedContributions, provider_names
 from ..response import AgentResponse
@@ -29,7 +29,7 @@ from ..subagents import AgentTool, ChildLink, running_children_with
 from .client import RecordedOutcome, ReplayClient, ReplayExhausted
 from .compare import call_of, differences, divergence
 from .findings import Finding, ReplayReport
-from .stand_ins import RecordedTools, apply_session
+from .stand_ins import RecordedTools, apply_session, approved_calls
 from .state import RecordedRun
 
 __all__ = ("fork", "replay", "rerun")
@@ -123,6 +123,9 @@ def _replay_spec(
         spec = spec.replace(options=options, run_instructions=None)
     if tools == "recorded" or upto is not None:
         spec = spec.replace(tools=(*(helper.stand_in(t.name) for t in agent.tools), *given))
+    elif helper.approved:  # live tools, but an approved call keeps its one execution: the recorded one
+        gated = tuple(helper.stand_in(t.name) if t.approval_mode == ALWAYS_REQUIRE else t for t in spec.tools)
+        spec = spec.replace(tools=gated)
     if (providers == "recorded" or upto is not None) and spec.context_providers:
         names = provider_names(spec.context_providers)
         stand_in = RecordedContributions(recorded.events, helper.stand_in, names)
@@ -154,10 +157,12 @@ class _TreeReplay:
         self.replayed: dict[str, RecordedRun] = {}
         self.cannot: list[Finding] = []
         self.outcomes = {e.call_id: e.seq for e in root.events if isinstance(e, ToolReturned | ToolFailed)}
+        self.approved = approved_calls(root.events)
 
     def _live(self, parent_run: str, call_id: str) -> bool:
-        """Whether a fork runs this call's child live: a call of the forked run past the point."""
-        if self.upto is None or parent_run != self.root_run_id:
+        """Whether a fork runs this call's child live: a call of the forked run past the point,
+        unless a human approved it there (its one execution is the recorded child's)."""
+        if self.upto is None or parent_run != self.root_run_id or call_id in self.approved:
             return False
         seq = self.outcomes.get(call_id)
         return seq is None or seq > self.upto

@@ -9,6 +9,7 @@ import msgspec
 
 from ..context import FunctionInvocationContext, RunContext, current_run_context
 from ..core.events import (
+    ApprovalResolved,
     ArgumentsRejected,
     ChildRunStarted,
     ContextProvided,
@@ -24,7 +25,7 @@ from ..core.events import (
     ToolSpec,
     ToolsRemoved,
 )
-from ..errors import ArgumentsError, MiddlewareTermination
+from ..errors import ApprovalError, ArgumentsError, MiddlewareTermination
 from ..session import AgentSession
 from ..subagents import AgentTool
 from ..tools import FunctionTool
@@ -32,7 +33,7 @@ from .client import RecordedOutcome, ReplayExhausted
 from .compare import call_of
 from .state import RecordedRun
 
-__all__ = ("RecordedTools", "apply_session")
+__all__ = ("RecordedTools", "apply_session", "approved_calls")
 
 
 class RecordedTools:
@@ -61,6 +62,10 @@ class RecordedTools:
         self.specs = {spec.name: spec for e in recorded.events for spec in _specs(e)}
         self.children = recorded.children
         self.refused = _refused(recorded.events)
+        self.run_id = recorded.run_id
+        self.approved = approved_calls(recorded.events)
+        """Calls a human approved in the recorded run: an approval allows one execution, which
+        the recorded run made, so a replay never runs them (a fork past them included)."""
 
     def stand_in(self, name: str) -> FunctionTool:
         """``name`` as the rerun calls it: the live tool's argument checks, the recorded outcome."""
@@ -73,7 +78,14 @@ class RecordedTools:
                 # A sub-agent whose run is in the log reruns (its tree answered from the log).
                 return await live.execute(arguments, ctx)
             outcome = self.outcome.get(call_id)
-            if outcome is None or (self.upto is not None and outcome.seq > self.upto):
+            if call_id in self.approved:  # its one execution is the recorded run's
+                if outcome is None:
+                    raise ApprovalError(
+                        f"call {call_id} ({name}) was approved in run {self.run_id}, whose log holds "
+                        "no outcome of it: it may have taken effect, so a replay or fork does not run "
+                        "it again (a new approval, in a new run, can)"
+                    )
+            elif outcome is None or (self.upto is not None and outcome.seq > self.upto):
                 if live is None or not self.run_live:
                     raise ReplayExhausted(f"no recorded outcome for call {call_id} and no live tool {name!r}")
                 return await live.execute(arguments, ctx)
@@ -107,6 +119,11 @@ class RecordedTools:
                 for key in ("run_id", "seq", "at"):
                     fields.pop(key)
                 caller.record(ChildRunStarted, **fields)
+
+
+def approved_calls(events: Sequence[Event]) -> frozenset[str]:
+    """The calls a human approved in a run's log (``ApprovalResolved`` with ``approved``)."""
+    return frozenset(e.call_id for e in events if type(e) is ApprovalResolved and e.approved)
 
 
 def _recorded(ctx: FunctionInvocationContext) -> None:

@@ -1,0 +1,134 @@
+"""A replay never runs an approved call again: an approval allows one execution, and the
+recorded run made it. A fork of a resumed run takes the approved call's recorded outcome, from
+any point; where the log holds no outcome (the resume crashed inside the call), a fork or a live
+rerun refuses the call instead of running it."""
+
+from __future__ import annotations
+
+import pytest
+
+from agentledger import (
+    Agent,
+    AgentResponse,
+    AgentSession,
+    MemoryEventStore,
+    Message,
+    ReplayDivergence,
+    tool,
+)
+from agentledger.adapters.chat.scripted import Call, ScriptedChatClient
+from agentledger.core import ToolCalled, ToolFailed, ToolReturned
+from agentledger.replay import RecordedRun, fork, load, rerun
+
+pytestmark = pytest.mark.anyio
+
+
+class Bank:
+    def __init__(self) -> None:
+        self.sent: list[int] = []
+        self.pinged = 0
+
+    def agent(self, client: ScriptedChatClient, store: MemoryEventStore | bool = False) -> Agent:
+        @tool(approval_mode="always_require")
+        def wire_money(amount: int) -> str:
+            """Send money (a human must approve)."""
+            self.sent.append(amount)
+            return f"sent {amount}"
+
+        @tool
+        def balance() -> int:
+            """The balance."""
+            self.pinged += 1
+            return 100
+
+        return Agent(client=client, tools=[wire_money, balance], store=store)
+
+
+async def _resumed(bank: Bank) -> tuple[AgentResponse, MemoryEventStore]:
+    store = MemoryEventStore()
+    client = ScriptedChatClient([[Call("wire_money", {"amount": 5}), Call("balance")], "Sent 5."])
+    agent = bank.agent(client, store)
+    session = AgentSession("s1")
+    paused = await agent.run("Send 5.", session=session)
+    answers = [request.to_approval_response(True) for request in paused.user_input_requests]
+    resumed = await agent.run(Message("user", answers), session=session)
+    assert bank.sent == [5]
+    return resumed, store
+
+
+async def test_a_fork_of_a_resumed_run_never_sends_again_from_any_point() -> None:
+    bank = Bank()
+    resumed, store = await _resumed(bank)
+    recorded = await load(store, resumed.run_id)
+    for at in range(len(recorded.events)):
+        agent, client = bank.agent(ScriptedChatClient([])), ScriptedChatClient(["Forked."])
+        forked = await fork(recorded, agent, at=at, client=client)
+        results = [e for e in forked.events if type(e) is ToolReturned and e.name == "wire_money"]
+        assert [r.result for r in results] == ["sent 5"], at  # the recorded outcome stands in
+    assert bank.sent == [5]
+
+
+async def test_an_approved_call_without_an_outcome_is_refused_not_run() -> None:
+    bank = Bank()
+    resumed, store = await _resumed(bank)
+    loaded = await load(store, resumed.run_id)
+    events = loaded.events
+    called = next(e.seq for e in events if type(e) is ToolCalled and e.name == "wire_money")
+    crashed = RecordedRun(events[: called + 1], prior=loaded.prior)  # the resume died in the call
+    agent, client = bank.agent(ScriptedChatClient([])), ScriptedChatClient(["Forked."])
+    forked = await fork(crashed, agent, at=0, client=client)
+    failed = [e for e in forked.events if type(e) is ToolFailed and e.name == "wire_money"]
+    assert [f.error_type for f in failed] == ["ApprovalError"]
+    assert "may have taken effect" in failed[0].message
+    with pytest.raises(ReplayDivergence):  # the cut log ends where the rerun goes on
+        await rerun(crashed, bank.agent(ScriptedChatClient(["Sent 5."])), tools="live")
+    assert bank.sent == [5]
+
+
+async def test_calls_nobody_approved_still_run_live_in_a_fork() -> None:
+    bank = Bank()
+    resumed, store = await _resumed(bank)
+    recorded = await load(store, resumed.run_id)
+    assert bank.pinged == 1
+    await fork(recorded, bank.agent(ScriptedChatClient([])), at=0, client=ScriptedChatClient(["Forked."]))
+    assert bank.pinged == 2  # a fork's later calls are live: that is what a fork is for
+    assert bank.sent == [5]
+
+
+async def test_a_live_rerun_runs_the_other_tools_and_repeats_the_approved_outcome() -> None:
+    bank = Bank()
+    resumed, store = await _resumed(bank)
+    recorded = await load(store, resumed.run_id)
+    response = await rerun(recorded, bank.agent(ScriptedChatClient([])), tools="live")
+    assert response is not None
+    assert response.text == "Sent 5."
+    assert (bank.sent, bank.pinged) == ([5], 2)
+
+
+async def test_a_fork_does_not_run_an_approved_sub_agent_again() -> None:
+    deliveries: list[str] = []
+
+    @tool
+    def deliver(item: str) -> str:
+        """Deliver an item."""
+        deliveries.append(item)
+        return f"delivered {item}"
+
+    courier = Agent(
+        client=ScriptedChatClient([Call("deliver", {"item": "box"}), "Delivered."] * 3),
+        name="courier",
+        tools=[deliver],
+    )
+    store = MemoryEventStore()
+    dispatch = courier.as_tool(name="courier", approval_mode="always_require")
+    client = ScriptedChatClient([Call("courier", {"task": "deliver the box"}), "Done."])
+    agent = Agent(client=client, tools=[dispatch], store=store)
+    session = AgentSession("s2")
+    paused = await agent.run("Deliver the box.", session=session)
+    answers = [request.to_approval_response(True) for request in paused.user_input_requests]
+    resumed = await agent.run(Message("user", answers), session=session)
+    assert deliveries == ["box"]
+    recorded = await load(store, resumed.run_id)
+    forked = await fork(recorded, agent, at=0, client=ScriptedChatClient(["Forked."]))
+    assert forked.text == "Forked."
+    assert deliveries == ["box"]
