@@ -435,7 +435,10 @@ def _parser() -> argparse.ArgumentParser:
         "--tools",
         choices=("recorded", "live"),
         default="recorded",
-        help="recorded: tools return what the log says; live: tool bodies run (models never do)",
+        help=(
+            "recorded: tools return what the log says; live: tool bodies run "
+            "(models never do, nor calls a human approved)"
+        ),
     )
     replay.add_argument(
         "--force", action="store_true", help="replay even if the run was recorded by an agent of another name"
