@@ -6,7 +6,9 @@ subclass says what its wire format is (``_body``, ``_parse``, ``_stream``), wher
 
 - one POST per call, retried on 408, 429 and 5xx (529 included) up to ``max_retries`` times,
   waiting what ``Retry-After`` (or ``retry-after-ms``) says, else 0.5 s, 1 s, 2 s... capped at
-  8 s; a wait longer than ``max_retry_delay`` is not made and the error is raised at once;
+  8 s; a wait longer than ``max_retry_delay`` is not made and the error is raised at once; a
+  connection that fails before any answer (refused, reset, a pooled connection the server had
+  closed) is retried the same way, a timeout is not;
 - error statuses and transport failures become the typed errors of ``_openai_errors``;
 - answers are read within ``max_response_bytes``; streams go through the SSE parser;
 - the credentials are kept out of ``repr``, of every error message and of the answers recorded.
@@ -28,7 +30,14 @@ from agentledger.clients import BaseChatClient, ChatOptions, ChatResponse, ChatR
 from agentledger.core.messages import Content, Message
 from agentledger.logs import logger
 
-from ._openai_errors import APIStatusError, OpenAIConfigurationError, OpenAIError, TruncatedStreamError
+from ._openai_errors import (
+    APIConnectionError,
+    APIStatusError,
+    APITimeoutError,
+    OpenAIConfigurationError,
+    OpenAIError,
+    TruncatedStreamError,
+)
 from ._openai_http import (
     DEFAULT_MAX_RESPONSE_BYTES,
     body_chunks,
@@ -240,7 +249,24 @@ class HTTPChatClient(BaseChatClient):
         attempt = 0
         while True:
             request = self._request(http, body, options, extras, await self._auth_headers(), stream=stream)
-            response = await send_request(http, request, True)  # read by us, within the size limit
+            try:
+                response = await send_request(http, request, True)  # read by us, within the size limit
+            except APIConnectionError as failure:  # no answer at all: the connection failed
+                delay = self._reconnect_delay(failure, attempt)
+                if delay is None:
+                    raise
+                _log.warning(
+                    "%s %s failed (%s); retry %d of %d in %.1f s",
+                    request.method,
+                    request.url.copy_with(query=None),
+                    type(failure.__cause__).__name__,
+                    attempt + 1,
+                    self.max_retries,
+                    delay,
+                )
+                await self._sleep(delay)
+                attempt += 1
+                continue
             if response.is_success:
                 return response
             error = await status_error_of(request, response)
@@ -283,6 +309,15 @@ class HTTPChatClient(BaseChatClient):
             params=params or None,
             timeout=extras.get("timeout", httpx.USE_CLIENT_DEFAULT if self.timeout is None else self.timeout),
         )
+
+    def _reconnect_delay(self, failure: APIConnectionError, attempt: int) -> float | None:
+        """How long to wait before sending again after the connection failed without an answer
+        (None: raise). A timeout is not retried: the server may still be working on the call."""
+        if attempt >= self.max_retries or isinstance(failure, APITimeoutError):
+            return None
+        if not isinstance(failure.__cause__, httpx.NetworkError | httpx.RemoteProtocolError):
+            return None  # a request httpx could not make (a bad URL, a proxy refusing): raise at once
+        return min(0.5 * 2.0**attempt, 8.0)
 
     def _retry_delay(self, error: APIStatusError, attempt: int) -> float | None:
         status = error.status_code

@@ -635,10 +635,52 @@ async def test_timeout_and_connection_failure_are_typed() -> None:
     def refused(request: httpx.Request) -> httpx.Response:
         raise httpx.ConnectError("connection refused", request=request)
 
-    with pytest.raises(APITimeoutError):
-        await client(Server(timeout)).get_response(USER)
+    sleeps = Sleeps()
+    with pytest.raises(APITimeoutError):  # not retried: the server may still be working on it
+        await client(Server(timeout), sleeps).get_response(USER)
+    assert sleeps == []
+    server = Server(refused, refused, refused)
     with pytest.raises(APIConnectionError, match="connection refused"):
-        await client(Server(refused)).get_response(USER)
+        await client(server, sleeps).get_response(USER)
+    assert (len(server.requests), sleeps) == (3, [0.5, 1.0])  # the two retries, then the error
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    "failure",
+    [
+        httpx.RemoteProtocolError("Server disconnected without sending a response."),
+        httpx.ConnectError("connection refused"),
+        httpx.ReadError("connection reset by peer"),
+    ],
+    ids=["closed", "refused", "reset"],
+)
+async def test_a_connection_lost_before_any_answer_is_retried(failure: httpx.TransportError) -> None:
+    """A pooled connection the server had closed, a refused or a reset connection: the call is
+    sent again (as the vendor SDKs do), and the answer of the retry is the call's."""
+
+    def lost(request: httpx.Request) -> httpx.Response:
+        failure.request = request
+        raise failure
+
+    sleeps = Sleeps()
+    server = Server(lost, completion("hello"))
+    response = await client(server, sleeps).get_response(USER)
+    assert response.text == "hello"
+    assert (len(server.requests), sleeps) == (2, [0.5])
+    with pytest.raises(APIConnectionError):  # max_retries=0: the first failure is the error
+        await client(Server(lost), Sleeps(), max_retries=0).get_response(USER)
+
+
+@pytest.mark.anyio
+async def test_a_request_httpx_cannot_make_is_not_retried() -> None:
+    def unsupported(request: httpx.Request) -> httpx.Response:
+        raise httpx.UnsupportedProtocol("no such scheme", request=request)
+
+    sleeps = Sleeps()
+    with pytest.raises(APIConnectionError, match="no such scheme"):
+        await client(Server(unsupported), sleeps).get_response(USER)
+    assert sleeps == []
 
 
 @pytest.mark.anyio
