@@ -197,6 +197,41 @@ async def test_a_record_whose_own_seq_is_not_its_row_is_corruption(dsn: str, sch
 
 
 @pytest.mark.anyio
+async def test_a_read_puts_the_blocks_in_seq_order_whatever_order_they_arrive_in(
+    dsn: str, schema: str
+) -> None:
+    """``read`` fetches a stream a block of 1,024 rows at a time; blocks that arrive out of order
+    (nothing in SQL promises their order) are put back in seq order, not read as a gap, and a
+    record that does not decode in a later block is named at its own seq."""
+    from agentledger.adapters.stores.postgres import PostgresEventStore
+
+    class Shuffled(PostgresEventStore):
+        row_reads = 0
+
+        async def blocks(self, connection: Any, query: Any, params: Any) -> Any:
+            rows = await super().blocks(connection, query, params)
+            return rows[::-1] if rows else rows
+
+        async def fetch(self, connection: Any, query: Any, params: Any, *, rows: bool = True) -> Any:
+            self.row_reads += "ORDER BY seq" in query.as_string(None)
+            return await super().fetch(connection, query, params, rows=rows)
+
+    async with _store(dsn, schema) as writer:
+        for start in range(0, 2600, 1000):
+            await writer.append("run_1", make_events("run_1", start, min(1000, 2600 - start), "x"), start)
+        expected = await writer.read("run_1")
+    async with Shuffled(dsn, schema=schema) as store:
+        assert await store.read("run_1") == expected
+        assert await store.read("run_1", after=1500) == expected[1501:]
+        assert store.row_reads == 0  # read as blocks, not again row by row
+        async with _connection(dsn) as connection:
+            await connection.execute(f"UPDATE {schema}.events SET data = '[1]' WHERE seq = 2100")
+        with pytest.raises(LogCorruptError) as caught:
+            await store.read("run_1", after=10)
+        assert caught.value.where.endswith("stream 'run_1' seq 2100")
+
+
+@pytest.mark.anyio
 async def test_read_many_reads_in_one_query_and_checks_each_stream_as_read_does(
     dsn: str, schema: str
 ) -> None:

@@ -1,0 +1,211 @@
+"""Reading a PostgreSQL event store: a stream, or many at once, as blocks of lines the server joins.
+
+The server joins each run of up to ``BLOCK`` rows of a stream into one value of newline-ended
+JSON lines (``string_agg``, fetched in binary as ``bytes``), with the run's count and first and
+last seq, so the client decodes a few values rather than a text row per event. The seqs are
+unique (the table's key), so a block whose count spans its bounds, each block starting right
+after the one before, holds every seq between: ``whole`` checks that much, and every decoded
+event's own seq and run id is checked against its place (``check_sequence``). A read whose
+blocks do not pass is read again a row per event, which names the first missing or misplaced
+row; a block that outgrows what the server makes of one value is read so too.
+
+One stream (``READ``) is read a block at a time: a range scan of the key per block, so the
+server sorts at most ``BLOCK`` rows at a time in memory (grouping the whole stream by block had it
+sort every row twice, on disk past ``work_mem``). The client does not rely on the order the
+blocks arrive in: it puts them in seq order itself (a few values), and ``whole`` holds them to it.
+Each block is decoded on its own (one ``decode_lines`` call each, under one pause of the cycle
+collector), so no copy joins them first.
+"""
+
+from __future__ import annotations
+
+import bisect
+import operator
+from collections.abc import Callable, Sequence
+from contextlib import AbstractAsyncContextManager
+from typing import Any, Protocol
+
+from agentledger.core.collector import collector_paused
+from agentledger.core.events import Event
+from agentledger.errors import LogCorruptError
+
+from ._codec import check_sequence, decode_block, decode_records
+
+__all__ = ("BLOCK", "read", "read_many")
+
+BLOCK = 1024
+"""Rows joined into one block of lines by a read (the server's limit on a value is 1 GB)."""
+_LINES = r"convert_to(string_agg(data::text || E'\n', '' ORDER BY seq), 'UTF8')"
+READ = f"""SELECT x.count, x.low, x.high, x.lines
+FROM generate_series(
+    greatest(%(after)s + 1, 0) / {BLOCK},
+    (SELECT max(seq) FROM {{schema}}.events WHERE stream = %(stream)s) / {BLOCK}
+) AS b(block),
+LATERAL (
+    SELECT count(*), min(seq), max(seq), {_LINES} FROM {{schema}}.events
+    WHERE stream = %(stream)s AND seq > %(after)s
+        AND seq >= b.block * {BLOCK} AND seq < b.block * {BLOCK} + {BLOCK}
+) AS x(count, low, high, lines)
+WHERE x.count > 0"""
+"""One stream's blocks after a seq: ``(count, first seq, last seq, lines)``, one range of the key
+each (the blocks of a stream whose seqs are whole are ``seq // BLOCK``)."""
+READ_MANY = (
+    f"SELECT stream, count(*), min(seq), max(seq), {_LINES} FROM {{schema}}.events"
+    f" WHERE stream = ANY(%s) GROUP BY stream, seq / {BLOCK} ORDER BY stream, min(seq)"
+)
+"""Several whole streams' blocks: ``(stream, count, first seq, last seq, lines)``, in name order."""
+_ROWS = "SELECT seq, data::text FROM {schema}.events WHERE stream = %s AND seq > %s ORDER BY seq"
+_MANY_ROWS = "SELECT stream, seq, data::text FROM {schema}.events WHERE stream = ANY(%s) ORDER BY stream, seq"
+_LOW = operator.itemgetter(1)
+
+
+class PostgresEventStore(Protocol):
+    """What reading needs of the store: its connections, queries and names for error messages."""
+
+    def connection(self) -> AbstractAsyncContextManager[Any]: ...
+
+    async def fetch(self, connection: Any, query: Any, params: Any, *, rows: bool = True) -> Any: ...
+
+    async def blocks(self, connection: Any, query: Any, params: Any) -> Any: ...
+
+    def query(self, template: str) -> Any: ...
+
+    def where(self, stream: str, seq: int) -> str: ...
+
+
+def whole(blocks: Sequence[Sequence[Any]], first: int) -> bool:
+    """Whether blocks of ``(count, min seq, max seq, ...)`` hold seqs ``first``, ``first + 1``,
+    ... with none missing: each block's count spans its bounds (a seq is unique per stream, the
+    table's key) and each block starts right after the one before."""
+    expected = first
+    for count, low, high, *_ in blocks:
+        if low != expected or high - low + 1 != count:
+            return False
+        expected = high + 1
+    return True
+
+
+def _decode(blocks: Sequence[Sequence[Any]], where: Callable[[int], str]) -> list[Event]:
+    """The events of blocks ``(count, ..., lines)``, in order, each block decoded on its own."""
+    if len(blocks) == 1:
+        return decode_block(blocks[0][-1], blocks[0][0], where)
+    events: list[Event] = []
+    with collector_paused():  # many small containers in no cycle: see ``decode_block``
+        for block in blocks:
+            begin = len(events)
+
+            def within(index: int, begin: int = begin) -> str:
+                return where(begin + index)
+
+            events += decode_block(block[-1], block[0], within)
+    return events
+
+
+async def read(store: PostgresEventStore, stream: str, after: int) -> list[Event]:
+    """The events of ``stream`` with ``seq > after``, in order: see the module docstring."""
+    first = max(after + 1, 0)
+    async with store.connection() as connection:
+        blocks: list[tuple[int, int, int, bytes]] | None = await store.blocks(
+            connection, store.query(READ), {"stream": stream, "after": after}
+        )
+    if blocks is not None:
+        blocks.sort(key=_LOW)  # in seq order already, as the server scans them: a few values
+    if blocks is None or not whole(blocks, first):
+        return await _read_rows(store, stream, after)
+
+    def where(index: int) -> str:
+        return store.where(stream, first + index)
+
+    return check_sequence(_decode(blocks, where), stream, first, where)
+
+
+async def _read_rows(store: PostgresEventStore, stream: str, after: int) -> list[Event]:
+    """``read``, a row per event: the gap or misplaced record named where it is."""
+    async with store.connection() as connection:
+        rows: list[tuple[int, str]] = await store.fetch(connection, store.query(_ROWS), (stream, after))
+    first = max(after + 1, 0)
+    for expected, (seq, _) in enumerate(rows, first):
+        if seq != expected:
+            raise LogCorruptError(f"expected seq {expected}, found {seq}", where=store.where(stream, seq))
+
+    def where(index: int) -> str:
+        return store.where(stream, rows[index][0])
+
+    return check_sequence(decode_records([row[1].encode() for row in rows], where), stream, first, where)
+
+
+async def read_many(
+    store: PostgresEventStore, streams: Sequence[str], asked: list[str]
+) -> dict[str, list[Event]]:
+    """The whole streams ``asked`` (each once), in one query; checked as ``read`` checks one
+    (blocks of lines as ``read`` reads them, all decoded in one call)."""
+    async with store.connection() as connection:
+        rows: list[tuple[str, int, int, int, bytes]] | None = await store.blocks(
+            connection, store.query(READ_MANY), (asked,)
+        )
+    if rows is None:
+        return await _read_many_rows(store, streams, asked)
+    names: list[str] = []  # each stream found, in the order of the blocks
+    starts: list[int] = []  # the index of its first event among all the blocks' events
+    start = total = 0
+    for index in range(1, len(rows) + 1):
+        if index == len(rows) or rows[index][0] != rows[start][0]:
+            if not whole([row[1:] for row in rows[start:index]], 0):
+                return await _read_many_rows(store, streams, asked)
+            names.append(rows[start][0])
+            starts.append(total)
+            total += sum(row[1] for row in rows[start:index])
+            start = index
+
+    def where(index: int) -> str:
+        at = bisect.bisect_right(starts, index) - 1
+        return store.where(names[at], index - starts[at])
+
+    with collector_paused():  # many small containers in no cycle: see ``read_many_sync``
+        blocks = [row[1:] for row in rows]
+        if len(blocks) == 1:
+            events = decode_block(blocks[0][-1], blocks[0][0], where)
+        else:
+            events = decode_block(b"".join([block[-1] for block in blocks]), total, where)
+        found: dict[str, list[Event]] = {}
+        for at, (stream, begin) in enumerate(zip(names, starts, strict=True)):
+            end = starts[at + 1] if at + 1 < len(starts) else total
+
+            def within(index: int, begin: int = begin) -> str:
+                return where(begin + index)
+
+            found[stream] = check_sequence(events[begin:end], stream, 0, within)
+    return {stream: found.get(stream, []) for stream in streams}
+
+
+async def _read_many_rows(
+    store: PostgresEventStore, streams: Sequence[str], asked: list[str]
+) -> dict[str, list[Event]]:
+    """``read_many``, a row per event: the gap or misplaced record named where it is."""
+    async with store.connection() as connection:
+        rows: list[tuple[str, int, str]] = await store.fetch(connection, store.query(_MANY_ROWS), (asked,))
+    spans: dict[str, tuple[int, int]] = {}  # each stream's rows, as a range of ``rows``
+    start = 0
+    for index in range(1, len(rows) + 1):
+        if index == len(rows) or rows[index][0] != rows[start][0]:
+            stream = rows[start][0]
+            for expected, (_, seq, _) in enumerate(rows[start:index]):
+                if seq != expected:
+                    place = store.where(stream, seq)
+                    raise LogCorruptError(f"expected seq {expected}, found {seq}", where=place)
+            spans[stream] = (start, index)
+            start = index
+
+    def where(index: int) -> str:
+        return store.where(rows[index][0], rows[index][1])
+
+    with collector_paused():  # many small containers in no cycle: see ``read_many_sync``
+        events = decode_records([row[2].encode() for row in rows], where)
+        found: dict[str, list[Event]] = {}
+        for stream, (begin, end) in spans.items():
+
+            def within(index: int, begin: int = begin) -> str:
+                return where(begin + index)
+
+            found[stream] = check_sequence(events[begin:end], stream, 0, within)
+    return {stream: found.get(stream, []) for stream in streams}
