@@ -397,6 +397,19 @@ async def test_a_read_only_store_reads_in_read_only_transactions(dsn: str, schem
             assert await cursor.fetchone() == ("on",)
 
 
+@pytest.mark.anyio
+async def test_the_stores_connections_do_not_compile_statements(dsn: str, schema: str) -> None:
+    """The store's connections run without JIT: its reads are planned far above
+    ``jit_above_cost`` (a block's range looks large to the planner), and compiling them took
+    longer than running them."""
+    for read_only in (False, True):
+        async with _store(dsn, schema, read_only=read_only) as store:
+            await store.streams()
+            async with store.connection() as connection:
+                cursor = await connection.execute("SHOW jit")
+                assert await cursor.fetchone() == ("off",)
+
+
 def test_the_command_line_opens_postgresql_read_only_for_reading(dsn: str) -> None:
     from agentledger.cli import open_store
 
