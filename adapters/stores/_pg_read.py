@@ -15,11 +15,20 @@ sort every row twice, on disk past ``work_mem``). The client does not rely on th
 blocks arrive in: it puts them in seq order itself (a few values), and ``whole`` holds them to it.
 Each block is decoded on its own (one ``decode_lines`` call each, under one pause of the cycle
 collector), so no copy joins them first.
+
+Many whole streams (``READ_MANY``) are read in one query, each stream grouped into blocks on its
+own, in name order; each stream is decoded and checked on its own, as ``read`` does (a call per
+stream costs less than the copy that would join all their blocks for one call). Rows that do not
+come grouped by stream, each stream's blocks in seq order, fail ``whole`` and are read again row
+by row.
+
+The planner estimates both queries far above ``jit_above_cost`` (it cannot tell that a block's
+range holds at most ``BLOCK`` rows), and compiling them took longer than running them: the
+store's connections run without JIT (``_pg_pool``).
 """
 
 from __future__ import annotations
 
-import bisect
 import operator
 from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
@@ -49,11 +58,18 @@ LATERAL (
 WHERE x.count > 0"""
 """One stream's blocks after a seq: ``(count, first seq, last seq, lines)``, one range of the key
 each (the blocks of a stream whose seqs are whole are ``seq // BLOCK``)."""
-READ_MANY = (
-    f"SELECT stream, count(*), min(seq), max(seq), {_LINES} FROM {{schema}}.events"
-    f" WHERE stream = ANY(%s) GROUP BY stream, seq / {BLOCK} ORDER BY stream, min(seq)"
-)
-"""Several whole streams' blocks: ``(stream, count, first seq, last seq, lines)``, in name order."""
+READ_MANY = f"""SELECT s.name, x.count, x.low, x.high, x.lines
+FROM unnest(%s::text[]) AS s(name),
+LATERAL (
+    SELECT count(*), min(seq), max(seq), {_LINES} FROM {{schema}}.events
+    WHERE stream = s.name GROUP BY seq / {BLOCK}
+) AS x(count, low, high, lines)
+ORDER BY s.name, x.low"""
+"""Several whole streams' blocks: ``(stream, count, first seq, last seq, lines)``, in name and
+seq order, each stream grouped on its own (a range scan of the key, then a sort of that stream's
+rows only: grouping every stream at once sorted all their rows together, on disk past
+``work_mem``). The final sort is of the blocks, a few per stream; it also makes the server send
+them at once, not a stream at a time (each trickle of rows is one more wake-up of the client)."""
 _ROWS = "SELECT seq, data::text FROM {schema}.events WHERE stream = %s AND seq > %s ORDER BY seq"
 _MANY_ROWS = "SELECT stream, seq, data::text FROM {schema}.events WHERE stream = ANY(%s) ORDER BY stream, seq"
 _LOW = operator.itemgetter(1)
@@ -137,44 +153,39 @@ async def _read_rows(store: PostgresEventStore, stream: str, after: int) -> list
 async def read_many(
     store: PostgresEventStore, streams: Sequence[str], asked: list[str]
 ) -> dict[str, list[Event]]:
-    """The whole streams ``asked`` (each once), in one query; checked as ``read`` checks one
-    (blocks of lines as ``read`` reads them, all decoded in one call)."""
+    """The whole streams ``asked`` (each once), in one query; each decoded and checked as
+    ``read`` decodes and checks one."""
     async with store.connection() as connection:
         rows: list[tuple[str, int, int, int, bytes]] | None = await store.blocks(
             connection, store.query(READ_MANY), (asked,)
         )
     if rows is None:
         return await _read_many_rows(store, streams, asked)
-    names: list[str] = []  # each stream found, in the order of the blocks
-    starts: list[int] = []  # the index of its first event among all the blocks' events
-    start = total = 0
+    spans: list[tuple[str, int, int]] = []  # each stream found, and its blocks as a range of ``rows``
+    start = 0
     for index in range(1, len(rows) + 1):
         if index == len(rows) or rows[index][0] != rows[start][0]:
-            if not whole([row[1:] for row in rows[start:index]], 0):
+            if index - start == 1:  # a short run: one block, seqs 0 to its count less one
+                _, count, low, high, _ = rows[start]
+                if low != 0 or high + 1 != count:
+                    return await _read_many_rows(store, streams, asked)
+            elif not whole([row[1:] for row in rows[start:index]], 0):  # split blocks fail too
                 return await _read_many_rows(store, streams, asked)
-            names.append(rows[start][0])
-            starts.append(total)
-            total += sum(row[1] for row in rows[start:index])
+            spans.append((rows[start][0], start, index))
             start = index
-
-    def where(index: int) -> str:
-        at = bisect.bisect_right(starts, index) - 1
-        return store.where(names[at], index - starts[at])
-
+    found: dict[str, list[Event]] = {}
     with collector_paused():  # many small containers in no cycle: see ``read_many_sync``
-        blocks = [row[1:] for row in rows]
-        if len(blocks) == 1:
-            events = decode_block(blocks[0][-1], blocks[0][0], where)
-        else:
-            events = decode_block(b"".join([block[-1] for block in blocks]), total, where)
-        found: dict[str, list[Event]] = {}
-        for at, (stream, begin) in enumerate(zip(names, starts, strict=True)):
-            end = starts[at + 1] if at + 1 < len(starts) else total
+        for name, begin, end in spans:
 
-            def within(index: int, begin: int = begin) -> str:
-                return where(begin + index)
+            def where(index: int, name: str = name) -> str:
+                return store.where(name, index)
 
-            found[stream] = check_sequence(events[begin:end], stream, 0, within)
+            if end - begin == 1:  # a short run: its one block
+                _, count, _, _, lines = rows[begin]
+                events = decode_block(lines, count, where)
+            else:
+                events = _decode([row[1:] for row in rows[begin:end]], where)
+            found[name] = check_sequence(events, name, 0, where)
     return {stream: found.get(stream, []) for stream in streams}
 
 

@@ -182,8 +182,8 @@ class PostgresEventStore:
 
     async def read_many(self, streams: Sequence[str]) -> dict[str, list[Event]]:
         """Several whole streams in one query (``SupportsReadMany``): every stream asked for, in
-        the order asked, ``[]`` for an unknown one; checked as ``read`` checks one (blocks
-        of lines as ``read`` reads them, all decoded in one call)."""
+        the order asked, ``[]`` for an unknown one; each read in blocks of lines, decoded and
+        checked as ``read`` does (see ``_pg_read``)."""
         asked = list(dict.fromkeys(streams))
         if not asked or not await self._has_schema():
             return {stream: [] for stream in streams}
