@@ -151,6 +151,24 @@ async def test_newer_schema_is_refused(dsn: str, schema: str) -> None:
 
 
 @pytest.mark.anyio
+async def test_a_schema_at_the_current_version_opens_without_the_migration_lock(
+    dsn: str, schema: str
+) -> None:
+    """Opening a schema already at this code's version is one query: it does not wait for the
+    migration lock (held here by another connection) nor write anything."""
+    from agentledger.adapters.stores._pg_pool import lock_key
+
+    async with _store(dsn, schema) as store:
+        await store.append("run_1", make_events("run_1", 0, 2, "x"), 0)
+    async with _connection(dsn) as holder:
+        await holder.execute("SELECT pg_advisory_lock(%s)", (lock_key("migrate", schema),))
+        async with _store(dsn, schema) as store:
+            with anyio.fail_after(10):
+                assert len(await store.read("run_1")) == 2
+                await store.append("run_1", make_events("run_1", 2, 1, "x"), 2)
+
+
+@pytest.mark.anyio
 async def test_stores_starting_together_migrate_once(dsn: str, schema: str) -> None:
     """Stores opening a new schema at the same moment all work and apply each migration once."""
     from agentledger.adapters.stores.postgres import MIGRATIONS
