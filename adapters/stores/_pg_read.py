@@ -29,14 +29,17 @@ store's connections run without JIT (``_pg_pool``).
 
 from __future__ import annotations
 
-import operator
+import contextlib
 from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol
 
+import psycopg
+from psycopg import errors as pg_errors
+
 from agentledger.core.collector import collector_paused
 from agentledger.core.events import Event
-from agentledger.errors import LogCorruptError
+from agentledger.errors import LogCorruptError, StoreError
 
 from ._codec import check_sequence, decode_block, decode_records
 
@@ -72,7 +75,6 @@ rows only: grouping every stream at once sorted all their rows together, on disk
 them at once, not a stream at a time (each trickle of rows is one more wake-up of the client)."""
 _ROWS = "SELECT seq, data::text FROM {schema}.events WHERE stream = %s AND seq > %s ORDER BY seq"
 _MANY_ROWS = "SELECT stream, seq, data::text FROM {schema}.events WHERE stream = ANY(%s) ORDER BY stream, seq"
-_LOW = operator.itemgetter(1)
 
 
 class PostgresEventStore(Protocol):
@@ -120,19 +122,53 @@ def _decode(blocks: Sequence[Sequence[Any]], where: Callable[[int], str]) -> lis
 async def read(store: PostgresEventStore, stream: str, after: int) -> list[Event]:
     """The events of ``stream`` with ``seq > after``, in order: see the module docstring."""
     first = max(after + 1, 0)
-    async with store.connection() as connection:
-        blocks: list[tuple[int, int, int, bytes]] | None = await store.blocks(
-            connection, store.query(READ), {"stream": stream, "after": after}
-        )
-    if blocks is not None:
-        blocks.sort(key=_LOW)  # in seq order already, as the server scans them: a few values
-    if blocks is None or not whole(blocks, first):
-        return await _read_rows(store, stream, after)
 
     def where(index: int) -> str:
         return store.where(stream, first + index)
 
-    return check_sequence(_decode(blocks, where), stream, first, where)
+    async with store.connection() as connection:
+        events = await _streamed(store, connection, {"stream": stream, "after": after}, first, where)
+    if events is None:
+        return await _read_rows(store, stream, after)
+    return check_sequence(events, stream, first, where)
+
+
+async def _streamed(
+    store: PostgresEventStore,
+    connection: Any,
+    params: dict[str, Any],
+    first: int,
+    where: Callable[[int], str],
+) -> list[Event] | None:
+    """The events of ``READ``'s blocks, each decoded as it arrives while the server makes the
+    next; ``None`` for blocks that are not whole, in seq order (read the rows instead), or one
+    the server could not make. The cycle collector is paused from the first block to the last
+    (the pause spans the waits for the next block, as a worker thread's read spans the event
+    loop's work; a pause per block would leave every block's containers to a young
+    collection's walk)."""
+    events: list[Event] = []
+    expected = first
+    cursor = connection.cursor(binary=True)
+    try:
+        async with contextlib.aclosing(cursor.stream(store.query(READ), params)) as blocks:
+            with contextlib.ExitStack() as pause:
+                async for count, low, high, lines in blocks:
+                    if low != expected or high - low + 1 != count:
+                        return None
+                    if expected == first:
+                        pause.enter_context(collector_paused())
+                    begin = len(events)
+
+                    def within(index: int, begin: int = begin) -> str:
+                        return where(begin + index)
+
+                    events += decode_block(lines, count, within)
+                    expected = high + 1
+    except (pg_errors.ProgramLimitExceeded, pg_errors.OutOfMemory):
+        return None
+    except psycopg.Error as exc:
+        raise StoreError(f"{store}: {exc}") from exc
+    return events
 
 
 async def _read_rows(store: PostgresEventStore, stream: str, after: int) -> list[Event]:

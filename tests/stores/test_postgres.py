@@ -215,20 +215,17 @@ async def test_a_record_whose_own_seq_is_not_its_row_is_corruption(dsn: str, sch
 
 
 @pytest.mark.anyio
-async def test_a_read_puts_the_blocks_in_seq_order_whatever_order_they_arrive_in(
-    dsn: str, schema: str
+async def test_a_read_decodes_blocks_as_they_arrive_and_rereads_rows_when_they_are_out_of_order(
+    dsn: str, schema: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``read`` fetches a stream a block of 1,024 rows at a time; blocks that arrive out of order
-    (nothing in SQL promises their order) are put back in seq order, not read as a gap, and a
-    record that does not decode in a later block is named at its own seq."""
+    """``read`` decodes a stream a block of 1,024 rows at a time as the blocks arrive; blocks that
+    arrive out of seq order (nothing in SQL promises their order) send it to the rows, which give
+    the same events, and a record that does not decode in a later block is named at its seq."""
+    from agentledger.adapters.stores import _pg_read
     from agentledger.adapters.stores.postgres import PostgresEventStore
 
-    class Shuffled(PostgresEventStore):
+    class Counting(PostgresEventStore):
         row_reads = 0
-
-        async def blocks(self, connection: Any, query: Any, params: Any) -> Any:
-            rows = await super().blocks(connection, query, params)
-            return rows[::-1] if rows else rows
 
         async def fetch(self, connection: Any, query: Any, params: Any, *, rows: bool = True) -> Any:
             self.row_reads += "ORDER BY seq" in query.as_string(None)
@@ -238,15 +235,22 @@ async def test_a_read_puts_the_blocks_in_seq_order_whatever_order_they_arrive_in
         for start in range(0, 2600, 1000):
             await writer.append("run_1", make_events("run_1", start, min(1000, 2600 - start), "x"), start)
         expected = await writer.read("run_1")
-    async with Shuffled(dsn, schema=schema) as store:
+    assert len(expected) == 2600
+    async with Counting(dsn, schema=schema) as store:
         assert await store.read("run_1") == expected
         assert await store.read("run_1", after=1500) == expected[1501:]
-        assert store.row_reads == 0  # read as blocks, not again row by row
+        assert store.row_reads == 0  # read as blocks
+        monkeypatch.setattr(_pg_read, "READ", _pg_read.READ + " ORDER BY x.low DESC")
+        assert await store.read("run_1") == expected
+        assert await store.read("run_1", after=1500) == expected[1501:]
+        assert store.row_reads == 2  # the blocks came last first: read again as rows
+        monkeypatch.undo()
         async with _connection(dsn) as connection:
             await connection.execute(f"UPDATE {schema}.events SET data = '[1]' WHERE seq = 2100")
         with pytest.raises(LogCorruptError) as caught:
             await store.read("run_1", after=10)
         assert caught.value.where.endswith("stream 'run_1' seq 2100")
+        assert await store.read("run_1", after=2100) == expected[2101:]  # the connection is usable
 
 
 @pytest.mark.anyio
