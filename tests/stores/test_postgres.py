@@ -254,6 +254,25 @@ async def test_a_read_decodes_blocks_as_they_arrive_and_rereads_rows_when_they_a
 
 
 @pytest.mark.anyio
+async def test_a_read_cancelled_while_its_blocks_arrive_leaves_the_collector_on_and_the_store_usable(
+    dsn: str, schema: str
+) -> None:
+    """The collector is paused from a read's first block to its last, across the waits for the
+    next: a read cancelled at any point turns it back on, and the store reads on."""
+    import gc
+
+    async with _store(dsn, schema) as store:
+        for start in range(0, 6000, 1000):
+            await store.append("run_1", make_events("run_1", start, 1000, "x"), start)
+        assert gc.isenabled()
+        for delay in (0.0005, 0.002, 0.005, 0.01, 0.02, 0.05):
+            with anyio.move_on_after(delay):
+                await store.read("run_1")
+            assert gc.isenabled()
+            assert len(await store.read("run_1", after=5000)) == 999
+
+
+@pytest.mark.anyio
 async def test_read_many_reads_in_one_query_and_checks_each_stream_as_read_does(
     dsn: str, schema: str
 ) -> None:
