@@ -11,10 +11,11 @@ row; a block that outgrows what the server makes of one value is read so too.
 
 One stream (``READ``) is read a block at a time: a range scan of the key per block, so the
 server sorts at most ``BLOCK`` rows at a time in memory (grouping the whole stream by block had it
-sort every row twice, on disk past ``work_mem``). The client does not rely on the order the
-blocks arrive in: it puts them in seq order itself (a few values), and ``whole`` holds them to it.
-Each block is decoded on its own (one ``decode_lines`` call each, under one pause of the cycle
-collector), so no copy joins them first.
+sort every row twice, on disk past ``work_mem``). Each block is decoded as it arrives, while the
+server makes the next (one ``decode_lines`` call each, no copy joining them), under one pause of
+the cycle collector from the first block to the last. Nothing in SQL promises the blocks' order
+(they come in seq order, as the server makes them): blocks out of order fail the same check as
+a gap and are read again as rows.
 
 Many whole streams (``READ_MANY``) are read in one query, each stream grouped into blocks on its
 own, in name order; each stream is decoded and checked on its own, as ``read`` does (a call per
