@@ -36,12 +36,16 @@ class Pool:
             connection = await psycopg.AsyncConnection.connect(self.conninfo, autocommit=True)
         except psycopg.Error as exc:
             raise StoreError(f"cannot connect to PostgreSQL: {exc}") from exc
-        if self.read_only:  # every transaction of the connection is read-only: the server refuses writes
-            try:
-                await connection.execute("SET default_transaction_read_only = on")
-            except psycopg.Error as exc:
-                await connection.close()
-                raise StoreError(f"cannot connect to PostgreSQL: {exc}") from exc
+        # No JIT compilation: the store's statements are key lookups and range scans, whose
+        # compiling (100 ms and more once a plan's estimated cost passes ``jit_above_cost``, as a
+        # read of many blocks or streams does) would cost more than running them. A read-only
+        # store's transactions are all read-only: the server refuses writes.
+        setup = "SET jit = off" + ("; SET default_transaction_read_only = on" if self.read_only else "")
+        try:
+            await connection.execute(setup)
+        except psycopg.Error as exc:
+            await connection.close()
+            raise StoreError(f"cannot connect to PostgreSQL: {exc}") from exc
         return connection
 
     @contextlib.asynccontextmanager

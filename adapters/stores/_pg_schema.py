@@ -117,7 +117,17 @@ async def _current(connection: psycopg.AsyncConnection[Any], schema: str) -> int
 
 
 async def upgrade(connection: psycopg.AsyncConnection[Any], schema: str, lock_key: int, label: str) -> None:
-    """Create the schema or bring it to ``SCHEMA_VERSION``; ``label`` names the store in errors."""
+    """Create the schema or bring it to ``SCHEMA_VERSION``; ``label`` names the store in errors.
+
+    A schema already at ``SCHEMA_VERSION`` is seen with one query and left as it is (a migration
+    records its version in the transaction that applies it, so that version means the schema is
+    whole); any other answer, or none, takes the lock and the transaction below.
+    """
+    try:
+        if await _current(connection, schema) == SCHEMA_VERSION:
+            return
+    except psycopg.errors.UndefinedTable:  # no schema or no version table yet: created below
+        pass
     async with connection.transaction():
         await connection.execute("SELECT pg_advisory_xact_lock(%s)", (lock_key,))
         await connection.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))

@@ -27,8 +27,9 @@ The store also keeps ``call_outcomes``: the outcome of each tool call run by a d
 executor, under an idempotency key, so that a retried call returns what was recorded instead of
 running again (``claim_call``/``complete_call``; used by ``agentledger.adapters.temporal``).
 
-The schema and its migrations are in ``_pg_schema``, following (``Tail``) in ``_pg_tail``, the
-pool in ``_pg_pool``; this module is the store itself: appends, reads and the call records.
+The schema and its migrations are in ``_pg_schema``, reading in ``_pg_read``, following (``Tail``)
+in ``_pg_tail``, the pool in ``_pg_pool``; this module is the store itself: appends, the entry
+points of reads, and the call records.
 
 Connections come from a small pool opened lazily, in the event loop that first uses the store; a
 store belongs to that loop. Close it with ``await store.aclose()`` or ``async with``.
@@ -36,21 +37,19 @@ store belongs to that loop. Close it with ``await store.aclose()`` or ``async wi
 
 from __future__ import annotations
 
-import bisect
 import contextlib
 import re
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from types import TracebackType
 from typing import Any, NamedTuple, Self
 
 import anyio
 
-from agentledger.core.collector import collector_paused
 from agentledger.core.events import Event
-from agentledger.errors import CommitUnknownError, ConflictError, LogCorruptError, StoreError
+from agentledger.errors import CommitUnknownError, ConflictError, StoreError
 from agentledger.listing import RunQuery, RunSummary
 
-from ._codec import check_sequence, decode_block, decode_records, encode_records
+from ._codec import encode_records
 from ._group import Append, LoopGroups, appending, remember
 from ._listing import report
 
@@ -61,7 +60,7 @@ try:
 except ImportError:  # pragma: no cover - exercised only without the extra
     raise ImportError("PostgresEventStore needs psycopg 3: pip install 'agentledger[postgres]'") from None
 
-from . import _pg_runs, _pg_schema
+from . import _pg_read, _pg_runs, _pg_schema
 from ._pg_pool import Pool, lock_key
 from ._pg_schema import (
     GROUP_INSERT,
@@ -111,39 +110,6 @@ def _lost(connection: psycopg.AsyncConnection[Any], exc: psycopg.Error) -> bool:
 
 class _Behind(Exception):
     """The stream is shorter than the expected version: nothing was inserted."""
-
-
-_BLOCK = 1024
-"""Rows joined into one block of lines by a read (the server's limit on a value is 1 GB)."""
-_LINES = r"convert_to(string_agg(data::text || E'\n', '' ORDER BY seq), 'UTF8')"
-_BLOCKS = (
-    f"SELECT count(*), min(seq), max(seq), {_LINES} FROM {{schema}}.events"
-    f" WHERE stream = %s AND seq > %s GROUP BY seq / {_BLOCK} ORDER BY min(seq)"
-)
-_MANY_BLOCKS = (
-    f"SELECT stream, count(*), min(seq), max(seq), {_LINES} FROM {{schema}}.events"
-    f" WHERE stream = ANY(%s) GROUP BY stream, seq / {_BLOCK} ORDER BY stream, min(seq)"
-)
-
-
-def _whole(blocks: Sequence[Sequence[Any]], first: int) -> bool:
-    """Whether blocks of ``(count, min seq, max seq, ...)`` hold seqs ``first``, ``first + 1``,
-    ... with none missing: each block's count spans its bounds (a seq is unique per stream, the
-    table's key) and each block starts right after the one before."""
-    expected = first
-    for count, low, high, *_ in blocks:
-        if low != expected or high - low + 1 != count:
-            return False
-        expected = high + 1
-    return True
-
-
-def _decode_blocks(blocks: Sequence[Sequence[Any]], where: Callable[[int], str]) -> list[Event]:
-    """The events of blocks ``(count, ..., lines)``, in order (one block is decoded as it came)."""
-    if not blocks:
-        return []
-    data = blocks[0][-1] if len(blocks) == 1 else b"".join([block[-1] for block in blocks])
-    return decode_block(data, sum(block[0] for block in blocks), where)
 
 
 class PostgresEventStore:
@@ -206,123 +172,26 @@ class PostgresEventStore:
     async def read(self, stream: str, after: int = -1) -> list[Event]:
         """The stream's events with ``seq > after``, in order ([] for an unknown stream).
 
-        The server joins each run of up to ``_BLOCK`` rows into one block of lines (``_BLOCKS``),
-        so the client decodes a few values, not a row per event; a block whose count and bounds
-        do not show whole consecutive seqs (the key makes them unique) is read again row by row,
-        which names the first gap or misplaced record as before.
+        The server joins each run of up to 1,024 rows into one block of lines, read a block at a
+        time; blocks whose count and bounds do not show whole consecutive seqs are read again
+        row by row, which names the first gap or misplaced record (see ``_pg_read``).
         """
         if not await self._has_schema():
             return []
-        first = max(after + 1, 0)
-        async with self.connection() as connection:
-            blocks: list[tuple[int, int, int, bytes]] | None = await self._blocks(
-                connection, self.query(_BLOCKS), (stream, after)
-            )
-        if blocks is None or not _whole(blocks, first):
-            return await self._read_rows(stream, after)
-
-        def where(index: int) -> str:
-            return self.where(stream, first + index)
-
-        return check_sequence(_decode_blocks(blocks, where), stream, first, where)
-
-    async def _read_rows(self, stream: str, after: int) -> list[Event]:
-        """``read``, a row per event: the gap or misplaced record named where it is."""
-        query = self.query(
-            "SELECT seq, data::text FROM {schema}.events WHERE stream = %s AND seq > %s ORDER BY seq"
-        )
-        async with self.connection() as connection:
-            rows: list[tuple[int, str]] = await self.fetch(connection, query, (stream, after))
-        first = max(after + 1, 0)
-        for expected, (seq, _) in enumerate(rows, first):
-            if seq != expected:
-                raise LogCorruptError(f"expected seq {expected}, found {seq}", where=self.where(stream, seq))
-
-        def where(index: int) -> str:
-            return self.where(stream, rows[index][0])
-
-        return check_sequence(decode_records([row[1].encode() for row in rows], where), stream, first, where)
+        return await _pg_read.read(self, stream, after)
 
     async def read_many(self, streams: Sequence[str]) -> dict[str, list[Event]]:
         """Several whole streams in one query (``SupportsReadMany``): every stream asked for, in
-        the order asked, ``[]`` for an unknown one; checked as ``read`` checks one stream (blocks
-        of lines as ``read`` reads them, all decoded in one call)."""
+        the order asked, ``[]`` for an unknown one; each read in blocks of lines, decoded and
+        checked as ``read`` does (see ``_pg_read``)."""
         asked = list(dict.fromkeys(streams))
         if not asked or not await self._has_schema():
             return {stream: [] for stream in streams}
-        async with self.connection() as connection:
-            rows: list[tuple[str, int, int, int, bytes]] | None = await self._blocks(
-                connection, self.query(_MANY_BLOCKS), (asked,)
-            )
-        if rows is None:
-            return await self._read_many_rows(streams, asked)
-        names: list[str] = []  # each stream found, in the order of the blocks
-        starts: list[int] = []  # the index of its first event among all the blocks' events
-        start = total = 0
-        for index in range(1, len(rows) + 1):
-            if index == len(rows) or rows[index][0] != rows[start][0]:
-                if not _whole([row[1:] for row in rows[start:index]], 0):
-                    return await self._read_many_rows(streams, asked)
-                names.append(rows[start][0])
-                starts.append(total)
-                total += sum(row[1] for row in rows[start:index])
-                start = index
+        return await _pg_read.read_many(self, streams, asked)
 
-        def where(index: int) -> str:
-            at = bisect.bisect_right(starts, index) - 1
-            return self.where(names[at], index - starts[at])
-
-        with collector_paused():  # many small containers in no cycle: see ``read_many_sync``
-            events = _decode_blocks([row[1:] for row in rows], where)
-            found: dict[str, list[Event]] = {}
-            for at, (stream, begin) in enumerate(zip(names, starts, strict=True)):
-                end = starts[at + 1] if at + 1 < len(starts) else total
-
-                def within(index: int, begin: int = begin) -> str:
-                    return where(begin + index)
-
-                found[stream] = check_sequence(events[begin:end], stream, 0, within)
-        return {stream: found.get(stream, []) for stream in streams}
-
-    async def _read_many_rows(self, streams: Sequence[str], asked: list[str]) -> dict[str, list[Event]]:
-        """``read_many``, a row per event: the gap or misplaced record named where it is."""
-        query = self.query(
-            "SELECT stream, seq, data::text FROM {schema}.events WHERE stream = ANY(%s) ORDER BY stream, seq"
-        )
-        async with self.connection() as connection:
-            rows: list[tuple[str, int, str]] = await self.fetch(connection, query, (asked,))
-        spans: dict[str, tuple[int, int]] = {}  # each stream's rows, as a range of ``rows``
-        start = 0
-        for index in range(1, len(rows) + 1):
-            if index == len(rows) or rows[index][0] != rows[start][0]:
-                stream = rows[start][0]
-                for expected, (_, seq, _) in enumerate(rows[start:index]):
-                    if seq != expected:
-                        raise LogCorruptError(
-                            f"expected seq {expected}, found {seq}", where=self.where(stream, seq)
-                        )
-                spans[stream] = (start, index)
-                start = index
-
-        def where(index: int) -> str:
-            return self.where(rows[index][0], rows[index][1])
-
-        with collector_paused():  # many small containers in no cycle: see ``read_many_sync``
-            events = decode_records([row[2].encode() for row in rows], where)
-            found: dict[str, list[Event]] = {}
-            for stream, (begin, end) in spans.items():
-
-                def within(index: int, begin: int = begin) -> str:
-                    return where(begin + index)
-
-                found[stream] = check_sequence(events[begin:end], stream, 0, within)
-        return {stream: found.get(stream, []) for stream in streams}
-
-    async def _blocks(
-        self, connection: psycopg.AsyncConnection[Any], query: sql.Composed, params: Any
-    ) -> Any:
-        """The rows of a ``_BLOCKS`` query, fetched in binary (a block arrives as ``bytes``);
-        ``None`` when a block outgrew what the server can make of one value (read row by row)."""
+    async def blocks(self, connection: psycopg.AsyncConnection[Any], query: sql.Composed, params: Any) -> Any:
+        """The rows of a query for blocks of lines, fetched in binary (a block arrives as
+        ``bytes``); ``None`` when a block outgrew what the server can make of one value."""
         try:
             cursor = await connection.execute(query, params, binary=True)
             return await cursor.fetchall()

@@ -151,6 +151,24 @@ async def test_newer_schema_is_refused(dsn: str, schema: str) -> None:
 
 
 @pytest.mark.anyio
+async def test_a_schema_at_the_current_version_opens_without_the_migration_lock(
+    dsn: str, schema: str
+) -> None:
+    """Opening a schema already at this code's version is one query: it does not wait for the
+    migration lock (held here by another connection) nor write anything."""
+    from agentledger.adapters.stores._pg_pool import lock_key
+
+    async with _store(dsn, schema) as store:
+        await store.append("run_1", make_events("run_1", 0, 2, "x"), 0)
+    async with _connection(dsn) as holder:
+        await holder.execute("SELECT pg_advisory_lock(%s)", (lock_key("migrate", schema),))
+        async with _store(dsn, schema) as store:
+            with anyio.fail_after(10):
+                assert len(await store.read("run_1")) == 2
+                await store.append("run_1", make_events("run_1", 2, 1, "x"), 2)
+
+
+@pytest.mark.anyio
 async def test_stores_starting_together_migrate_once(dsn: str, schema: str) -> None:
     """Stores opening a new schema at the same moment all work and apply each migration once."""
     from agentledger.adapters.stores.postgres import MIGRATIONS
@@ -194,6 +212,64 @@ async def test_a_record_whose_own_seq_is_not_its_row_is_corruption(dsn: str, sch
         with pytest.raises(LogCorruptError, match="expected seq 2 of 'run_1', found seq 0") as caught:
             await store.read("run_1")
         assert caught.value.where.endswith("stream 'run_1' seq 2")
+
+
+@pytest.mark.anyio
+async def test_a_read_decodes_blocks_as_they_arrive_and_rereads_rows_when_they_are_out_of_order(
+    dsn: str, schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``read`` decodes a stream a block of 1,024 rows at a time as the blocks arrive; blocks that
+    arrive out of seq order (nothing in SQL promises their order) send it to the rows, which give
+    the same events, and a record that does not decode in a later block is named at its seq."""
+    from agentledger.adapters.stores import _pg_read
+    from agentledger.adapters.stores.postgres import PostgresEventStore
+
+    class Counting(PostgresEventStore):
+        row_reads = 0
+
+        async def fetch(self, connection: Any, query: Any, params: Any, *, rows: bool = True) -> Any:
+            self.row_reads += "ORDER BY seq" in query.as_string(None)
+            return await super().fetch(connection, query, params, rows=rows)
+
+    async with _store(dsn, schema) as writer:
+        for start in range(0, 2600, 1000):
+            await writer.append("run_1", make_events("run_1", start, min(1000, 2600 - start), "x"), start)
+        expected = await writer.read("run_1")
+    assert len(expected) == 2600
+    async with Counting(dsn, schema=schema) as store:
+        assert await store.read("run_1") == expected
+        assert await store.read("run_1", after=1500) == expected[1501:]
+        assert store.row_reads == 0  # read as blocks
+        monkeypatch.setattr(_pg_read, "READ", _pg_read.READ + " ORDER BY x.low DESC")
+        assert await store.read("run_1") == expected
+        assert await store.read("run_1", after=1500) == expected[1501:]
+        assert store.row_reads == 2  # the blocks came last first: read again as rows
+        monkeypatch.undo()
+        async with _connection(dsn) as connection:
+            await connection.execute(f"UPDATE {schema}.events SET data = '[1]' WHERE seq = 2100")
+        with pytest.raises(LogCorruptError) as caught:
+            await store.read("run_1", after=10)
+        assert caught.value.where.endswith("stream 'run_1' seq 2100")
+        assert await store.read("run_1", after=2100) == expected[2101:]  # the connection is usable
+
+
+@pytest.mark.anyio
+async def test_a_read_cancelled_while_its_blocks_arrive_leaves_the_collector_on_and_the_store_usable(
+    dsn: str, schema: str
+) -> None:
+    """The collector is paused from a read's first block to its last, across the waits for the
+    next: a read cancelled at any point turns it back on, and the store reads on."""
+    import gc
+
+    async with _store(dsn, schema) as store:
+        for start in range(0, 6000, 1000):
+            await store.append("run_1", make_events("run_1", start, 1000, "x"), start)
+        assert gc.isenabled()
+        for delay in (0.0005, 0.002, 0.005, 0.01, 0.02, 0.05):
+            with anyio.move_on_after(delay):
+                await store.read("run_1")
+            assert gc.isenabled()
+            assert len(await store.read("run_1", after=5000)) == 999
 
 
 @pytest.mark.anyio
@@ -360,6 +436,19 @@ async def test_a_read_only_store_reads_in_read_only_transactions(dsn: str, schem
         async with store.connection() as connection:
             cursor = await connection.execute("SHOW transaction_read_only")
             assert await cursor.fetchone() == ("on",)
+
+
+@pytest.mark.anyio
+async def test_the_stores_connections_do_not_compile_statements(dsn: str, schema: str) -> None:
+    """The store's connections run without JIT: its reads are planned far above
+    ``jit_above_cost`` (a block's range looks large to the planner), and compiling them took
+    longer than running them."""
+    for read_only in (False, True):
+        async with _store(dsn, schema, read_only=read_only) as store:
+            await store.streams()
+            async with store.connection() as connection:
+                cursor = await connection.execute("SHOW jit")
+                assert await cursor.fetchone() == ("off",)
 
 
 def test_the_command_line_opens_postgresql_read_only_for_reading(dsn: str) -> None:
