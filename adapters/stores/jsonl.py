@@ -326,11 +326,11 @@ class _Directory:
 
 def _read_file(file: LineFile, stream: str, first: int) -> list[Event]:
     """The events of ``stream`` from seq ``first`` on, in ``file``: decoded and checked."""
-    data, count = file.read_from(first)
+    data, count, shallow = file.read_from(first)
     if not count:
         return []
     where = lambda i: f"{file.path}:{first + i + 1}"  # noqa: E731 - used twice
-    return check_sequence(decode_block(data, count, where), stream, first, where)
+    return check_sequence(decode_block(data, count, where, shallow=shallow), stream, first, where)
 
 
 @functools.lru_cache(maxsize=1 << 14)
