@@ -138,7 +138,10 @@ class Journal:
             return None
         result: dict[str, list[Event]] = {}
         for stream, lines in numbers.items():
-            mine = list(map(events.__getitem__, lines))
+            if lines and lines[-1] + 1 - lines[0] == len(lines):  # one batch, or batches in a row
+                mine = events[lines[0] : lines[-1] + 1]
+            else:
+                mine = list(map(events.__getitem__, lines))
             result[stream] = check_sequence(mine, stream, 0, _line_of(path, lines))
         return result
 
