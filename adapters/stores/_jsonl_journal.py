@@ -101,9 +101,9 @@ class Journal:
             if handle is None or not selected:
                 return []
             first, stop = selected[0], selected[-1] + 1
+            data: bytes | list[bytes]
             shallow = False
             if stop - first == len(selected):
-                data: bytes | list[bytes] = b""
                 data, shallow = handle.checked(first, stop)
             else:
                 data = handle.lines(selected)
