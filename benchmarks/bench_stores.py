@@ -242,33 +242,64 @@ def bench_appends(sample: Sequence[Event], count: int, repeat: int) -> None:
         report(f"Append, {size} event(s) per call ({count:,} events)", rows, cpu=False)
 
 
-def bench_rebuild_stream(sample: Sequence[Event], count: int, repeat: int) -> None:
+def stores_in(reuse: Path | None, key: str) -> tuple[Path, bool]:
+    """Where a rebuild's stores are, and whether they are still to be written: a fresh temporary
+    directory, or ``reuse/key``, written by the first invocation given ``--reuse`` and read by
+    every later one (so processes that alternate two versions of the code read the same files)."""
+    if reuse is None:
+        return Path(tempfile.mkdtemp(prefix="bench-stores-")), True
+    directory = reuse / key
+    if (directory / "written").exists():
+        return directory, False
+    shutil.rmtree(directory, ignore_errors=True)  # an invocation stopped while writing
+    directory.mkdir(parents=True)
+    return directory, True
+
+
+def written(reuse: Path | None, directory: Path) -> None:
+    """Mark ``directory``'s stores complete, when they are kept for later invocations."""
+    if reuse is not None:
+        (directory / "written").touch()
+
+
+def cleared(reuse: Path | None, directory: Path) -> None:
+    """Remove ``directory``'s stores unless they are kept."""
+    if reuse is None:
+        shutil.rmtree(directory)
+
+
+def bench_rebuild_stream(sample: Sequence[Event], count: int, repeat: int, reuse: Path | None = None) -> None:
     stream = long_stream(sample, count)
     size = sum(len(encode_event(e)) for e in stream) // len(stream)
     rows = floor_rates([encode_event(e) for e in stream], repeat)
-    directory = Path(tempfile.mkdtemp(prefix="bench-stores-"))
+    directory, write = stores_in(reuse, f"stream-{count}")
     try:
         for name, factory in DURABLE.items():
-            write_log(factory, directory, stream)
+            if write:
+                write_log(factory, directory, stream)
             rows[f"{name}: read + decode"] = rebuild_rate(factory, directory, count, repeat, folded=False)
             rows[f"{name}: read + decode + fold"] = rebuild_rate(factory, directory, count, repeat)
+        if write:
+            written(reuse, directory)
     finally:
-        shutil.rmtree(directory)
+        cleared(reuse, directory)
     report(f"Rebuild one stream of {count:,} events ({size} bytes each on average)", rows, cpu=True)
 
 
-def bench_rebuild_runs(sample: Sequence[Event], runs: int, repeat: int) -> None:
+def bench_rebuild_runs(sample: Sequence[Event], runs: int, repeat: int, reuse: Path | None = None) -> None:
     rows = {}
-    for name, factory in DURABLE.items():
-        directory = Path(tempfile.mkdtemp(prefix="bench-stores-"))
+    for index, (name, factory) in enumerate(DURABLE.items()):
+        directory, write = stores_in(reuse, f"runs-{runs}-{index}")
         try:
-            write_runs(factory, directory, sample, runs)
+            if write:
+                write_runs(factory, directory, sample, runs)
+                written(reuse, directory)
             count = runs * len(sample)
             decoded = rebuild_runs_rate(factory, directory, count, repeat, folded=False)
             rows[f"{name}: read + decode"] = decoded
             rows[f"{name}: read + decode + fold"] = rebuild_runs_rate(factory, directory, count, repeat)
         finally:
-            shutil.rmtree(directory)
+            cleared(reuse, directory)
     report(f"Rebuild {runs:,} runs of {len(sample)} events: list, read (and fold) each", rows, cpu=True)
 
 
@@ -368,6 +399,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--repeat", type=int, default=3, help="timings per figure (best is kept)")
     parser.add_argument("--dir", type=Path, default=None, help="where to put the stores (a temp dir)")
     parser.add_argument(
+        "--reuse",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="keep the rebuilds' stores in DIR: written once, read by every later invocation",
+    )
+    parser.add_argument(
         "--only", choices=["appends", "stream", "runs"], action="append", help="run only these parts"
     )
     parser.add_argument(
@@ -388,9 +426,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         bench_appends(sample, args.appends, args.repeat)
     if "stream" in parts:
         for count in args.events:
-            bench_rebuild_stream(sample, count, args.repeat)
+            bench_rebuild_stream(sample, count, args.repeat, args.reuse)
     if "runs" in parts:
-        bench_rebuild_runs(sample, args.runs, args.repeat)
+        bench_rebuild_runs(sample, args.runs, args.repeat, args.reuse)
     if args.postgres is not None:
         bench_rebuild_postgres(args.postgres, sample, args.events, args.runs, args.repeat)
 

@@ -37,14 +37,18 @@ def encode_records(events: Sequence[Event]) -> list[bytes]:
     return [checked_bytes(event) or encode_event(event) for event in events]
 
 
-def decode_block(data: bytes, count: int, where: Callable[[int], str]) -> list[Event]:
-    """Decode ``count`` records stored in ``data``, each ending with a line end.
+def decode_block(
+    data: bytes, count: int, where: Callable[[int], str], *, shallow: bool = False
+) -> list[Event]:
+    """Decode ``count`` records stored in ``data``, each ending with a line end. ``shallow``: the
+    caller has already found that no line of ``data`` nests deeper than ``MAX_DEPTH`` (a file
+    store counting the lines it just read, in the same pass as ``too_deep``'s).
 
     The cycle collector is paused meanwhile: decoding allocates many small containers, none of
     them in a cycle, and collections triggered by that growth would scan the whole heap again
     and again (a large read then costs more per event than a small one).
     """
-    if too_deep(data):
+    if not shallow and too_deep(data):
         return _one_by_one(data.split(b"\n")[:count], where)
     try:
         if count > 1000:

@@ -92,7 +92,7 @@ class Journal:
         """Nothing to release."""
 
     def read(self, stream: str, after: int) -> list[Event]:
-        with self.file.locked(create=False) as handle:
+        with self.file.locked(create=False, decoding=True) as handle:
             whole = self._decode_whole(handle, stream) if handle is not None else None
             numbers = self._refresh(handle).get(stream) if handle is not None else None
             if whole is not None and numbers is not None:
@@ -101,14 +101,18 @@ class Journal:
             if handle is None or not selected:
                 return []
             first, stop = selected[0], selected[-1] + 1
-            contiguous = stop - first == len(selected)
-            data = handle.block(first, stop) if contiguous else handle.lines(selected)
+            data: bytes | list[bytes]
+            shallow = False
+            if stop - first == len(selected):
+                data, shallow = handle.checked(first, stop)
+            else:
+                data = handle.lines(selected)
 
         def where(index: int) -> str:
             return f"{self.file.path}:{selected[index] + 1}"
 
         if isinstance(data, bytes):
-            events = decode_block(data, len(selected), where)
+            events = decode_block(data, len(selected), where, shallow=shallow)
         else:
             events = decode_records(data, where)
         return check_sequence(events, stream, max(after + 1, 0), where)
@@ -134,7 +138,10 @@ class Journal:
             return None
         result: dict[str, list[Event]] = {}
         for stream, lines in numbers.items():
-            mine = list(map(events.__getitem__, lines))
+            if lines and lines[-1] + 1 - lines[0] == len(lines):  # one batch, or batches in a row
+                mine = events[lines[0] : lines[-1] + 1]
+            else:
+                mine = list(map(events.__getitem__, lines))
             result[stream] = check_sequence(mine, stream, 0, _line_of(path, lines))
         return result
 
@@ -170,14 +177,16 @@ class Journal:
         count = self.file.count
         if self.indexed or not count:
             return None
+        data, shallow = handle.checked(0, count)  # read just now: no index of the lines needed
+        first, last = data[: data.find(b"\n")], data[data.rfind(b"\n", 0, len(data) - 1) + 1 : -1]
         try:
-            edges = {_envelope.decode(line).run_id for line in handle.lines(sorted({0, count - 1}))}
+            edges = {_envelope.decode(line).run_id for line in (first, last)}
         except (msgspec.DecodeError, RecursionError, ValueError):
             return None
         if edges != {stream}:
             return None
         try:
-            events = decode_block(handle.block(0, count), count, str)
+            events = decode_block(data, count, str, shallow=shallow)
         except LogCorruptError:
             return None
         self._add(map(_run_id, events))

@@ -72,3 +72,31 @@ def test_a_fresh_journal_of_one_stream_reads_it_whole() -> None:
         assert JsonlEventStore(path).read_sync("run_a") == events
         assert JsonlEventStore(path).read_sync("run_a", 47) == events[48:]
         assert JsonlEventStore(path).read_sync("run_b") == []
+
+
+def _each(store: JsonlEventStore, streams: list[str], together: bool) -> object:
+    try:
+        if together:
+            store.streams_sync()  # as a rebuild lists the streams first
+            return store.read_many_sync(streams)
+        return {stream: store.read_sync(stream) for stream in streams}
+    except LogCorruptError as exc:
+        return ("corrupt", exc.where)
+    finally:
+        store.close()
+
+
+@settings(max_examples=200, deadline=None)
+@given(lines, st.booleans())
+def test_read_many_of_a_journal_reads_as_each_stream_alone(
+    middle: list[tuple[str, int]], batched: bool
+) -> None:
+    """Streams whose lines lie in a row (taken as one slice) or not, and hostile lines between."""
+    if batched:  # each stream's lines in a row, in order: a journal its runs appended in batches
+        middle = sorted(middle, key=lambda line: line[0] != "run_a")
+    with tempfile.TemporaryDirectory() as directory:
+        path = Path(directory) / "runs.jsonl"
+        path.write_bytes(b"".join(_line(kind, seq) + b"\n" for kind, seq in middle))
+        streams = ["run_a", "run_b", "run_c"]
+        alone = _each(JsonlEventStore(path), streams, together=False)
+        assert _each(JsonlEventStore(path), streams, together=True) == alone
