@@ -255,29 +255,20 @@ class HTTPChatClient(BaseChatClient):
                 delay = self._reconnect_delay(failure, attempt)
                 if delay is None:
                     raise
-                _log.warning(
-                    "%s %s failed (%s); retry %d of %d in %.1f s",
-                    request.method,
-                    request.url.copy_with(query=None),
-                    type(failure.__cause__).__name__,
-                    attempt + 1,
-                    self.max_retries,
-                    delay,
-                )
-                await self._sleep(delay)
-                attempt += 1
-                continue
-            if response.is_success:
-                return response
-            error = await status_error_of(request, response)
-            delay = self._retry_delay(error, attempt)
-            if delay is None:
-                raise error
+                what = f"failed ({type(failure.__cause__).__name__})"
+            else:
+                if response.is_success:
+                    return response
+                error = await status_error_of(request, response)
+                delay = self._retry_delay(error, attempt)
+                if delay is None:
+                    raise error
+                what = f"answered {response.status_code}"
             _log.warning(
-                "%s %s answered %s; retry %d of %d in %.1f s",
+                "%s %s %s; retry %d of %d in %.1f s",
                 request.method,
                 request.url.copy_with(query=None),
-                response.status_code,
+                what,
                 attempt + 1,
                 self.max_retries,
                 delay,
@@ -317,13 +308,13 @@ class HTTPChatClient(BaseChatClient):
             return None
         if not isinstance(failure.__cause__, httpx.NetworkError | httpx.RemoteProtocolError):
             return None  # a request httpx could not make (a bad URL, a proxy refusing): raise at once
-        return min(0.5 * 2.0**attempt, 8.0)
+        return _backoff(attempt)
 
     def _retry_delay(self, error: APIStatusError, attempt: int) -> float | None:
         status = error.status_code
         if attempt >= self.max_retries or not (status in (408, 429) or status >= 500):
             return None
-        delay = error.retry_after if error.retry_after is not None else min(0.5 * 2**attempt, 8.0)
+        delay = error.retry_after if error.retry_after is not None else _backoff(attempt)
         return delay if delay <= self.max_retry_delay else None
 
     def _client(self) -> httpx.AsyncClient:
@@ -399,3 +390,8 @@ def _running_loop() -> object:
         return asyncio.get_running_loop()
     except RuntimeError:
         return None
+
+
+def _backoff(attempt: int) -> float:
+    """The wait before retry ``attempt + 1`` when the server names none: 0.5 s, 1 s, 2 s... 8 s."""
+    return min(0.5 * 2.0**attempt, 8.0)

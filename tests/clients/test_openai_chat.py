@@ -655,7 +655,9 @@ async def test_timeout_and_connection_failure_are_typed() -> None:
     ],
     ids=["closed", "refused", "reset"],
 )
-async def test_a_connection_lost_before_any_answer_is_retried(failure: httpx.TransportError) -> None:
+async def test_a_connection_lost_before_any_answer_is_retried(
+    failure: httpx.TransportError, caplog: pytest.LogCaptureFixture
+) -> None:
     """A pooled connection the server had closed, a refused or a reset connection: the call is
     sent again (as the vendor SDKs do), and the answer of the retry is the call's."""
 
@@ -668,6 +670,9 @@ async def test_a_connection_lost_before_any_answer_is_retried(failure: httpx.Tra
     response = await client(server, sleeps).get_response(USER)
     assert response.text == "hello"
     assert (len(server.requests), sleeps) == (2, [0.5])
+    said = [r.getMessage() for r in caplog.records if r.name.startswith("agentledger")]
+    url = "http://llm.test/v1/chat/completions"
+    assert said == [f"POST {url} failed ({type(failure).__name__}); retry 1 of 2 in 0.5 s"]
     with pytest.raises(APIConnectionError):  # max_retries=0: the first failure is the error
         await client(Server(lost), Sleeps(), max_retries=0).get_response(USER)
 
