@@ -202,11 +202,13 @@ class _TreeReplay:
         self.paths[link.run_id] = path
         self.replayed[link.run_id] = child
         replay_client = ReplayClient(child.model_outcomes(), provider_name=child.started.provider_name)
+        # A fork reruns a child only where the log answers it (recorded before the point, or
+        # approved): all of it is the past, so its tools repeat their recorded outcomes.
         spec = _replay_spec(
             child,
             tool.agent,
             replay_client,
-            self.tools,
+            "recorded" if self.upto is not None else self.tools,
             None,
             function_invocation_kwargs=kwargs,
             parent=link.parent,

@@ -15,11 +15,11 @@ from pathlib import Path
 import anyio
 import pytest
 
-from agentledger import ReplayDivergence, ReplayDrift
-from agentledger.adapters.chat.scripted import ScriptedChatClient
+from agentledger import Agent, MemoryEventStore, ReplayDivergence, ReplayDrift, tool
+from agentledger.adapters.chat.scripted import Call, ScriptedChatClient
 from agentledger.adapters.stores.sqlite import SqliteEventStore
 from agentledger.cli import main
-from agentledger.core.events import ChildRunStarted, Event, RunStarted
+from agentledger.core.events import ChildRunStarted, Event, RunStarted, ToolReturned
 from agentledger.replay import RecordedRun, differences, fork, load, replay, rerun
 from tests import replay_tree_agents as agents
 from tests.replay_tree_agents import NoModel, build
@@ -260,3 +260,36 @@ async def test_a_run_tree_that_links_back_is_refused() -> None:
     assert raised.value.cycle == ("run_1", "run_2", "run_1")
     assert isinstance(raised.value, LogCorruptError)
     assert (await load(store, "run_1", with_children=False)).children == {}
+
+
+@pytest.mark.parametrize("child_store", ["shared"])
+async def test_a_fork_past_a_sub_agent_call_does_not_run_the_childs_tools_again(child_store: str) -> None:
+    """The child's run lies before the fork point: it reruns from its log, and its tools repeat
+    their recorded outcomes instead of running (a side effect happened once, in the recording)."""
+    sent: list[str] = []
+
+    def tree(store: MemoryEventStore | bool) -> Agent:
+        @tool
+        def send_mail(to: str) -> str:
+            """Send a mail."""
+            sent.append(to)
+            return f"sent to {to}"
+
+        child = Agent(
+            client=ScriptedChatClient([Call("send_mail", {"to": "ops"}), "Mailed."]),
+            name="mailer",
+            tools=[send_mail],
+            store=store if child_store == "shared" else True,
+        )
+        client = ScriptedChatClient([Call("mailer", {"task": "tell ops"}), "Ops told."])
+        return Agent(client=client, tools=[child.as_tool(name="mailer")], store=store)
+
+    store = MemoryEventStore()
+    response = await tree(store).run("Tell ops.")
+    assert sent == ["ops"]
+    recorded = await load(store, response.run_id)
+    assert len(recorded.children) == 1
+    [returned] = [e.seq for e in recorded.events if isinstance(e, ToolReturned)]
+    forked = await fork(recorded, tree(False), at=returned, client=ScriptedChatClient(["Forked."]))
+    assert forked.text == "Forked."
+    assert sent == ["ops"]
