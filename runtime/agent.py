@@ -67,8 +67,9 @@ class Agent:
     Every run is recorded: ``agent.store`` (unless another store is given, a ``MemoryEventStore``
     keeping the last ``DEFAULT_MAX_RUNS`` finished runs and at most ``DEFAULT_MAX_EVENTS`` events;
     ``store=MemoryEventStore()`` keeps everything, ``store=False`` nothing) receives each run's
-    events as the run goes, and
-    ``AgentResponse.events`` holds them too. ``event_sinks`` are called with every event the
+    events as the run goes; a sub-agent left with the default records the runs its callers start
+    in the caller's store (``child_store``), so a run and its sub-agents load and replay from one
+    store. ``AgentResponse.events`` holds them too. ``event_sinks`` are called with every event the
     moment it is recorded (live logging, tracing); they must not block.
 
     Arguments:
@@ -151,6 +152,9 @@ class Agent:
         check_option_names(self.default_options)
         if store is True:
             store = MemoryEventStore(max_runs=DEFAULT_MAX_RUNS, max_events=DEFAULT_MAX_EVENTS)
+            self._default_store: EventStore | None = store  # see child_store
+        else:
+            self._default_store = None
         self.store: EventStore | None = None if store is False else store
         self.redact = redact or default_redactor
         self.event_sinks = tuple(event_sinks)
@@ -238,6 +242,8 @@ class Agent:
             parent=link.parent if link else None,
             share_history=link.share_history if link else True,
         )
+        if link is not None and link.store is not spec.store:  # recorded with its caller's run
+            spec = spec.replace(store=link.store)
         if kwargs:  # the deprecated path also reaches the client, as keyword arguments
             spec = spec.replace(
                 legacy_kwargs={k: v for k, v in kwargs.items() if k not in _CLIENT_PARAMETERS}
@@ -320,6 +326,17 @@ class Agent:
     def layers(self) -> Layers:
         """The agent's middleware by kind (``function``, ``agent``, ``chat``), outermost first."""
         return self._layers
+
+    def child_store(self, caller: EventStore | None) -> EventStore | None:
+        """The store a run of this agent started by another run's sub-agent call records to,
+        given the store that run records to: the caller's, so that the caller's log and its
+        sub-agents' logs are read back (and replayed) together from one store, unless this agent
+        was given a store of its own (``store=``, ``store=False`` or a later ``agent.store = ...``)
+        or the caller records nowhere."""
+        store = self.store
+        if caller is not None and store is not None and store is self._default_store:
+            return caller
+        return store
 
     def run_spec(
         self,

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from .core.events import Event, EventBase, StateChange, ToolSpec
     from .core.messages import Message
     from .session import AgentSession
+    from .store import EventStore
 
 __all__ = (
     "AgentContext",
@@ -319,10 +320,11 @@ class RunContext:
     ``record(EventType, **fields)`` records an input event into the run's log: the way tools,
     middleware and sub-agents add what the run itself cannot see (``ChildRunStarted``...).
     ``session_sink`` records session changes into this run (a sub-agent sharing the session
-    mirrors its writes through it).
+    mirrors its writes through it). ``store`` is the store the run records to (None: none); a
+    sub-agent that kept the default store records the runs this run starts there too.
     """
 
-    __slots__ = ("agent", "kwargs", "options", "recorder", "run_id", "session", "session_sink")
+    __slots__ = ("agent", "kwargs", "options", "recorder", "run_id", "session", "session_sink", "store")
 
     def __init__(
         self,
@@ -334,6 +336,7 @@ class RunContext:
         kwargs: dict[str, Any],
         recorder: Recorder | None = None,
         session_sink: SessionSink | None = None,
+        store: EventStore | None = None,
     ) -> None:
         self.agent = agent
         self.run_id = run_id
@@ -342,6 +345,7 @@ class RunContext:
         self.kwargs = kwargs
         self.recorder = recorder
         self.session_sink = session_sink
+        self.store = store
 
     def record(self, cls: type[EventBase], **fields: Any) -> Event:
         """Record an input event of ``cls`` into this run's log; returns the recorded event."""

@@ -41,6 +41,8 @@ class ChildLink(NamedTuple):
     share_history: bool
     run_id: str
     parent_sink: SessionSink | None
+    store: EventStore | None
+    """The store the child run records to (``SubAgent.child_store`` of the caller's store)."""
 
 
 _link: contextvars.ContextVar[ChildLink | None] = contextvars.ContextVar("agentledger_child", default=None)
@@ -101,6 +103,11 @@ class SubAgent(Protocol):
     ids: IdSource
     store: EventStore | None
     tools: list[FunctionTool]
+
+    def child_store(self, caller: EventStore | None) -> EventStore | None:
+        """The store a run of this agent started by another run's call records to, given the
+        store that run records to (``Agent``: the caller's when it kept the default store)."""
+        ...
 
     def create_session(self, *, session_id: str | None = None) -> AgentSession: ...
 
@@ -203,9 +210,10 @@ class AgentTool(FunctionTool):
         own = None if self.propagate_session else self.agent.create_session(session_id=session_id)
         session = ctx.session if own is None else own
         caller = current_run_context()
+        store = self.agent.child_store(caller.store if caller is not None else None)
         lineage = (*_lineage.get(), *((ctx.run_id,) if ctx.run_id else ()))
         if runner is None:  # a replay reuses the recorded ids, and writes nothing
-            await self._check_free(run_id, lineage)
+            await self._check_free(store, run_id, lineage)
         parent_sink = None
         if caller is not None and caller.recorder is not None and ctx.call_id:
             caller.record(
@@ -217,7 +225,7 @@ class AgentTool(FunctionTool):
             )
             if self.propagate_session and caller.session is session:
                 parent_sink = caller.session_sink
-        link = ChildLink(self.agent, parent, not self.propagate_session, run_id, parent_sink)
+        link = ChildLink(self.agent, parent, not self.propagate_session, run_id, parent_sink, store)
         depth_token, link_token = _depth.set(depth), _link.set(link)
         lineage_token = _lineage.set(lineage)
         try:
@@ -242,11 +250,11 @@ class AgentTool(FunctionTool):
             )
         return response.text
 
-    async def _check_free(self, run_id: str, lineage: tuple[str, ...]) -> None:
-        """Refuse a child run id that a calling run has, or that the child's store holds, before
-        the caller's log links to it: a link to a run that is not the child would make the run
-        tree lie, or loop back to the caller."""
-        store = self.agent.store
+    @staticmethod
+    async def _check_free(store: EventStore | None, run_id: str, lineage: tuple[str, ...]) -> None:
+        """Refuse a child run id that a calling run has, or that the store the child records to
+        holds, before the caller's log links to it: a link to a run that is not the child would
+        make the run tree lie, or loop back to the caller."""
         held = await store.read(run_id) if store is not None else []
         if held or run_id in lineage:
             raise RunIdTakenError(run_id, len(held))

@@ -5,11 +5,20 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from agentledger import Agent, AgentSession, FunctionInvocationContext, ReplayDivergence, timeline, tool
+from agentledger import (
+    Agent,
+    AgentSession,
+    FunctionInvocationContext,
+    MemoryEventStore,
+    ReplayDivergence,
+    timeline,
+    tool,
+)
 from agentledger.adapters.chat.scripted import Call, ScriptedChatClient, ScriptedRequest
 from agentledger.core import ChildRunStarted, RunFailed, RunStarted, SessionUpdated, ToolFailed
 from agentledger.core.events import Event
-from agentledger.replay import RecordedRun, rerun
+from agentledger.replay import RecordedRun, load, replay, rerun
+from agentledger.store import EventStore
 from agentledger.testing import FixedClock, SequentialIds, capture_events, event_types
 
 pytestmark = pytest.mark.anyio
@@ -281,3 +290,96 @@ async def test_a_rerun_without_the_childs_log_cannot_replay_it(clock: FixedClock
     [finding] = raised.value.findings
     assert finding.kind == "cannot_replay"
     assert "ResearchAgent" in finding.where
+
+
+def _mailer(store: EventStore | bool = True, ids: SequentialIds | None = None) -> Agent:
+    @tool
+    def send_mail(to: str) -> str:
+        """Send a mail."""
+        return f"sent to {to}"
+
+    client = ScriptedChatClient([Call("send_mail", {"to": "ops"}), "Mailed."] * 3)
+    return Agent(client=client, name="mailer", tools=[send_mail], store=store, ids=ids)
+
+
+def _lead(child: Agent, store: EventStore | bool = True, ids: SequentialIds | None = None) -> Agent:
+    client = ScriptedChatClient([Call("mailer", {"task": "tell ops"}), "Ops told."] * 3)
+    return Agent(client=client, tools=[child.as_tool(name="mailer")], store=store, ids=ids)
+
+
+async def test_a_sub_agent_with_the_default_store_records_into_its_callers() -> None:
+    """Left with the default store, the child's run goes where the calling run's go: the tree
+    loads and replays from one store, nothing is reported as not loaded."""
+    child = _mailer()
+    lead = _lead(child)
+    response = await lead.run("Tell ops.")
+    [link] = [e for e in response.events if isinstance(e, ChildRunStarted)]
+    assert lead.store is not None
+    assert child.store is not None
+    assert sorted(await lead.store.streams()) == sorted([response.run_id, link.child_run_id])
+    assert await child.store.streams() == []
+    recorded = await load(lead.store, response.run_id)
+    assert list(recorded.children) == [link.call_id]
+    report = await replay(recorded, _lead(_mailer(False), False))
+    assert report.runs == [response.run_id, link.child_run_id]
+    assert report.findings == []
+
+
+async def test_a_run_of_the_sub_agent_itself_stays_in_its_own_store() -> None:
+    child = _mailer()
+    await _lead(child).run("Tell ops.")
+    own = await child.run("Tell ops yourself.")
+    assert child.store is not None
+    assert await child.store.streams() == [own.run_id]
+
+
+async def test_nested_sub_agents_with_default_stores_record_into_the_root_store() -> None:
+    mailer = _mailer()
+    middle_client = ScriptedChatClient([Call("mailer", {"task": "tell ops"}), "Passed on."])
+    middle = Agent(client=middle_client, name="middle", tools=[mailer.as_tool(name="mailer")])
+    root_client = ScriptedChatClient([Call("middle", {"task": "pass it on"}), "Done."])
+    store = MemoryEventStore()
+    root = Agent(client=root_client, tools=[middle.as_tool(name="middle")], store=store)
+    response = await root.run("Go.")
+    assert len(await store.streams()) == 3
+    recorded = await load(store, response.run_id)
+    [child] = recorded.children.values()
+    assert len(child.children) == 1
+    assert middle.store is not None
+    assert mailer.store is not None
+    assert await middle.store.streams() == []
+    assert await mailer.store.streams() == []
+
+
+@pytest.mark.parametrize("given", ["store", "false", "assigned"])
+async def test_a_sub_agent_given_a_store_keeps_recording_there(given: str) -> None:
+    own = MemoryEventStore()
+    stores: dict[str, EventStore | bool] = {"store": own, "false": False, "assigned": True}
+    child = _mailer(stores[given])
+    if given == "assigned":
+        child.store = own
+    lead = _lead(child)
+    response = await lead.run("Tell ops.")
+    assert lead.store is not None
+    assert await lead.store.streams() == [response.run_id]
+    [link] = [e for e in response.events if isinstance(e, ChildRunStarted)]
+    assert await own.streams() == ([] if given == "false" else [link.child_run_id])
+    assert child.child_store(lead.store) is child.store
+
+
+async def test_a_caller_that_records_nowhere_leaves_the_child_its_own_store() -> None:
+    child = _mailer()
+    response = await _lead(child, store=False).run("Tell ops.")
+    [link] = [e for e in response.events if isinstance(e, ChildRunStarted)]
+    assert child.store is not None
+    assert await child.store.streams() == [link.child_run_id]
+
+
+async def test_a_child_run_id_taken_in_the_callers_store_fails_the_call() -> None:
+    """Two id sources counting from 1 now share the caller's store: the child's ``run_1`` is the
+    caller's, and the call fails before the caller's log links to it."""
+    lead = _lead(_mailer(ids=SequentialIds()), ids=SequentialIds())
+    response = await lead.run("Tell ops.")
+    [failed] = [e for e in response.events if isinstance(e, ToolFailed)]
+    assert failed.error_type == "RunIdTakenError"
+    assert not [e for e in response.events if isinstance(e, ChildRunStarted)]

@@ -63,6 +63,7 @@ class RunBinding:
             kwargs=self.kwargs,
             recorder=recorder,
             session_sink=self.session_sink,
+            store=spec.store,
         )
 
     def scrub(self, text: str) -> str:

@@ -105,7 +105,10 @@ async def test_a_live_rerun_runs_the_other_tools_and_repeats_the_approved_outcom
     assert (bank.sent, bank.pinged) == ([5], 2)
 
 
-async def test_a_fork_does_not_run_an_approved_sub_agent_again() -> None:
+@pytest.mark.parametrize("loaded", [True, False], ids=["child-loaded", "child-in-its-own-store"])
+async def test_a_fork_does_not_run_an_approved_sub_agent_again(loaded: bool) -> None:
+    """With the child's log loaded, the child reruns from it with its recorded tool outcomes;
+    without it, the call's recorded outcome stands in. Either way nothing is delivered again."""
     deliveries: list[str] = []
 
     @tool
@@ -118,6 +121,7 @@ async def test_a_fork_does_not_run_an_approved_sub_agent_again() -> None:
         client=ScriptedChatClient([Call("deliver", {"item": "box"}), "Delivered."] * 3),
         name="courier",
         tools=[deliver],
+        store=True if loaded else MemoryEventStore(),
     )
     store = MemoryEventStore()
     dispatch = courier.as_tool(name="courier", approval_mode="always_require")
@@ -129,6 +133,7 @@ async def test_a_fork_does_not_run_an_approved_sub_agent_again() -> None:
     resumed = await agent.run(Message("user", answers), session=session)
     assert deliveries == ["box"]
     recorded = await load(store, resumed.run_id)
+    assert bool(recorded.children) is loaded
     forked = await fork(recorded, agent, at=0, client=ScriptedChatClient(["Forked."]))
     assert forked.text == "Forked."
     assert deliveries == ["box"]

@@ -262,7 +262,7 @@ async def test_a_run_tree_that_links_back_is_refused() -> None:
     assert (await load(store, "run_1", with_children=False)).children == {}
 
 
-@pytest.mark.parametrize("child_store", ["shared"])
+@pytest.mark.parametrize("child_store", ["shared", "default"])
 async def test_a_fork_past_a_sub_agent_call_does_not_run_the_childs_tools_again(child_store: str) -> None:
     """The child's run lies before the fork point: it reruns from its log, and its tools repeat
     their recorded outcomes instead of running (a side effect happened once, in the recording)."""
