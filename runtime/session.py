@@ -265,8 +265,12 @@ class SessionState(dict[str, Any]):
     def _load(self, values: dict[str, Any]) -> None:
         with self._lock:
             for key, value in values.items():
+                encoded = self._encoded[key] = _encode(key, value)
+                if type(value) is dict or type(value) is list:
+                    # A container of its own: the values come from recorded events (a rebuild, a
+                    # replay), and a write in place must change the state, never the log.
+                    value = msgspec.json.decode(encoded)
                 dict.__setitem__(self, key, value)
-                self._encoded[key] = _encode(key, value)
                 if not isinstance(value, _SCALARS):
                     self._watched.add(key)
 

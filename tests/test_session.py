@@ -10,7 +10,14 @@ import threading
 
 import pytest
 
-from agentledger import Agent, AgentSession, FunctionInvocationContext, SessionStateError, tool
+from agentledger import (
+    Agent,
+    AgentSession,
+    FunctionInvocationContext,
+    MemoryEventStore,
+    SessionStateError,
+    tool,
+)
 from agentledger.adapters.chat.scripted import Call, ScriptedChatClient
 from agentledger.core.events import SessionUpdated
 from agentledger.replay import RecordedRun, rerun
@@ -211,3 +218,35 @@ async def test_concurrent_calls_writing_one_key_leave_the_logs_last_write() -> N
     assert writes == ["first", "second"]
     assert session.state["k"] == "second"
     assert AgentSession.from_events(response.events, session.session_id).state.snapshot() == {"k": "second"}
+
+
+async def test_a_write_in_place_after_a_rebuild_leaves_the_log_as_it_was() -> None:
+    """A session rebuilt from a log holds values of its own: a tool appending to a list it
+    holds changes the live state and the next write, never the earlier event in the store."""
+
+    @tool
+    def add(item: int, ctx: FunctionInvocationContext) -> str:
+        """Add an item to the cart."""
+        assert ctx.session is not None
+        cart = ctx.session.state.get("cart")
+        if cart is None:
+            ctx.session.state["cart"] = [item]
+        else:
+            cart.append(item)
+        return "added"
+
+    store = MemoryEventStore()
+    client = ScriptedChatClient([Call("add", {"item": 1}), "One.", Call("add", {"item": 2}), "Two."])
+    agent = Agent(client=client, tools=[add], store=store)
+    first = await agent.run("Add 1.", session=(session := agent.create_session()))
+    rebuilt = AgentSession.from_events(await store.read(first.run_id), session.session_id)
+    second = await agent.run("Add 2.", session=rebuilt)
+    [(_, written)] = [
+        (e.seq, c.value)
+        for e in await store.read(first.run_id)
+        if isinstance(e, SessionUpdated)
+        for c in e.changes
+    ]
+    assert written == [1]
+    assert [c.value for e in second.events if isinstance(e, SessionUpdated) for c in e.changes] == [[1, 2]]
+    assert rebuilt.state["cart"] == [1, 2]

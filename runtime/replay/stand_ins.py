@@ -179,8 +179,8 @@ def apply_session(session: AgentSession, event: SessionUpdated, caller: RunConte
     """Re-make a recorded session write: its own writes by value, sub-agent copies by record."""
     if event.origin_run_id is None:
         for change in event.changes:
-            if change.op == "set":
-                session.state[change.key] = change.value
+            if change.op == "set":  # a copy: the live value must not share containers with the log
+                session.state[change.key] = msgspec.json.decode(msgspec.json.encode(change.value))
             elif change.key in session.state:
                 del session.state[change.key]
         return
