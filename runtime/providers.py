@@ -416,10 +416,20 @@ class RecordedContributions:
     tool a provider added; ``names`` are the ``source_id`` of the providers the agent has now
     (what the rerun's ``RunStarted`` lists). Middleware a provider added is named as recorded but
     not run: only calling the provider could give it.
+
+    In a fork at ``upto`` the run's end is live: when the point lies before the providers'
+    recorded ``after_run`` writes, those are not repeated, and the ``live`` providers'
+    ``after_run`` runs instead, on the fork's own answer.
     """
 
     def __init__(
-        self, events: Sequence[Event], stand_in: Callable[[str], FunctionTool], names: tuple[str, ...]
+        self,
+        events: Sequence[Event],
+        stand_in: Callable[[str], FunctionTool],
+        names: tuple[str, ...],
+        *,
+        upto: int | None = None,
+        live: Sequence[ContextProvider] = (),
     ) -> None:
         self.stand_in = stand_in
         self.names = names
@@ -427,8 +437,13 @@ class RecordedContributions:
         mine = [e for e in events if _is_provided(e)]
         self.before_events = [e for e in mine if e.seq < loop]
         self.after_events = [e for e in mine if e.seq > loop]
+        end = self.after_events[0].seq if self.after_events else (events[-1].seq if events else 0)
+        self.live_after: tuple[ContextProvider, ...] = tuple(live) if upto is not None and upto < end else ()
+        """The providers whose ``after_run`` a fork runs (its end lies past the point)."""
+        self._inputs: list[Message] = []
 
-    async def before(self, binding: Any) -> None:
+    async def before(self, binding: Any, inputs: Sequence[Message] = ()) -> None:
+        self._inputs = list(inputs)
         for event in self.before_events:
             if type(event) is ContextProvided:
                 added = _Contribution(
@@ -440,7 +455,10 @@ class RecordedContributions:
             else:
                 _repeat_write(binding, event)
 
-    async def after(self, binding: Any) -> None:
+    async def after(self, binding: Any, response: Any = None) -> None:
+        if self.live_after:
+            await _ProviderRun(binding, self.live_after, self._inputs).after(response)
+            return
         for event in self.after_events:
             _repeat_write(binding, event)
 
@@ -480,7 +498,7 @@ async def provide_before(binding: Any, inputs: Sequence[Message]) -> _Providers 
         return None
     first = providers[0]
     if isinstance(first, RecordedContributions):
-        await first.before(binding)
+        await first.before(binding, inputs)
         return _Providers(None, (first, binding))
     run = _ProviderRun(binding, providers, list(inputs))
     await run.before()
@@ -493,7 +511,7 @@ async def provide_after(providers: _Providers | None, response: Any) -> None:
         return
     if providers.recorded is not None:
         recorded, binding = providers.recorded
-        await recorded.after(binding)
+        await recorded.after(binding, response)
     elif providers.live is not None:
         await providers.live.after(response)
 

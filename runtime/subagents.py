@@ -76,8 +76,9 @@ _runner: contextvars.ContextVar[ChildRunner | None] = contextvars.ContextVar(
 
 
 @contextlib.contextmanager
-def running_children_with(runner: ChildRunner) -> Iterator[None]:
-    """Inside the block, sub-agent calls run their children through ``runner``."""
+def running_children_with(runner: ChildRunner | None) -> Iterator[None]:
+    """Inside the block, sub-agent calls run their children through ``runner`` (None: live,
+    as outside any replay)."""
     token = _runner.set(runner)
     try:
         yield

@@ -522,3 +522,32 @@ async def test_what_no_log_could_hold_fails_the_run_with_a_typed_error() -> None
     with pytest.raises(UnrecordableError):
         await agent.run("q1")
     assert event_types(events) == ["RunStarted", "RunFailed"]
+
+
+async def test_recorded_tools_with_live_providers_do_not_run_a_provided_tool() -> None:
+    """``tools="recorded"`` runs no tool body, a tool a live provider offers included: its
+    calls take their recorded outcomes, with the live tool's spec and checks."""
+    charged: list[int] = []
+
+    @tool
+    def charge_card(amount: int) -> str:
+        """Charge the card."""
+        charged.append(amount)
+        return f"charged {amount}"
+
+    class Billing(ContextProvider):
+        async def before_run(self, *, agent: Any, session: Any, context: SessionContext, state: Any) -> None:
+            context.extend_tools(self.source_id, [charge_card])
+
+    def agent(client: ScriptedChatClient) -> Agent:
+        return Agent(client=client, context_providers=[Billing("billing")], store=False)
+
+    response = await agent(ScriptedChatClient([Call("charge_card", {"amount": 10}), "Charged."])).run("Bill.")
+    assert charged == [10]
+    recorded = RecordedRun(response.events)
+    report = await replay(recorded, agent(ScriptedChatClient([])), tools="recorded", providers="live")
+    assert charged == [10]
+    assert report.findings == []
+    live = await replay(recorded, agent(ScriptedChatClient([])), tools="live", providers="live")
+    assert charged == [10, 10]  # live tools: the provider's tool runs
+    assert live.findings == []

@@ -17,9 +17,9 @@ from ..agent import Agent
 from ..chat import ChatClient
 from ..context import current_run_context, replaying
 from ..core.errors import TransitionError
-from ..core.events import ALWAYS_REQUIRE, Event, SessionUpdated, ToolFailed, ToolReturned
+from ..core.events import ChildRunStarted, Event, SessionUpdated, ToolFailed, ToolReturned
 from ..errors import AgentLedgerError, MiddlewareFailure, ReplayDrift, RunError
-from ..providers import RecordedContributions, provider_names
+from ..providers import HistoryProvider, RecordedContributions, SessionContext, provider_names
 from ..response import AgentResponse
 from ..run.lifecycle import AgentRun
 from ..run.recorder import watching
@@ -123,14 +123,42 @@ def _replay_spec(
         spec = spec.replace(options=options, run_instructions=None)
     if tools == "recorded" or upto is not None:
         spec = spec.replace(tools=(*(helper.stand_in(t.name) for t in agent.tools), *given))
-    elif helper.approved:  # live tools, but an approved call keeps its one execution: the recorded one
-        gated = tuple(helper.stand_in(t.name) if t.approval_mode == ALWAYS_REQUIRE else t for t in spec.tools)
-        spec = spec.replace(tools=gated)
+    elif helper.approved:
+        # Live tools, but an approved call keeps its one execution, the recorded one: whatever
+        # approval mode its tool has now, the log says which calls a human approved.
+        spec = spec.replace(tools=(*(helper.stand_in(t.name) for t in agent.tools), *given))
     if (providers == "recorded" or upto is not None) and spec.context_providers:
         names = provider_names(spec.context_providers)
-        stand_in = RecordedContributions(recorded.events, helper.stand_in, names)
+        stand_in = RecordedContributions(
+            recorded.events, helper.stand_in, names, upto=upto, live=spec.context_providers
+        )
         spec = spec.replace(context_providers=(stand_in,))
+    elif tools == "recorded" and spec.context_providers:  # live providers, their tools from the log
+        spec = spec.replace(
+            context_providers=tuple(
+                p if isinstance(p, HistoryProvider) else _ToolsFromLog(p, helper)
+                for p in spec.context_providers
+            )
+        )
     return spec
+
+
+class _ToolsFromLog:
+    """A live context provider whose tools answer from the log: with recorded tools, a tool a
+    provider offers is no more run than the agent's own (its live spec and checks are kept)."""
+
+    def __init__(self, provider: Any, helper: RecordedTools) -> None:
+        self.provider = provider
+        self.source_id = provider.source_id
+        self.helper = helper
+
+    async def before_run(self, *, agent: Any, session: Any, context: SessionContext, state: Any) -> None:
+        start = len(context.tools)
+        await self.provider.before_run(agent=agent, session=session, context=context, state=state)
+        context.tools[start:] = [self.helper.stand_in(t.name, live=t) for t in context.tools[start:]]
+
+    async def after_run(self, *, agent: Any, session: Any, context: SessionContext, state: Any) -> None:
+        await self.provider.after_run(agent=agent, session=session, context=context, state=state)
 
 
 def _hop(call_id: str, name: str | None) -> str:
@@ -158,6 +186,9 @@ class _TreeReplay:
         self.cannot: list[Finding] = []
         self.outcomes = {e.call_id: e.seq for e in root.events if isinstance(e, ToolReturned | ToolFailed)}
         self.approved = approved_calls(root.events)
+        self.past: set[str] = set()
+        """Reruns whose tools take their recorded outcomes whatever the mode, their sub-agents'
+        included: below a call a human approved (its one execution was the recorded one)."""
 
     def _live(self, parent_run: str, call_id: str) -> bool:
         """Whether a fork runs this call's child live: a call of the forked run past the point,
@@ -203,12 +234,20 @@ class _TreeReplay:
         self.replayed[link.run_id] = child
         replay_client = ReplayClient(child.model_outcomes(), provider_name=child.started.provider_name)
         # A fork reruns a child only where the log answers it (recorded before the point, or
-        # approved): all of it is the past, so its tools repeat their recorded outcomes.
+        # approved): all of it is the past, so its tools repeat their recorded outcomes. So does
+        # the child of an approved call in a live rerun, and everything below either.
+        past = (
+            self.upto is not None
+            or parent_run in self.past
+            or (node is not None and call_id in approved_calls(node.events))
+        )
+        if past:
+            self.past.add(link.run_id)
         spec = _replay_spec(
             child,
             tool.agent,
             replay_client,
-            "recorded" if self.upto is not None else self.tools,
+            "recorded" if past else self.tools,
             None,
             function_invocation_kwargs=kwargs,
             parent=link.parent,
@@ -275,6 +314,38 @@ def _missing_children(recorded: RecordedRun) -> list[Finding]:
                         ),
                     )
                 )
+    return found
+
+
+def _children_not_rerun(tree: _TreeReplay, by_run: Mapping[str, list[Event]]) -> list[Finding]:
+    """Sub-agent runs in the log whose call the rerun made but answered from the log instead of
+    rerunning the child: the tool that started it was not the agent's (added during the run, by
+    a tool, a provider or ``run(tools=...)``), so the sub-agent's current code never ran."""
+    found = []
+    for run_id, events in by_run.items():
+        node = tree.nodes.get(run_id)
+        if node is None:
+            continue
+        made = {e.call_id for e in events if type(e) is ChildRunStarted}
+        for link in node.child_links():
+            child = node.children.get(link.call_id)
+            if child is None or link.call_id not in made or child.run_id in tree.replayed:
+                continue
+            hop = _hop(link.call_id, link.agent_name)
+            found.append(
+                Finding(
+                    kind="cannot_replay",
+                    run_id=node.run_id,
+                    path=(*tree.paths.get(run_id, (run_id,)), hop, link.child_run_id),
+                    seq=link.seq,
+                    event_type="ChildRunStarted",
+                    detail=(
+                        f"sub-agent run {link.child_run_id} was not rerun: the tool that started it "
+                        "is not among the agent's tools (given to run() or added during the run), so "
+                        "its recorded result stands in for it"
+                    ),
+                )
+            )
     return found
 
 
@@ -348,6 +419,7 @@ async def replay(
     for child_id, child in children.replayed.items():
         findings.extend(differences(child.events, by_run[child_id], path=children.paths[child_id]))
     findings.extend(_missing_children(recorded))
+    findings.extend(_children_not_rerun(children, by_run))
     findings.extend(children.cannot)
     return ReplayReport(recorded.run_id, findings, response, by_run)
 

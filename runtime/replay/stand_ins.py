@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -14,6 +15,7 @@ from ..core.events import (
     ChildRunStarted,
     ContextProvided,
     Event,
+    ModelCalled,
     ModelResponded,
     RunStarted,
     RunTerminated,
@@ -27,7 +29,7 @@ from ..core.events import (
 )
 from ..errors import ApprovalError, ArgumentsError, MiddlewareTermination
 from ..session import AgentSession
-from ..subagents import AgentTool
+from ..subagents import AgentTool, running_children_with
 from ..tools import FunctionTool
 from .client import RecordedOutcome, ReplayExhausted
 from .compare import call_of
@@ -43,6 +45,8 @@ class RecordedTools:
         self, recorded: RecordedRun, upto: int | None, live: Sequence[FunctionTool], *, run_live: bool
     ) -> None:
         self.run_live = run_live
+        self.live_rerun = run_live and upto is None
+        """Every call runs its live tool (``tools="live"``), but for an approved one."""
         self.effects: dict[str, list[Event]] = {}
         self.outcome: dict[str, Event] = {}
         self.terminations: dict[str, RunTerminated] = {}  # by the call that ended the run
@@ -66,14 +70,25 @@ class RecordedTools:
         self.approved = approved_calls(recorded.events)
         """Calls a human approved in the recorded run: an approval allows one execution, which
         the recorded run made, so a replay never runs them (a fork past them included)."""
+        self.last_past = _last_past_iteration(recorded, upto) if upto is not None else 0
+        """In a fork: the last model iteration answered from the log. A call of a later one was
+        made by the fork's own model, whatever its id (a client that numbers its calls repeats
+        the ids from before the point), so it runs live and never takes a recorded outcome."""
 
-    def stand_in(self, name: str) -> FunctionTool:
-        """``name`` as the rerun calls it: the live tool's argument checks, the recorded outcome."""
+    def stand_in(self, name: str, *, live: FunctionTool | None = None) -> FunctionTool:
+        """``name`` as the rerun calls it: the live tool's argument checks (the agent's tool of
+        that name, or ``live``, one a provider offers now), the recorded outcome."""
         spec = self.specs.get(name)
-        live = self.live.get(name)
+        live = live if live is not None else self.live.get(name)
 
         async def replayed(ctx: FunctionInvocationContext, arguments: Mapping[str, Any]) -> Any:
             call_id = ctx.call_id or ""
+            if self.upto is not None and ctx.iteration > self.last_past:
+                # A call of the fork's own model: live, its sub-agents too (no child from the log).
+                if live is None:
+                    raise ReplayExhausted(_NO_BODY.format(name=name, call_id=call_id))
+                with running_children_with(None):
+                    return await live.execute(arguments, ctx)
             if isinstance(live, AgentTool) and call_id in self.children:
                 # A sub-agent whose run is in the log reruns (its tree answered from the log).
                 return await live.execute(arguments, ctx)
@@ -85,9 +100,14 @@ class RecordedTools:
                         "no outcome of it: it may have taken effect, so a replay or fork does not run "
                         "it again (a new approval, in a new run, can)"
                     )
+            elif self.live_rerun and live is not None:  # live tools: the body runs, as recorded or not
+                return await live.execute(arguments, ctx)
             elif outcome is None or (self.upto is not None and outcome.seq > self.upto):
                 if live is None or not self.run_live:
-                    raise ReplayExhausted(f"no recorded outcome for call {call_id} and no live tool {name!r}")
+                    raise ReplayExhausted(
+                        f"no recorded outcome for call {call_id} and no live tool {name!r}"
+                        + (_NO_BODY_HINT if live is None and self.run_live else "")
+                    )
                 return await live.execute(arguments, ctx)
             self._effects(ctx, call_id)
             if type(outcome) is ToolFailed:
@@ -119,6 +139,24 @@ class RecordedTools:
                 for key in ("run_id", "seq", "at"):
                     fields.pop(key)
                 caller.record(ChildRunStarted, **fields)
+
+
+_NO_BODY_HINT = (
+    " (a tool added during the recorded run, by a tool, a provider or run(tools=...), is known "
+    "to a replay by its spec only: give it to the agent's tools to run it)"
+)
+_NO_BODY = "call {call_id} of the fork's model: no live tool {name!r}" + _NO_BODY_HINT
+
+
+def _last_past_iteration(recorded: RecordedRun, upto: int) -> int:
+    """The last model iteration a fork at ``upto`` answers from the log; before the first
+    answer, the iteration the run's first model call follows (a resumed batch's calls run at
+    it), or every iteration when the log holds no model call (all of its calls are the past)."""
+    answered = [e.iteration for e in recorded.model_outcomes() if e.seq <= upto]
+    if answered:
+        return max(answered)
+    first = next((e.iteration for e in recorded.events if type(e) is ModelCalled), None)
+    return first - 1 if first is not None else sys.maxsize
 
 
 def approved_calls(events: Sequence[Event]) -> frozenset[str]:

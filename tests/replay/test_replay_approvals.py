@@ -18,7 +18,7 @@ from agentledger import (
 )
 from agentledger.adapters.chat.scripted import Call, ScriptedChatClient
 from agentledger.core import ToolCalled, ToolFailed, ToolReturned
-from agentledger.replay import RecordedRun, fork, load, rerun
+from agentledger.replay import RecordedRun, fork, load, replay, rerun
 
 pytestmark = pytest.mark.anyio
 
@@ -137,3 +137,61 @@ async def test_a_fork_does_not_run_an_approved_sub_agent_again(loaded: bool) -> 
     forked = await fork(recorded, agent, at=0, client=ScriptedChatClient(["Forked."]))
     assert forked.text == "Forked."
     assert deliveries == ["box"]
+
+
+def _payer(sent: list[int], store: MemoryEventStore | bool, lead: list[object], child: list[object]) -> Agent:
+    @tool
+    def wire_money(amount: int) -> str:
+        """Send money."""
+        sent.append(amount)
+        return f"sent {amount}"
+
+    payer = Agent(client=ScriptedChatClient(child), name="payer", tools=[wire_money])  # type: ignore[arg-type]
+    gated = payer.as_tool(name="pay", approval_mode="always_require")
+    return Agent(client=ScriptedChatClient(lead), name="lead", tools=[gated], store=store)  # type: ignore[arg-type]
+
+
+async def test_a_live_replay_does_not_run_the_tools_of_an_approved_sub_agent_again() -> None:
+    """The approval allowed the child's run once: a live replay reruns the child with its tools'
+    recorded outcomes (and below it, everything), and finds nothing."""
+    sent: list[int] = []
+    store = MemoryEventStore()
+    agent = _payer(
+        sent, store, [Call("pay", {"task": "pay 5"}), "Paid."], [Call("wire_money", {"amount": 5}), "Wired."]
+    )
+    session = AgentSession("s3")
+    paused = await agent.run("Pay 5.", session=session)
+    answers = [request.to_approval_response(True) for request in paused.user_input_requests]
+    resumed = await agent.run(Message("user", answers), session=session)
+    assert sent == [5]
+    recorded = await load(store, resumed.run_id)
+    assert len(recorded.children) == 1
+    report = await replay(recorded, _payer(sent, False, [], []), tools="live")
+    assert sent == [5]
+    assert report.findings == []
+    assert len(report.runs) == 2
+
+
+async def test_a_live_replay_keeps_an_approved_call_whose_tool_is_no_longer_gated() -> None:
+    """Which calls were approved is the log's to say, not the current code's approval mode."""
+    bank = Bank()
+    resumed, store = await _resumed(bank)
+    recorded = await load(store, resumed.run_id)
+
+    @tool  # the same tool, no longer gated
+    def wire_money(amount: int) -> str:
+        """Send money (a human must approve)."""
+        bank.sent.append(amount)
+        return f"sent {amount}"
+
+    @tool
+    def balance() -> int:
+        """The balance."""
+        bank.pinged += 1
+        return 100
+
+    agent = Agent(client=ScriptedChatClient([]), tools=[wire_money, balance], store=False)
+    report = await replay(recorded, agent, tools="live")
+    assert bank.sent == [5]
+    assert bank.pinged == 2  # the other tool ran live
+    assert [(f.kind, f.field) for f in report.findings] == [("drift", "tools[wire_money].approval_mode")]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Literal
 
 import anyio
 import pytest
@@ -293,3 +294,24 @@ async def test_a_fork_past_a_sub_agent_call_does_not_run_the_childs_tools_again(
     forked = await fork(recorded, tree(False), at=returned, client=ScriptedChatClient(["Forked."]))
     assert forked.text == "Forked."
     assert sent == ["ops"]
+
+
+@pytest.mark.parametrize("tools", ["recorded", "live"])
+async def test_a_sub_agent_given_to_run_is_reported_as_not_rerun(tools: Literal["recorded", "live"]) -> None:
+    """A sub-agent tool given to ``run(tools=...)`` is known to a replay by its spec only: its
+    child's log is loaded, but the child's current code cannot run, and the report says so."""
+
+    def researcher(instructions: str) -> Agent:
+        client = ScriptedChatClient(["The moon."])
+        return Agent(client=client, name="researcher", instructions=instructions)
+
+    store = MemoryEventStore()
+    lead = Agent(client=ScriptedChatClient([Call("research", {"task": "tides"}), "Moon."]), store=store)
+    response = await lead.run("Tides?", tools=[researcher("Research.").as_tool(name="research")])
+    recorded = await load(store, response.run_id)
+    assert len(recorded.children) == 1
+    report = await replay(recorded, Agent(client=ScriptedChatClient([]), store=False), tools=tools)
+    [finding] = report.cannot_replay
+    assert finding.event_type == "ChildRunStarted"
+    assert "was not rerun" in finding.detail
+    assert finding.path[-1] == next(iter(recorded.children.values())).run_id
