@@ -17,7 +17,7 @@ from ..agent import Agent
 from ..chat import ChatClient
 from ..context import current_run_context, replaying
 from ..core.errors import TransitionError
-from ..core.events import ChildRunStarted, Event, SessionUpdated, ToolFailed, ToolReturned
+from ..core.events import ChildRunStarted, Event, ModelResponded, SessionUpdated, ToolFailed, ToolReturned
 from ..errors import AgentLedgerError, MiddlewareFailure, ReplayDrift, RunError
 from ..providers import HistoryProvider, RecordedContributions, SessionContext, provider_names
 from ..response import AgentResponse
@@ -317,6 +317,39 @@ def _missing_children(recorded: RecordedRun) -> list[Finding]:
     return found
 
 
+def _repeated_call_ids(recorded: RecordedRun) -> list[Finding]:
+    """Runs in the tree whose model gave one call id to calls of two model answers. A replay
+    matches a call's outcome, approval and sub-agent run by its id, so it cannot tell such calls
+    apart: what it finds about them may be about the other one."""
+    found = []
+    for path, run in recorded.walk():
+        first: dict[str, int] = {}  # call id -> the iteration that used it first
+        for event in run.events:
+            if type(event) is not ModelResponded:
+                continue
+            for call in event.message.function_calls:
+                call_id = call.call_id or ""
+                if call_id not in first:
+                    first[call_id] = event.iteration
+                    continue
+                found.append(
+                    Finding(
+                        kind="cannot_replay",
+                        run_id=run.run_id,
+                        path=path,
+                        seq=event.seq,
+                        event_type="ModelResponded",
+                        field="message",
+                        detail=(
+                            f"the model gave call id {call_id!r} again in model call {event.iteration} "
+                            f"(first in model call {first[call_id]}): a replay matches calls by their "
+                            "id, so it cannot tell these apart"
+                        ),
+                    )
+                )
+    return found
+
+
 def _children_not_rerun(tree: _TreeReplay, by_run: Mapping[str, list[Event]]) -> list[Finding]:
     """Sub-agent runs in the log whose call the rerun made but answered from the log instead of
     rerunning the child: the tool that started it was not the agent's (added during the run, by
@@ -420,6 +453,7 @@ async def replay(
         findings.extend(differences(child.events, by_run[child_id], path=children.paths[child_id]))
     findings.extend(_missing_children(recorded))
     findings.extend(_children_not_rerun(children, by_run))
+    findings.extend(_repeated_call_ids(recorded))
     findings.extend(children.cannot)
     return ReplayReport(recorded.run_id, findings, response, by_run)
 

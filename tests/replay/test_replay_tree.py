@@ -315,3 +315,28 @@ async def test_a_sub_agent_given_to_run_is_reported_as_not_rerun(tools: Literal[
     assert finding.event_type == "ChildRunStarted"
     assert "was not rerun" in finding.detail
     assert finding.path[-1] == next(iter(recorded.children.values())).run_id
+
+
+async def test_a_call_id_the_model_gave_twice_is_reported() -> None:
+    """Calls are matched by id: a model numbering every answer's calls from call_0 makes two
+    calls a replay cannot tell apart, and the report says so where it happens."""
+
+    @tool
+    def search(q: str) -> str:
+        """Search."""
+        return f"{q}: found"
+
+    client = ScriptedChatClient(
+        [
+            Call("search", {"q": "tides"}, call_id="call_0"),
+            Call("search", {"q": "winds"}, call_id="call_0"),
+            "Both.",
+        ]
+    )
+    store = MemoryEventStore()
+    response = await Agent(client=client, tools=[search], store=store).run("Go.")
+    recorded = await load(store, response.run_id)
+    report = await replay(recorded, Agent(client=ScriptedChatClient([]), tools=[search], store=False))
+    [finding] = report.cannot_replay
+    assert (finding.event_type, finding.run_id) == ("ModelResponded", response.run_id)
+    assert "'call_0' again in model call 2" in finding.detail
