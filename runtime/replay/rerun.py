@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
+import msgspec
+
 from ..agent import Agent
 from ..chat import ChatClient
 from ..context import current_run_context, replaying
@@ -37,10 +39,12 @@ __all__ = ("fork", "replay", "rerun")
 ToolsMode = Literal["recorded", "live"]
 
 
-def _session_for(recorded: RecordedRun) -> AgentSession | None:
+def _session_for(recorded: RecordedRun, *, keep_conversation: bool = True) -> AgentSession | None:
     if recorded.session_id is None:
         return None
     session = AgentSession.from_events(recorded.prior, recorded.session_id)
+    if not keep_conversation:  # a fork: the service holds the conversation as it went on after the point
+        session.service_session_id = None
     if not recorded.started.session_history:
         session.history = []
     _pend_caller_writes(session, recorded.events[1:])
@@ -60,9 +64,10 @@ def _pend_caller_writes(session: AgentSession, events: Sequence[Event]) -> None:
         session.add_pending(event.by, event.changes)
 
 
-def _run_options(recorded: RecordedRun, agent: Any) -> dict[str, Any]:
+def _run_options(recorded: RecordedRun, agent: Any, *, keep_conversation: bool = True) -> dict[str, Any]:
     """The options the caller gave the recorded ``run()`` itself: repeated from the log, while
-    everything else comes from the agent's current code.
+    everything else comes from the agent's current code (and, unless a fork leaves it out, the
+    service-side conversation the run continued).
 
     Older logs do not say which keys the caller gave: there, a recorded option the agent's
     current defaults do not set is taken as the caller's.
@@ -75,7 +80,9 @@ def _run_options(recorded: RecordedRun, agent: Any) -> dict[str, Any]:
         )
         keys = tuple(k for k in started.options if k not in defaults)
     # The conversation a service keeps is the run's state, never the agent's code.
-    keys = (*keys, "conversation_id")
+    keys = (
+        (*keys, "conversation_id") if keep_conversation else tuple(k for k in keys if k != "conversation_id")
+    )
     options = {k: started.options[k] for k in keys if k in started.options}
     if "instructions" in keys and started.instructions is not None:
         # The run's own instructions, appended to the agent's current ones again; an older log
@@ -106,7 +113,7 @@ def _replay_spec(
     helper = RecordedTools(recorded, upto, agent.tools, run_live=tools == "live" or upto is not None)
     given = [helper.stand_in(name) for name in started.run_tool_names]
     spec: RunSpec = agent.run_spec(
-        options=_run_options(recorded, agent) or None,
+        options=_run_options(recorded, agent, keep_conversation=upto is None) or None,
         function_invocation_kwargs=started.function_invocation_kwargs
         if function_invocation_kwargs is None
         else function_invocation_kwargs,
@@ -133,7 +140,8 @@ def _replay_spec(
             recorded.events, helper.stand_in, names, upto=upto, live=spec.context_providers
         )
         spec = spec.replace(context_providers=(stand_in,))
-    elif tools == "recorded" and spec.context_providers:  # live providers, their tools from the log
+    elif spec.context_providers and (tools == "recorded" or helper.approved):
+        # Live providers; the tools they offer answer from the log as the agent's own do.
         spec = spec.replace(
             context_providers=tuple(
                 p if isinstance(p, HistoryProvider) else _ToolsFromLog(p, helper)
@@ -394,6 +402,8 @@ async def _drive(
 ) -> tuple[AgentResponse | None, dict[str, list[Event]], _TreeReplay]:
     started = recorded.started
     parent = (started.parent_run_id, started.parent_call_id or "") if started.parent_run_id else None
+    if recorded.approved_above:  # a human approved the call this run answers: its run was the one
+        tools = "recorded"
     spec = _replay_spec(
         recorded,
         agent,
@@ -406,7 +416,7 @@ async def _drive(
         providers=providers,
     )
     own_id = run_id or agent.ids("run")
-    run = AgentRun(spec, _session_for(recorded), run_id=own_id)
+    run = AgentRun(spec, _session_for(recorded, keep_conversation=upto is None), run_id=own_id)
     children = _TreeReplay(recorded, own_id, tools, upto, providers)
     token = replaying.set(True)
     events: list[Event] = []  # every run's events of the tree, as they are recorded
@@ -510,7 +520,18 @@ async def fork(
     """
     if not 0 <= at < len(recorded.events):
         raise IndexError(f"run {recorded.run_id} has events 0..{len(recorded.events) - 1}, not {at}")
-    responses = [e for e in recorded.model_outcomes() if e.seq <= at]
+    repeated = _repeated_call_ids(recorded)
+    if repeated:  # which call's outcome is the past cannot be told: a fork could run one again
+        raise AgentLedgerError(f"cannot fork run {recorded.run_id}: {repeated[0].detail}")
+    # The answers up to the point, outside any service-side conversation: the service holds the
+    # conversation as the recorded run went on past the point, so the fork sends its own in full.
+    responses = [
+        msgspec.structs.replace(e, conversation_id=None)
+        if type(e) is ModelResponded and e.conversation_id
+        else e
+        for e in recorded.model_outcomes()
+        if e.seq <= at
+    ]
     live = ReplayClient(responses, live=client)
     response, _, _ = await _drive(recorded, agent, live, "live", at, None, function_invocation_kwargs)
     if response is None:

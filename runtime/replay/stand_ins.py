@@ -16,6 +16,7 @@ from ..core.events import (
     ContextProvided,
     Event,
     ModelCalled,
+    ModelFailed,
     ModelResponded,
     RunStarted,
     RunTerminated,
@@ -114,6 +115,8 @@ class RecordedTools:
                 raise type(outcome.error_type, (RecordedOutcome,), {})(outcome.message)
             assert type(outcome) is ToolReturned
             value = outcome.tool_result if outcome.overridden_by else outcome.result
+            if type(value) is dict or type(value) is list:  # the rerun's own: the log's stays as it is
+                value = msgspec.json.decode(msgspec.json.encode(value))
             ended = self.terminations.get(call_id)
             if ended is not None:  # the call ended the run: end it again, with the same answer
                 raise MiddlewareTermination(ended.reason, result=value)
@@ -149,10 +152,12 @@ _NO_BODY = "call {call_id} of the fork's model: no live tool {name!r}" + _NO_BOD
 
 
 def _last_past_iteration(recorded: RecordedRun, upto: int) -> int:
-    """The last model iteration a fork at ``upto`` answers from the log; before the first
-    answer, the iteration the run's first model call follows (a resumed batch's calls run at
-    it), or every iteration when the log holds no model call (all of its calls are the past)."""
-    answered = [e.iteration for e in recorded.model_outcomes() if e.seq <= upto]
+    """The last model iteration a fork at ``upto`` answers from the log (the client's answers,
+    and chat middleware's, which the fork's middleware gives again); before the first answer,
+    the iteration the run's first model call follows (a resumed batch's calls run at it), or
+    every iteration when the log holds no model call (all of its calls are the past)."""
+    past = recorded.events[: upto + 1]
+    answered = [e.iteration for e in past if isinstance(e, ModelResponded | ModelFailed)]
     if answered:
         return max(answered)
     first = next((e.iteration for e in recorded.events if type(e) is ModelCalled), None)

@@ -11,6 +11,7 @@ import msgspec
 from ..context import replaying
 from ..core.errors import TransitionError
 from ..core.events import (
+    ApprovalResolved,
     ChildRunStarted,
     ContextProvided,
     Event,
@@ -68,6 +69,7 @@ class RecordedRun:
         *,
         prior: Sequence[Event] = (),
         children: Mapping[str, RecordedRun] | None = None,
+        approved_above: bool = False,
     ) -> None:
         if not events or type(events[0]) is not RunStarted:
             raise AgentLedgerError("a recorded run starts with RunStarted")
@@ -78,6 +80,10 @@ class RecordedRun:
         self.children: dict[str, RecordedRun] = dict(children or {})
         """The sub-agent runs this run started, by the call id that started each (``load``
         reads them; a run built from its events alone has none)."""
+        self.approved_above = approved_above
+        """Whether this sub-agent run answers a call a human approved, in its caller's log or
+        above it (``load`` reads them): its one execution was this run, so a replay of it, live
+        tools or not, takes its tools' recorded outcomes."""
 
     @property
     def ended(self) -> bool:
@@ -133,14 +139,15 @@ class RecordedRun:
         transcript = machine.transcript
         pending = {*transcript.pending, *machine.awaiting_approval}
         calls = tuple(c for m in transcript.messages for c in m.function_calls if c.call_id in pending)
+        # Copies: what the fold hands out must not share a container with the events.
         return RunState(
             seq=seq,
             phase=machine.phase.value,
             iteration=machine.iteration,
-            tools=tuple(machine.tools.specs.values()),
-            session=dict(session.state),
-            transcript=tuple(machine.history) + tuple(transcript.messages),
-            pending_calls=calls,
+            tools=_copy(tuple(machine.tools.specs.values()), tuple[ToolSpec, ...]),
+            session=_copy(session.state, dict[str, Any]),
+            transcript=_copy((*machine.history, *transcript.messages), tuple[Message, ...]),
+            pending_calls=_copy(calls, tuple[Content, ...]),
         )
 
     def instructions_at(self, seq: int) -> str | None:
@@ -175,6 +182,11 @@ class RecordedRun:
         return outcomes
 
 
+def _copy(value: Any, kind: Any) -> Any:
+    """``value`` decoded afresh from its JSON: equal, and sharing no container with it."""
+    return msgspec.json.decode(msgspec.json.encode(value), type=kind)
+
+
 async def load(
     store: EventStore,
     run_id: str,
@@ -196,7 +208,26 @@ async def load(
     ``listing`` is the store's run listing (``list_runs`` with no limit) when the caller has
     one: loading many runs, it spares listing the store again for each run's session.
     """
-    return await _load(store, run_id, with_session, with_children, (), listing)
+    recorded = await _load(store, run_id, with_session, with_children, (), listing)
+    if recorded.started.parent_run_id is not None:
+        recorded.approved_above = await _approved_above(store, recorded.started)
+    return recorded
+
+
+async def _approved_above(store: EventStore, started: RunStarted) -> bool:
+    """Whether a call a human approved started this run, or a run above it (the callers' logs,
+    read up the tree as far as the store holds them)."""
+    seen: set[str] = set()
+    parent, call = started.parent_run_id, started.parent_call_id
+    while parent is not None and parent not in seen:
+        seen.add(parent)
+        events = await store.read(parent)
+        if any(type(e) is ApprovalResolved and e.approved and e.call_id == call for e in events):
+            return True
+        if not events or type(events[0]) is not RunStarted:
+            return False
+        parent, call = events[0].parent_run_id, events[0].parent_call_id
+    return False
 
 
 async def _load(

@@ -3,9 +3,21 @@ run's end (the context providers' ``after_run``) is the fork's own, not the reco
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 import pytest
 
-from agentledger import Agent, FunctionInvocationContext, MemoryEventStore, tool
+from agentledger import (
+    Agent,
+    AgentLedgerError,
+    ChatContext,
+    ChatResponse,
+    Content,
+    FunctionInvocationContext,
+    MemoryEventStore,
+    Message,
+    tool,
+)
 from agentledger.adapters.chat.scripted import Call, ScriptedChatClient
 from agentledger.core import ChildRunStarted, SessionUpdated, ToolFailed, ToolReturned
 from agentledger.providers import ContextProvider
@@ -140,3 +152,90 @@ async def test_a_tool_added_during_the_recorded_run_says_why_a_fork_cannot_run_i
     [failed] = [e for e in forked.events if isinstance(e, ToolFailed)]
     assert "no live tool 'lookup'" in failed.message
     assert "give it to the agent's tools" in failed.message
+
+
+async def test_a_call_chat_middleware_answered_before_the_point_is_the_past() -> None:
+    """An answer chat middleware gave in the model's place is given again by the fork's
+    middleware: its calls are the past like the client's, and never run again."""
+    sent: list[str] = []
+
+    @tool
+    def send_mail(to: str) -> str:
+        """Send a mail."""
+        sent.append(to)
+        return f"mailed {to}"
+
+    async def cached_plan(context: ChatContext, call_next: Callable[[], Awaitable[None]]) -> None:
+        if context.iteration == 2:  # answered from a cache, with a call
+            call = Content.from_function_call("c_cache", "send_mail", arguments='{"to": "bob"}')
+            context.result = ChatResponse(Message("assistant", [call]))
+            return
+        await call_next()
+
+    def agent(client: ScriptedChatClient, store: MemoryEventStore | bool) -> Agent:
+        return Agent(client=client, tools=[send_mail], middleware=[cached_plan], store=store)
+
+    store = MemoryEventStore()
+    response = await agent(ScriptedChatClient([Call("send_mail", {"to": "alice"}), "All sent."]), store).run(
+        "Mail."
+    )
+    assert sent == ["alice", "bob"]
+    recorded = await load(store, response.run_id)
+    bob = next(e.seq for e in recorded.events if isinstance(e, ToolReturned) and e.call_id == "c_cache")
+    for at in range(bob, len(recorded.events)):
+        sent.clear()
+        await fork(
+            recorded, agent(ScriptedChatClient([]), False), at=at, client=ScriptedChatClient(["Forked."] * 3)
+        )
+        assert sent == [], at
+
+
+async def test_a_fork_sends_its_conversation_in_full_not_the_services() -> None:
+    """The service holds the conversation as the recorded run went on past the point: the fork
+    leaves it, and sends the new client the conversation up to the point."""
+
+    @tool
+    def price(item: str) -> str:
+        """The price of an item."""
+        return f"{item}: 3 EUR"
+
+    def agent(client: ScriptedChatClient, store: MemoryEventStore | bool) -> Agent:
+        return Agent(client=client, tools=[price], store=store, default_options={"store": True})
+
+    recording = ScriptedChatClient(
+        [Call("price", {"item": "tea"}), Call("price", {"item": "jam"}), "Tea 3, jam 3."],
+        keeps_conversations=True,
+    )
+    store = MemoryEventStore()
+    keeper = agent(recording, store)
+    response = await keeper.run("Tea and jam?", session=keeper.create_session())
+    assert recording.requests[-1].options.get("conversation_id") is not None  # the service kept it
+    recorded = await load(store, response.run_id)
+    [first, _] = [e.seq for e in recorded.events if isinstance(e, ToolReturned)]
+    new = ScriptedChatClient(["Forked."], keeps_conversations=True)
+    await fork(recorded, agent(ScriptedChatClient([]), False), at=first, client=new)
+    [request] = new.requests
+    assert request.options.get("conversation_id") is None
+    assert [m.role for m in request.messages] == ["user", "assistant", "tool"]
+
+
+async def test_a_run_whose_model_repeated_a_call_id_is_not_forked() -> None:
+    @tool
+    def send(to: str) -> str:
+        """Send."""
+        return f"sent to {to}"
+
+    client = ScriptedChatClient(
+        [
+            Call("send", {"to": "alice"}, call_id="call_0"),
+            Call("send", {"to": "bob"}, call_id="call_0"),
+            "Both.",
+        ]
+    )
+    store = MemoryEventStore()
+    response = await Agent(client=client, tools=[send], store=store).run("Send.")
+    recorded = await load(store, response.run_id)
+    with pytest.raises(AgentLedgerError, match="'call_0' again in model call 2"):
+        await fork(
+            recorded, Agent(client=ScriptedChatClient([]), tools=[send], store=False), at=4, client=client
+        )

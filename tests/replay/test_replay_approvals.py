@@ -5,6 +5,8 @@ rerun refuses the call instead of running it."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from agentledger import (
@@ -14,10 +16,12 @@ from agentledger import (
     MemoryEventStore,
     Message,
     ReplayDivergence,
+    SessionContext,
     tool,
 )
 from agentledger.adapters.chat.scripted import Call, ScriptedChatClient
 from agentledger.core import ToolCalled, ToolFailed, ToolReturned
+from agentledger.providers import ContextProvider
 from agentledger.replay import RecordedRun, fork, load, replay, rerun
 
 pytestmark = pytest.mark.anyio
@@ -195,3 +199,54 @@ async def test_a_live_replay_keeps_an_approved_call_whose_tool_is_no_longer_gate
     assert bank.sent == [5]
     assert bank.pinged == 2  # the other tool ran live
     assert [(f.kind, f.field) for f in report.findings] == [("drift", "tools[wire_money].approval_mode")]
+
+
+async def test_a_live_replay_keeps_an_approved_call_of_a_tool_a_provider_offered() -> None:
+    paid: list[int] = []
+
+    @tool(approval_mode="always_require")
+    def pay(amount: int) -> str:
+        """Pay."""
+        paid.append(amount)
+        return f"paid {amount}"
+
+    class Payments(ContextProvider):
+        async def before_run(self, *, agent: Any, session: Any, context: SessionContext, state: Any) -> None:
+            context.extend_tools(self.source_id, [pay])
+
+    def agent(client: ScriptedChatClient, store: MemoryEventStore | bool) -> Agent:
+        return Agent(client=client, context_providers=[Payments("payments")], store=store)
+
+    store = MemoryEventStore()
+    recording = agent(ScriptedChatClient([Call("pay", {"amount": 7}), "Paid."]), store)
+    session = AgentSession("s4")
+    paused = await recording.run("Pay 7.", session=session)
+    answers = [request.to_approval_response(True) for request in paused.user_input_requests]
+    resumed = await recording.run(Message("user", answers), session=session)
+    assert paid == [7]
+    recorded = await load(store, resumed.run_id)
+    report = await replay(recorded, agent(ScriptedChatClient([]), False), tools="live")
+    assert paid == [7]
+    assert report.findings == []
+
+
+async def test_the_child_of_an_approved_call_replayed_alone_keeps_its_recorded_outcomes() -> None:
+    """``load`` of a sub-agent run reads its callers' logs: a child run that answers an approved
+    call replays with its tools' recorded outcomes on its own too, live tools or not."""
+    sent: list[int] = []
+    store = MemoryEventStore()
+    lead = _payer(
+        sent, store, [Call("pay", {"task": "pay 5"}), "Paid."], [Call("wire_money", {"amount": 5}), "Wired."]
+    )
+    session = AgentSession("s5")
+    paused = await lead.run("Pay 5.", session=session)
+    answers = [request.to_approval_response(True) for request in paused.user_input_requests]
+    resumed = await lead.run(Message("user", answers), session=session)
+    [child] = (await load(store, resumed.run_id)).children.values()
+    alone = await load(store, child.run_id)
+    assert alone.approved_above
+    payer = _payer(sent, False, [], []).tools[0].agent  # type: ignore[attr-defined]
+    report = await replay(alone, payer, tools="live")
+    assert sent == [5]
+    assert report.findings == []
+    assert not (await load(store, resumed.run_id)).approved_above  # the lead answers no call
