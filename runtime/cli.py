@@ -324,7 +324,7 @@ def _export(args: argparse.Namespace) -> int:
         from .replay.cassette import tree_events, write_cassette
 
         check_path(args.cassette, "--cassette")
-        tree = _run(lambda: load(store, args.run, with_session=False))
+        tree = _run(lambda: load(store, args.run))  # with its session's earlier runs
         check_complete(tree.events, args.run)
         for _, run in tree.walk():
             missing = [e.child_run_id for e in run.child_links() if e.call_id not in run.children]
@@ -333,10 +333,14 @@ def _export(args: argparse.Namespace) -> int:
                     f"sub-agent run {missing[0]} of run {run.run_id} is not in the store: "
                     "a cassette without it would not replay"
                 )
-        events = tree_events(tree)
+        events = tree_events(tree, with_prior=True)
         written = write_cassette(args.cassette, events)
         runs = len(list(tree.walk()))
-        print(f"wrote {written} ({len(events)} events, {runs} run{'s' if runs != 1 else ''})")
+        earlier = len({e.run_id for e in tree.prior})
+        session = (
+            f", and {earlier} earlier run{'s' if earlier != 1 else ''} of its session" if earlier else ""
+        )
+        print(f"wrote {written} ({len(events)} events, {runs} run{'s' if runs != 1 else ''}{session})")
         return 0
     if args.otlp:
         check_url(args.otlp)

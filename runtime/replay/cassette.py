@@ -1,7 +1,9 @@
 """Cassettes: a recorded run tree in one file, to replay in a test.
 
 A cassette is a JSON Lines file, one event a line, as ``agentledger export`` writes them: the
-lead run's events, then each sub-agent run's, depth first in the order the lead called them.
+lead run's events, then each sub-agent run's, depth first in the order the lead called them,
+then (when the lead continued a session) the session's earlier runs, which a replay rebuilds
+the session from (``RecordedRun.prior``).
 It holds what a log holds, redacted as the log is (``client_kwargs`` values are never recorded,
 ``function_invocation_kwargs`` pass the agent's redaction policy), so it can be read in a pull
 request and checked in beside the test.
@@ -15,16 +17,18 @@ from pathlib import Path
 
 import msgspec
 
-from ..core.events import ChildRunStarted, Event, RunStarted, decode_event, encode_event
+from ..core.events import ChildRunStarted, Event, RunStarted, SessionUpdated, decode_event, encode_event
 from ..errors import LogCorruptError, RunCycleError
 from .state import RecordedRun
 
 __all__ = ("read_cassette", "tree_events", "tree_of", "write_cassette")
 
 
-def tree_events(recorded: RecordedRun) -> list[Event]:
-    """The events of ``recorded`` and of every sub-agent run below it, lead first, depth first."""
-    return [event for _, run in recorded.walk() for event in run.events]
+def tree_events(recorded: RecordedRun, *, with_prior: bool = False) -> list[Event]:
+    """The events of ``recorded`` and of every sub-agent run below it, lead first, depth first;
+    with ``with_prior``, then the session's earlier runs (``recorded.prior``)."""
+    events = [event for _, run in recorded.walk() for event in run.events]
+    return [*events, *recorded.prior] if with_prior else events
 
 
 def tree_of(events: Iterable[Event], run_id: str) -> RecordedRun:
@@ -51,10 +55,12 @@ def write_cassette(path: str | os.PathLike[str], events: Iterable[Event]) -> Pat
 
 
 def read_cassette(path: str | os.PathLike[str]) -> RecordedRun:
-    """The run tree a cassette holds: its lead run, with every sub-agent run as its children.
+    """The run tree a cassette holds: its lead run (the first line's), with every sub-agent run
+    as its children and the session's earlier runs it holds as ``prior``.
 
     ``LogCorruptError`` (naming the file and line) for a line that is no event, a run whose
-    events are out of order, a file with no run or a tree that loops.
+    events are out of order, a file with no run, a tree that loops, or a run besides the tree
+    that is not of the lead's session.
     """
     source = Path(path)
     logs: dict[str, list[Event]] = {}
@@ -71,14 +77,32 @@ def read_cassette(path: str | os.PathLike[str]) -> RecordedRun:
                 what = f"run {event.run_id!r}: seq {event.seq} where {len(log)} was due"
                 raise LogCorruptError(what, where=f"{source}:{number}")
             log.append(event)
-    leads = [
-        run_id
-        for run_id, log in logs.items()
-        if isinstance(log[0], RunStarted) and log[0].parent_run_id not in logs
-    ]
-    if len(leads) != 1:
-        raise LogCorruptError(f"a cassette holds one run tree, not {len(leads)}", where=str(source))
-    return _tree(logs, leads[0], (), str(source))
+    if not logs:
+        raise LogCorruptError("a cassette holds one run tree, not 0", where=str(source))
+    lead = next(iter(logs))
+    tree = _tree(logs, lead, (), str(source))
+    in_tree = {run.run_id for _, run in tree.walk()}
+    rest = [run_id for run_id in logs if run_id not in in_tree]
+    session_id = tree.started.session_id
+    for run_id in rest:
+        first = logs[run_id][0]
+        if session_id is None or not _of_session(logs[run_id], session_id):
+            starts = [logs[r][0] for r in rest]
+            tops = 1 + sum(1 for e in starts if isinstance(e, RunStarted) and e.parent_run_id is None)
+            what = f"a cassette holds one run tree (and its session's earlier runs), not {tops}"
+            raise LogCorruptError(what, where=f"{source}: run {first.run_id!r}")
+    if rest:
+        prior = [event for run_id in rest for event in logs[run_id]]
+        tree = RecordedRun(tree.events, prior=prior, children=tree.children)
+    return tree
+
+
+def _of_session(log: Sequence[Event], session_id: str) -> bool:
+    """Whether a run's log is one of the session's: started in it, or writing its state."""
+    first = log[0]
+    if isinstance(first, RunStarted) and first.session_id == session_id:
+        return True
+    return any(type(e) is SessionUpdated and e.session_id == session_id for e in log)
 
 
 def _tree(logs: dict[str, list[Event]], run_id: str, above: Sequence[str], where: str) -> RecordedRun:

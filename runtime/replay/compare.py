@@ -46,7 +46,9 @@ from .findings import Finding, FindingKind, text_diff
 __all__ = ("call_of", "canonical", "compare", "diff_runs", "differences", "in_model_order")
 
 
-_IGNORED = frozenset({"at", "seq", "child_run_id", "origin_run_id", "origin_seq"})
+# Identities a rerun may give anew (a test's own session in a cassette's replay, new sub-agent
+# runs): what the run did is in the other fields.
+_IGNORED = frozenset({"at", "seq", "child_run_id", "origin_run_id", "origin_seq", "session_id"})
 _IGNORED_BY_TYPE: Mapping[str, frozenset[str]] = {
     # The version of the library that recorded the run: a rerun on a newer one is still the run.
     "RunStarted": frozenset({"library_version"}),
@@ -57,7 +59,18 @@ _IGNORED_BY_TYPE: Mapping[str, frozenset[str]] = {
 }
 _DRIFT_FIELDS: Mapping[str, frozenset[str]] = {
     "RunStarted": frozenset(
-        {"instructions", "options", "tools", "middleware", "config", "context_providers"}
+        {
+            "instructions",
+            "options",
+            "tools",
+            "middleware",
+            "config",
+            "context_providers",
+            # what that run() was given, when a test gives its own (a cassette's replay)
+            "run_instructions",
+            "run_option_keys",
+            "run_tool_names",
+        }
     ),
     "ToolsAdded": frozenset({"tools"}),
 }
@@ -77,7 +90,14 @@ def call_of(event: Event, children: Mapping[str, str]) -> str | None:
     return None
 
 
-_BLANK: dict[str, Any] = {"at": 0, "seq": 0, "child_run_id": "", "origin_run_id": None, "origin_seq": None}
+_BLANK: dict[str, Any] = {
+    "at": 0,
+    "seq": 0,
+    "child_run_id": "",
+    "origin_run_id": None,
+    "origin_seq": None,
+    "session_id": None,
+}
 
 
 def _normalized(event: Event) -> Event:
@@ -192,9 +212,7 @@ class _Side:
     """One log, ready to align: canonical order, an alignment key and JSON values per event."""
 
     def __init__(self, events: Sequence[Event], *, anonymous: bool, ordered: bool) -> None:
-        self.events = (
-            [e for e in events if type(e) is not BatchClaimed] if ordered else canonical(events)
-        )
+        self.events = [e for e in events if type(e) is not BatchClaimed] if ordered else canonical(events)
         children = {e.child_run_id: e.call_id for e in self.events if type(e) is ChildRunStarted}
         lanes = [_lane(e, children) for e in self.events]
         self.fields = [_fields(e) for e in self.events]

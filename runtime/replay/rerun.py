@@ -28,6 +28,7 @@ from ..run.recorder import watching
 from ..run.spec import RunSpec, merge_options
 from ..session import AgentSession
 from ..subagents import AgentTool, ChildLink, running_children_with
+from ..tools import normalize_tools
 from .client import RecordedOutcome, ReplayClient, ReplayExhausted
 from .compare import call_of, differences, divergence
 from .findings import Finding, ReplayReport
@@ -102,18 +103,26 @@ def _replay_spec(
     parent: tuple[str, str] | None,
     share_history: bool,
     providers: ToolsMode = "recorded",
+    caller: _Caller | None = None,
 ) -> RunSpec:
     """The run ``agent``'s current code makes of the recorded run's call, answered from the log.
 
     Context providers run for real with ``providers="live"``; otherwise (and in a fork) their
-    recorded contributions are repeated without calling them."""
+    recorded contributions are repeated without calling them. What ``caller`` gives (a test's
+    own ``run()`` arguments) replaces what the log says that ``run()`` was given."""
     started = recorded.started
+    run_tools = caller.run_tools if caller is not None else None
     # The live tools always lend their argument types (defaults, coercion, rejection); their
     # bodies run only where the log has no outcome and the caller asked for live tools.
-    helper = RecordedTools(recorded, upto, agent.tools, run_live=tools == "live" or upto is not None)
-    given = [helper.stand_in(name) for name in started.run_tool_names]
+    live = [*agent.tools, *(run_tools or ())]
+    helper = RecordedTools(recorded, upto, live, run_live=tools == "live" or upto is not None)
+    names = [t.name for t in run_tools] if run_tools is not None else started.run_tool_names
+    given = [helper.stand_in(name) for name in names]
+    options = _run_options(recorded, agent, keep_conversation=upto is None)
+    if caller is not None and caller.options is not None:
+        options = {**dict(caller.options), **{k: v for k, v in options.items() if k == "conversation_id"}}
     spec: RunSpec = agent.run_spec(
-        options=_run_options(recorded, agent, keep_conversation=upto is None) or None,
+        options=options or None,
         function_invocation_kwargs=started.function_invocation_kwargs
         if function_invocation_kwargs is None
         else function_invocation_kwargs,
@@ -390,6 +399,18 @@ def _children_not_rerun(tree: _TreeReplay, by_run: Mapping[str, list[Event]]) ->
     return found
 
 
+class _Caller:
+    """What the caller of a replay gives its lead run in place of what the log says that run()
+    was given: the session it runs on, its own options, the tools given to it."""
+
+    def __init__(
+        self, session: AgentSession | None, options: Mapping[str, Any] | None, run_tools: Any
+    ) -> None:
+        self.session = session
+        self.options = options
+        self.run_tools = normalize_tools(run_tools) if run_tools is not None else None
+
+
 async def _drive(
     recorded: RecordedRun,
     agent: Agent,
@@ -399,6 +420,7 @@ async def _drive(
     run_id: str | None,
     function_invocation_kwargs: Mapping[str, Any] | None,
     providers: ToolsMode = "recorded",
+    caller: _Caller | None = None,
 ) -> tuple[AgentResponse | None, dict[str, list[Event]], _TreeReplay]:
     started = recorded.started
     parent = (started.parent_run_id, started.parent_call_id or "") if started.parent_run_id else None
@@ -414,9 +436,14 @@ async def _drive(
         parent=parent,
         share_history=started.session_history,
         providers=providers,
+        caller=caller,
     )
     own_id = run_id or agent.ids("run")
-    run = AgentRun(spec, _session_for(recorded, keep_conversation=upto is None), run_id=own_id)
+    if caller is not None and caller.session is not None:
+        session: AgentSession | None = caller.session
+    else:
+        session = _session_for(recorded, keep_conversation=upto is None)
+    run = AgentRun(spec, session, run_id=own_id)
     children = _TreeReplay(recorded, own_id, tools, upto, providers)
     token = replaying.set(True)
     events: list[Event] = []  # every run's events of the tree, as they are recorded
@@ -443,6 +470,9 @@ async def replay(
     tools: ToolsMode = "recorded",
     function_invocation_kwargs: Mapping[str, Any] | None = None,
     providers: ToolsMode | None = None,
+    session: AgentSession | None = None,
+    options: Mapping[str, Any] | None = None,
+    run_tools: Any = None,
 ) -> ReplayReport:
     """Rerun the recorded run tree against ``agent``'s current code and report every finding.
 
@@ -453,10 +483,27 @@ async def replay(
     contributed from the log without calling them, ``"live"`` calls them, and a contribution that
     changed is a divergence. Nothing raises for a difference: the report lists divergences,
     drift and what could not be replayed.
+
+    What that ``run()`` was given is repeated from the log unless given here: ``session``, the
+    session the lead run runs on (else one rebuilt from ``recorded.prior``; a test running
+    several turns on one session passes it); ``options``, its own options (a changed one is
+    drift); ``run_tools``, the tools given to it, whose bodies then run in live mode (else they
+    are known by their recorded specs and answer from the log).
     """
     client = ReplayClient(recorded.model_outcomes(), provider_name=recorded.started.provider_name)
+    given = None
+    if session is not None or options is not None or run_tools is not None:
+        given = _Caller(session, options, run_tools)
     response, by_run, children = await _drive(
-        recorded, agent, client, tools, None, recorded.run_id, function_invocation_kwargs, providers or tools
+        recorded,
+        agent,
+        client,
+        tools,
+        None,
+        recorded.run_id,
+        function_invocation_kwargs,
+        providers or tools,
+        given,
     )
     findings = differences(recorded.events, by_run[recorded.run_id], path=(recorded.run_id,))
     for child_id, child in children.replayed.items():

@@ -98,8 +98,18 @@ class AgentCassette:
                 f"the test's input differs from the one recorded in {path}: re-record with {RECORD_FLAG}",
                 pytrace=False,
             )
-        kwargs = run_kwargs.get("function_invocation_kwargs")
-        report = await replay(recorded, agent, tools="live", function_invocation_kwargs=kwargs)
+        # The test's own run() arguments, not the recorded ones: its session (a test of several
+        # turns runs them on one), its options (a changed prompt is drift) and the tools it gives
+        # (their bodies run, like the agent's).
+        report = await replay(
+            recorded,
+            agent,
+            tools="live",
+            function_invocation_kwargs=run_kwargs.get("function_invocation_kwargs"),
+            session=run_kwargs.get("session"),
+            options=run_kwargs.get("options") or {},
+            run_tools=run_kwargs.get("tools") or [],
+        )
         if not report.passed() or report.response is None:
             if report.passed():
                 pytest.fail(f"the run recorded in {path} failed again", pytrace=False)

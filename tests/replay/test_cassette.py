@@ -148,3 +148,106 @@ def test_a_damaged_cassette_fails_the_test_plainly(project: Path, damage: str) -
     assert "Traceback" not in run.stdout
     assert "site-packages" not in run.stdout
     assert "runtime/" not in run.stdout
+
+
+TURNS_TEST = '''
+import os
+
+import pytest
+
+from agentledger import Agent, BaseChatClient, FunctionInvocationContext, tool
+from agentledger.adapters.chat.scripted import Call, ScriptedChatClient
+
+pytestmark = pytest.mark.anyio
+SEEN = []
+
+
+class Refuses(BaseChatClient):
+    provider_name = "scripted"
+
+    async def get_response(self, messages, **kwargs):
+        raise AssertionError("the real client was called")
+
+
+@tool
+def keep(note: str, ctx: FunctionInvocationContext) -> str:
+    """Keep a note."""
+    ctx.session.state["note"] = note
+    return "kept"
+
+
+@tool
+def price(item: str) -> str:
+    """The price of an item."""
+    SEEN.append(item)
+    return f"{item}: " + os.environ.get("PRICE", "3 EUR")
+
+
+def build(script):
+    live = os.environ.get("LIVE_MODEL") == "1"
+    return Agent(client=ScriptedChatClient(script) if live else Refuses(), name="shop", tools=[keep])
+
+
+async def test_turns(agent_cassette):
+    agent = build([Call("keep", {"note": "tea"}), "Kept.", Call("price", {"item": "tea"}), "Tea is 3 EUR."])
+    session = agent.create_session()
+    await agent_cassette.run(agent, "Remember tea.", session=session)
+    assert session.state["note"] == "tea"
+    prompt = os.environ.get("PROMPT", "Answer briefly.")
+    answer = await agent_cassette.run(
+        agent, "What does it cost?", session=session, tools=[price], options={"instructions": prompt}
+    )
+    assert answer.text == "Tea is 3 EUR."
+    assert SEEN == ["tea"]
+    assert len(session.history) == 8
+'''
+
+
+def test_a_test_of_two_turns_replays_on_its_own_session_with_its_own_arguments(tmp_path: Path) -> None:
+    """The replay runs on the test's session (its second turn sees the first's state and
+    history), the tools the test gives run for real, and its options are compared: a changed
+    prompt is drift, a changed tool result a divergence."""
+    (tmp_path / "test_turns.py").write_text(TURNS_TEST)
+    (tmp_path / "conftest.py").write_text(
+        "import pytest\n\n\n@pytest.fixture\ndef anyio_backend():\n    return 'asyncio'\n"
+    )
+    recorded = _pytest(tmp_path, "--agentledger-record", LIVE_MODEL="1")
+    assert recorded.returncode == 0, recorded.stdout + recorded.stderr
+    replayed = _pytest(tmp_path)
+    assert replayed.returncode == 0, replayed.stdout + replayed.stderr
+    prompt = _pytest(tmp_path, PROMPT="Answer in French.")
+    assert prompt.returncode == 1
+    assert (
+        "drift at seq 0, RunStarted.run_instructions: 'Answer briefly.' -> 'Answer in French.'"
+        in prompt.stdout
+    )
+    body = _pytest(tmp_path, PRICE="9 EUR")
+    assert body.returncode == 1
+    assert "ToolReturned.result: 'tea: 3 EUR' -> 'tea: 9 EUR'" in body.stdout
+
+
+def test_a_cassette_with_the_sessions_earlier_runs_reads_them_as_prior(tmp_path: Path) -> None:
+    """``agentledger export --cassette`` of a session's later run writes the earlier runs after
+    the tree; reading it gives them back as ``prior``, and a run of another session is refused."""
+    import anyio
+
+    from agentledger import Agent, AgentSession, LogCorruptError
+    from agentledger.adapters.chat.scripted import ScriptedChatClient
+
+    async def record() -> tuple[list[object], list[object], list[object]]:
+        agent = Agent(client=ScriptedChatClient(["One.", "Two.", "Other."]))
+        session = AgentSession("s1")
+        first = await agent.run("1", session=session)
+        second = await agent.run("2", session=session)
+        other = await agent.run("3", session=AgentSession("s2"))
+        return list(first.events), list(second.events), list(other.events)
+
+    first, second, other = anyio.run(record)
+    path = write_cassette(tmp_path / "turn2.jsonl", [*second, *first])  # type: ignore[list-item]
+    tree = read_cassette(path)
+    assert tree.run_id == second[0].run_id  # type: ignore[attr-defined]
+    assert tree.prior == first
+    assert len(tree.history()) == 2
+    mixed = write_cassette(tmp_path / "mixed.jsonl", [*second, *other])  # type: ignore[list-item]
+    with pytest.raises(LogCorruptError, match="one run tree"):
+        read_cassette(mixed)
