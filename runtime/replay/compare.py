@@ -15,6 +15,7 @@ added during the run) are drift, everything else a divergence.
 from __future__ import annotations
 
 import difflib
+import math
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -46,9 +47,7 @@ from .findings import Finding, FindingKind, text_diff
 __all__ = ("call_of", "canonical", "compare", "diff_runs", "differences", "in_model_order")
 
 
-# Identities a rerun may give anew (a test's own session in a cassette's replay, new sub-agent
-# runs): what the run did is in the other fields.
-_IGNORED = frozenset({"at", "seq", "child_run_id", "origin_run_id", "origin_seq", "session_id"})
+_IGNORED = frozenset({"at", "seq", "child_run_id", "origin_run_id", "origin_seq"})
 _IGNORED_BY_TYPE: Mapping[str, frozenset[str]] = {
     # The version of the library that recorded the run: a rerun on a newer one is still the run.
     "RunStarted": frozenset({"library_version"}),
@@ -96,13 +95,17 @@ _BLANK: dict[str, Any] = {
     "child_run_id": "",
     "origin_run_id": None,
     "origin_seq": None,
-    "session_id": None,
 }
+_SESSION = "(a session)"
+"""What a session id compares as: whether a run had one, not which (a test's own session in a
+cassette's replay is made afresh, with a new id)."""
 
 
 def _normalized(event: Event) -> Event:
     """The event with the fields a rerun may change blanked, for comparing by value."""
     blank = {name: _BLANK[name] for name in _IGNORED if name in event.__struct_fields__}
+    if getattr(event, "session_id", None) is not None:
+        blank["session_id"] = _SESSION
     if type(event) is SessionUpdated and event.origin_run_id is not None:
         blank["by"] = event.by.split("/", 1)[-1]  # "<sub-agent run>/<writer>": new runs get new ids
     return msgspec.structs.replace(event, **blank)
@@ -256,8 +259,12 @@ def _field_diffs(recorded: Any, rerun: Any, path: str) -> Iterator[tuple[str, An
             for index, (a, b) in enumerate(zip(recorded, rerun, strict=True)):
                 yield from _field_diffs(a, b, f"{path}[{index}]")
             return
-    if recorded != rerun:
+    if recorded != rerun and not (_nan(recorded) and _nan(rerun)):  # NaN is NaN, as the log has it
         yield path, recorded, rerun
+
+
+def _nan(value: Any) -> bool:
+    return type(value) is float and math.isnan(value)
 
 
 def _value(value: Any) -> Any:

@@ -19,7 +19,15 @@ from ..agent import Agent
 from ..chat import ChatClient
 from ..context import current_run_context, replaying
 from ..core.errors import TransitionError
-from ..core.events import ChildRunStarted, Event, ModelResponded, SessionUpdated, ToolFailed, ToolReturned
+from ..core.events import (
+    ChildRunStarted,
+    Event,
+    ModelCalled,
+    ModelResponded,
+    SessionUpdated,
+    ToolFailed,
+    ToolReturned,
+)
 from ..errors import AgentLedgerError, MiddlewareFailure, ReplayDrift, RunError
 from ..providers import HistoryProvider, RecordedContributions, SessionContext, provider_names
 from ..response import AgentResponse
@@ -128,6 +136,7 @@ def _replay_spec(
         else function_invocation_kwargs,
         client_kwargs=dict.fromkeys(started.client_kwargs_keys),  # the values were never recorded
         tools=given or None,
+        middleware=caller.middleware if caller is not None else None,
         parent=parent,
         share_history=share_history,
     )
@@ -399,16 +408,41 @@ def _children_not_rerun(tree: _TreeReplay, by_run: Mapping[str, list[Event]]) ->
     return found
 
 
+def _caught_up(session: AgentSession, recorded: RecordedRun) -> AgentSession:
+    """The caller's session, brought to where the recorded run found its own when it is fresh
+    and the log holds the session's earlier runs (a cassette of a later turn, given a new
+    session): their history, state and paused calls; a session already in use is left as it is."""
+    fresh = not session.history and not session.state and not session.paused_runs
+    if not (fresh and recorded.prior):
+        return session
+    rebuilt = _session_for(recorded)
+    if rebuilt is None:
+        return session
+    session.history[:] = rebuilt.history
+    session.state.reset(rebuilt.state.snapshot())
+    session.paused_runs.update(rebuilt.paused_runs)
+    session.rerun_allowed.update(rebuilt.rerun_allowed)
+    session.service_session_id = rebuilt.service_session_id
+    for by, changes in rebuilt.pending_changes:
+        session.add_pending(by, changes)
+    return session
+
+
 class _Caller:
     """What the caller of a replay gives its lead run in place of what the log says that run()
     was given: the session it runs on, its own options, the tools given to it."""
 
     def __init__(
-        self, session: AgentSession | None, options: Mapping[str, Any] | None, run_tools: Any
+        self,
+        session: AgentSession | Literal[False] | None,
+        options: Mapping[str, Any] | None,
+        run_tools: Any,
+        middleware: Sequence[Any] | None,
     ) -> None:
         self.session = session
         self.options = options
         self.run_tools = normalize_tools(run_tools) if run_tools is not None else None
+        self.middleware = middleware
 
 
 async def _drive(
@@ -439,8 +473,11 @@ async def _drive(
         caller=caller,
     )
     own_id = run_id or agent.ids("run")
-    if caller is not None and caller.session is not None:
-        session: AgentSession | None = caller.session
+    given = caller.session if caller is not None else None
+    if given is False:  # the caller's run has no session
+        session: AgentSession | None = None
+    elif given is not None:
+        session = _caught_up(given, recorded)
     else:
         session = _session_for(recorded, keep_conversation=upto is None)
     run = AgentRun(spec, session, run_id=own_id)
@@ -470,9 +507,10 @@ async def replay(
     tools: ToolsMode = "recorded",
     function_invocation_kwargs: Mapping[str, Any] | None = None,
     providers: ToolsMode | None = None,
-    session: AgentSession | None = None,
+    session: AgentSession | Literal[False] | None = None,
     options: Mapping[str, Any] | None = None,
     run_tools: Any = None,
+    middleware: Sequence[Any] | None = None,
 ) -> ReplayReport:
     """Rerun the recorded run tree against ``agent``'s current code and report every finding.
 
@@ -485,15 +523,17 @@ async def replay(
     drift and what could not be replayed.
 
     What that ``run()`` was given is repeated from the log unless given here: ``session``, the
-    session the lead run runs on (else one rebuilt from ``recorded.prior``; a test running
-    several turns on one session passes it); ``options``, its own options (a changed one is
+    session the lead run runs on (``False``: none; else one rebuilt from ``recorded.prior``; a
+    test running several turns on one session passes it, and a fresh one is first brought to
+    where the log's earlier runs leave it); ``options``, its own options (a changed one is
     drift); ``run_tools``, the tools given to it, whose bodies then run in live mode (else they
-    are known by their recorded specs and answer from the log).
+    are known by their recorded specs and answer from the log); ``middleware``, the middleware
+    given to it (else none runs, and what the log names is drift).
     """
     client = ReplayClient(recorded.model_outcomes(), provider_name=recorded.started.provider_name)
     given = None
-    if session is not None or options is not None or run_tools is not None:
-        given = _Caller(session, options, run_tools)
+    if session is not None or options is not None or run_tools is not None or middleware is not None:
+        given = _Caller(session, options, run_tools, middleware)
     response, by_run, children = await _drive(
         recorded,
         agent,
@@ -570,6 +610,15 @@ async def fork(
     repeated = _repeated_call_ids(recorded)
     if repeated:  # which call's outcome is the past cannot be told: a fork could run one again
         raise AgentLedgerError(f"cannot fork run {recorded.run_id}: {repeated[0].detail}")
+    first = next((e for e in recorded.events if type(e) is ModelCalled), None)
+    if first is not None and first.conversation_id is not None and first.held == 0:
+        # The service held the conversation before the run's first call, and none of the
+        # messages the log knows of: its earlier turns are the service's alone.
+        raise AgentLedgerError(
+            f"cannot fork run {recorded.run_id}: it continued the service-side conversation "
+            f"{first.conversation_id!r}, whose earlier turns its log does not hold; a fork sends "
+            "the new client the conversation up to the point in full, and cannot send those"
+        )
     # The answers up to the point, outside any service-side conversation: the service holds the
     # conversation as the recorded run went on past the point, so the fork sends its own in full.
     responses = [

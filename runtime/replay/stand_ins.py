@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -115,8 +116,8 @@ class RecordedTools:
                 raise type(outcome.error_type, (RecordedOutcome,), {})(outcome.message)
             assert type(outcome) is ToolReturned
             value = outcome.tool_result if outcome.overridden_by else outcome.result
-            if type(value) is dict or type(value) is list:  # the rerun's own: the log's stays as it is
-                value = msgspec.json.decode(msgspec.json.encode(value))
+            if isinstance(value, dict | list | tuple):  # the rerun's own: the log's stays as it is
+                value = copy.deepcopy(value)  # values kept as they are (tuples, NaN), unlike JSON
             ended = self.terminations.get(call_id)
             if ended is not None:  # the call ended the run: end it again, with the same answer
                 raise MiddlewareTermination(ended.reason, result=value)
@@ -223,7 +224,7 @@ def apply_session(session: AgentSession, event: SessionUpdated, caller: RunConte
     if event.origin_run_id is None:
         for change in event.changes:
             if change.op == "set":  # a copy: the live value must not share containers with the log
-                session.state[change.key] = msgspec.json.decode(msgspec.json.encode(change.value))
+                session.state[change.key] = copy.deepcopy(change.value)
             elif change.key in session.state:
                 del session.state[change.key]
         return

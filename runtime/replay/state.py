@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -144,10 +145,10 @@ class RecordedRun:
             seq=seq,
             phase=machine.phase.value,
             iteration=machine.iteration,
-            tools=_copy(tuple(machine.tools.specs.values()), tuple[ToolSpec, ...]),
-            session=_copy(session.state, dict[str, Any]),
-            transcript=_copy((*machine.history, *transcript.messages), tuple[Message, ...]),
-            pending_calls=_copy(calls, tuple[Content, ...]),
+            tools=copy.deepcopy(tuple(machine.tools.specs.values())),
+            session=copy.deepcopy(session.state),
+            transcript=copy.deepcopy((*machine.history, *transcript.messages)),
+            pending_calls=copy.deepcopy(calls),
         )
 
     def instructions_at(self, seq: int) -> str | None:
@@ -180,11 +181,6 @@ class RecordedRun:
                     outcomes.append(event)
                 answered_by_middleware = False
         return outcomes
-
-
-def _copy(value: Any, kind: Any) -> Any:
-    """``value`` decoded afresh from its JSON: equal, and sharing no container with it."""
-    return msgspec.json.decode(msgspec.json.encode(value), type=kind)
 
 
 async def load(

@@ -24,10 +24,11 @@ from typing import Any
 import pytest
 
 from ..chat import normalize_messages
-from ..errors import LogCorruptError
+from ..errors import AgentLedgerError, LogCorruptError
 from ..replay.cassette import read_cassette, tree_events, tree_of, write_cassette
 from ..replay.findings import ReplayReport
 from ..replay.rerun import replay
+from ..replay.state import RecordedRun
 from ..response import AgentResponse
 from . import capture_events
 
@@ -98,23 +99,33 @@ class AgentCassette:
                 f"the test's input differs from the one recorded in {path}: re-record with {RECORD_FLAG}",
                 pytrace=False,
             )
-        # The test's own run() arguments, not the recorded ones: its session (a test of several
-        # turns runs them on one), its options (a changed prompt is drift) and the tools it gives
-        # (their bodies run, like the agent's).
-        report = await replay(
-            recorded,
-            agent,
-            tools="live",
-            function_invocation_kwargs=run_kwargs.get("function_invocation_kwargs"),
-            session=run_kwargs.get("session"),
-            options=run_kwargs.get("options") or {},
-            run_tools=run_kwargs.get("tools") or [],
-        )
+        # The test's own run() arguments, not the recorded ones: its session or none (a test of
+        # several turns runs them on one), its options (a changed prompt is drift), the tools it
+        # gives (their bodies run, like the agent's) and its middleware.
+        try:
+            report: ReplayReport | str = await self._replay(recorded, agent, run_kwargs)
+        except AgentLedgerError as exc:  # the test's run cannot even start as the recorded one did
+            report = f"the run recorded in {path} does not replay with this test's run(): {exc}"
+        if isinstance(report, str):
+            pytest.fail(report, pytrace=False)
         if not report.passed() or report.response is None:
             if report.passed():
                 pytest.fail(f"the run recorded in {path} failed again", pytrace=False)
             pytest.fail(_report_text(path, report), pytrace=False)
         return report.response
+
+    @staticmethod
+    async def _replay(recorded: RecordedRun, agent: Any, run_kwargs: dict[str, Any]) -> ReplayReport:
+        return await replay(
+            recorded,
+            agent,
+            tools="live",
+            function_invocation_kwargs=run_kwargs.get("function_invocation_kwargs"),
+            session=run_kwargs["session"] if run_kwargs.get("session") is not None else False,
+            options=run_kwargs.get("options") or {},
+            run_tools=run_kwargs.get("tools") or [],
+            middleware=run_kwargs.get("middleware") or [],
+        )
 
 
 def _file_name(name: str) -> str:

@@ -251,3 +251,50 @@ def test_a_cassette_with_the_sessions_earlier_runs_reads_them_as_prior(tmp_path:
     mixed = write_cassette(tmp_path / "mixed.jsonl", [*second, *other])  # type: ignore[list-item]
     with pytest.raises(LogCorruptError, match="one run tree"):
         read_cassette(mixed)
+
+
+def test_the_callers_run_arguments_replace_the_recorded_ones(tmp_path: Path) -> None:
+    """``replay(session=, middleware=)``: a fresh session is brought to where the cassette's
+    earlier runs leave it; ``session=False`` replays without one (a difference the report names);
+    run middleware given again runs and matches."""
+    import anyio
+
+    from agentledger import Agent, AgentSession, FunctionInvocationContext, function_middleware, tool
+    from agentledger.adapters.chat.scripted import Call, ScriptedChatClient
+    from agentledger.replay import replay
+
+    @tool
+    def keep(note: str, ctx: FunctionInvocationContext) -> str:
+        """Keep a note."""
+        if ctx.session is None:
+            return "nowhere to keep it"
+        ctx.session.state["note"] = note
+        return "kept"
+
+    @function_middleware
+    async def audit(context: object, call_next: object) -> None:
+        await call_next()  # type: ignore[operator]
+
+    def agent(script: list[object]) -> Agent:
+        return Agent(client=ScriptedChatClient(script), tools=[keep])  # type: ignore[arg-type]
+
+    async def scenario() -> None:
+        recording = agent(
+            [Call("keep", {"note": "tea"}), "Kept.", Call("keep", {"note": "jam"}), "Kept too."]
+        )
+        session = AgentSession("s1")
+        first = await recording.run("Tea.", session=session)
+        second = await recording.run("Jam.", session=session, middleware=[audit])
+        path = write_cassette(tmp_path / "turn2.jsonl", [*second.events, *first.events])
+        recorded = read_cassette(path)
+        fresh = AgentSession("another id")
+        report = await replay(recorded, agent([]), tools="live", session=fresh, middleware=[audit])
+        assert report.findings == []
+        assert fresh.state["note"] == "jam"
+        assert len(fresh.history) == 8  # the first turn, caught up, and the second
+        without = await replay(recorded, agent([]), tools="live", session=False, middleware=[audit])
+        assert any(f.field == "session_id" for f in without.findings)
+        no_middleware = await replay(recorded, agent([]), tools="live", session=AgentSession("x"))
+        assert [f.field for f in no_middleware.drift] == ["middleware"]
+
+    anyio.run(scenario)

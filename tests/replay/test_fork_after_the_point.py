@@ -239,3 +239,17 @@ async def test_a_run_whose_model_repeated_a_call_id_is_not_forked() -> None:
         await fork(
             recorded, Agent(client=ScriptedChatClient([]), tools=[send], store=False), at=4, client=client
         )
+
+
+async def test_a_run_on_a_conversation_only_the_service_holds_is_not_forked() -> None:
+    """Its earlier turns are not in the log, and a fork sends the conversation in full: it says
+    so rather than send the new client the run's own messages alone."""
+    client = ScriptedChatClient(["Tea found."], keeps_conversations=True)
+    store = MemoryEventStore()
+    agent = Agent(client=client, store=store)
+    response = await agent.run("Find tea.", session=agent.get_session("resp_earlier_turns"))
+    recorded = await load(store, response.run_id)
+    with pytest.raises(
+        AgentLedgerError, match="'resp_earlier_turns', whose earlier turns its log does not hold"
+    ):
+        await fork(recorded, Agent(client=ScriptedChatClient([]), store=False), at=0, client=client)

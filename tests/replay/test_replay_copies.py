@@ -65,3 +65,60 @@ async def test_state_at_hands_out_copies() -> None:
     [started] = [e for e in events if isinstance(e, RunStarted)]
     assert "evil" not in started.tools[0].parameters["properties"]
     assert recorded.state_at(len(recorded.events) - 1).session == {"notes": ["first"]}
+
+
+async def test_a_copied_result_keeps_its_values_as_recorded() -> None:
+    """Tuples stay tuples and NaN stays NaN in the copy middleware sees (a JSON round trip would
+    turn them into lists and nulls, and an unchanged agent would diverge); a tuple of rows is
+    copied too, so annotating them in place leaves the store as it was."""
+    seen: list[tuple[str, bool]] = []
+
+    @tool
+    def score(item: str) -> dict[str, Any]:
+        """Score an item."""
+        return {"item": item, "range": (0, 10), "score": float("nan"), "rows": ({"id": 1},)}
+
+    @function_middleware
+    async def look(context: Any, call_next: Any) -> None:
+        await call_next()
+        result = context.result
+        seen.append((type(result["range"]).__name__, result["score"] != result["score"]))
+
+    def agent(client: ScriptedChatClient, store: MemoryEventStore | bool) -> Agent:
+        return Agent(client=client, tools=[score], middleware=[look], store=store)
+
+    store = MemoryEventStore()
+    response = await agent(ScriptedChatClient([Call("score", {"item": "tea"}), "Done."]), store).run("Score.")
+    recorded = await load(store, response.run_id)
+    report = await replay(recorded, agent(ScriptedChatClient([]), False))
+    assert report.findings == []
+    assert seen == [("tuple", True), ("tuple", True)]
+    live = await replay(recorded, agent(ScriptedChatClient([]), False), tools="live")
+    assert live.findings == []  # NaN compares as NaN
+
+
+async def test_a_tuple_result_annotated_in_place_in_a_replay_leaves_the_store_as_it_was() -> None:
+    @tool
+    def rows() -> tuple[dict[str, int], ...]:
+        """The rows."""
+        return ({"id": 1}, {"id": 2})
+
+    @function_middleware
+    async def mark(context: Any, call_next: Any) -> None:
+        await call_next()
+        for row in context.result:
+            row["seen"] = row.get("seen", 0) + 1
+
+    def agent(client: ScriptedChatClient, store: MemoryEventStore | bool) -> Agent:
+        return Agent(client=client, tools=[rows], middleware=[mark], store=store)
+
+    store = MemoryEventStore()
+    response = await agent(ScriptedChatClient([Call("rows"), "Done."]), store).run("Rows.")
+    stored = msgspec.json.encode(
+        [e.result for e in await store.read(response.run_id) if isinstance(e, ToolReturned)]
+    )
+    recorded = await load(store, response.run_id)
+    for _ in range(2):
+        await replay(recorded, agent(ScriptedChatClient([]), False))
+    after = [e.result for e in await store.read(response.run_id) if isinstance(e, ToolReturned)]
+    assert msgspec.json.encode(after) == stored
