@@ -259,12 +259,34 @@ def _field_diffs(recorded: Any, rerun: Any, path: str) -> Iterator[tuple[str, An
             for index, (a, b) in enumerate(zip(recorded, rerun, strict=True)):
                 yield from _field_diffs(a, b, f"{path}[{index}]")
             return
-    if recorded != rerun and not (_nan(recorded) and _nan(rerun)):  # NaN is NaN, as the log has it
+    if _differ(recorded, rerun):
         yield path, recorded, rerun
+
+
+_NUMBERS = (bool, int, float)
+
+
+def _differ(recorded: Any, rerun: Any) -> bool:
+    """Whether two values differ as the log tells them apart: ``True`` is not ``1``, nor ``1``
+    ``1.0``; NaN is NaN; and a log in JSON holds NaN and infinity as null, so a null stands for
+    either."""
+    if type(recorded) is not type(rerun) and isinstance(recorded, _NUMBERS) and isinstance(rerun, _NUMBERS):
+        return True
+    if recorded == rerun or (_nan(recorded) and _nan(rerun)):
+        return False
+    return not ((_null(recorded) and _non_finite(rerun)) or (_null(rerun) and _non_finite(recorded)))
+
+
+def _null(value: Any) -> bool:
+    return value is None or value is _MISSING  # a null a record leaves out reads as missing
 
 
 def _nan(value: Any) -> bool:
     return type(value) is float and math.isnan(value)
+
+
+def _non_finite(value: Any) -> bool:
+    return type(value) is float and not math.isfinite(value)
 
 
 def _value(value: Any) -> Any:
@@ -327,8 +349,8 @@ def _align(left: _Side, right: _Side, findings: _Findings) -> list[Finding]:
     for op, i1, i2, j1, j2 in matcher.get_opcodes():
         if op == "equal":
             for i, j in zip(range(i1, i2), range(j1, j2), strict=True):
-                if left.fields[i] != right.fields[j]:
-                    findings.pair(left.events[i], left.fields[i], right.events[j], right.fields[j])
+                # Compared field by field, not with ==, which takes True for 1 and NaN for other.
+                findings.pair(left.events[i], left.fields[i], right.events[j], right.fields[j])
             continue
         # A replaced stretch: events side by side of the same type, or of the same call, are
         # compared; the rest is missing from one side.
@@ -338,8 +360,7 @@ def _align(left: _Side, right: _Side, findings: _Findings) -> list[Finding]:
             same_call = left.keys[i][1] is not None and left.keys[i][1] == right.keys[j][1]
             if not (same_type or same_call):
                 break
-            if left.fields[i] != right.fields[j]:
-                findings.pair(left.events[i], left.fields[i], right.events[j], right.fields[j])
+            findings.pair(left.events[i], left.fields[i], right.events[j], right.fields[j])
             i, j = i + 1, j + 1
         for k in range(i, i2):
             findings.lone(left.events[k], left.fields[k], recorded=True)

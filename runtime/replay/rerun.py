@@ -411,20 +411,24 @@ def _children_not_rerun(tree: _TreeReplay, by_run: Mapping[str, list[Event]]) ->
 def _caught_up(session: AgentSession, recorded: RecordedRun) -> AgentSession:
     """The caller's session, brought to where the recorded run found its own when it is fresh
     and the log holds the session's earlier runs (a cassette of a later turn, given a new
-    session): their history, state and paused calls; a session already in use is left as it is."""
-    fresh = not session.history and not session.state and not session.paused_runs
-    if not (fresh and recorded.prior):
+    session): their history, state and paused calls. Fresh: no history and no paused calls; the
+    caller's own writes made before the run stay on top, and are the ones the run records (else
+    the recorded ones are). A session already in use is left as it is."""
+    if session.history or session.paused_runs or not recorded.prior:
         return session
     rebuilt = _session_for(recorded)
     if rebuilt is None:
         return session
+    own, pending = session.state.snapshot(), session.pending_changes
     session.history[:] = rebuilt.history
-    session.state.reset(rebuilt.state.snapshot())
+    session.state.reset({**rebuilt.state.snapshot(), **own})
     session.paused_runs.update(rebuilt.paused_runs)
     session.rerun_allowed.update(rebuilt.rerun_allowed)
-    session.service_session_id = rebuilt.service_session_id
-    for by, changes in rebuilt.pending_changes:
-        session.add_pending(by, changes)
+    if session.service_session_id is None:
+        session.service_session_id = rebuilt.service_session_id
+    if not pending:
+        for by, changes in rebuilt.pending_changes:
+            session.add_pending(by, changes)
     return session
 
 
@@ -610,15 +614,16 @@ async def fork(
     repeated = _repeated_call_ids(recorded)
     if repeated:  # which call's outcome is the past cannot be told: a fork could run one again
         raise AgentLedgerError(f"cannot fork run {recorded.run_id}: {repeated[0].detail}")
-    first = next((e for e in recorded.events if type(e) is ModelCalled), None)
-    if first is not None and first.conversation_id is not None and first.held == 0:
-        # The service held the conversation before the run's first call, and none of the
-        # messages the log knows of: its earlier turns are the service's alone.
-        raise AgentLedgerError(
-            f"cannot fork run {recorded.run_id}: it continued the service-side conversation "
-            f"{first.conversation_id!r}, whose earlier turns its log does not hold; a fork sends "
-            "the new client the conversation up to the point in full, and cannot send those"
-        )
+    for event in (*recorded.prior, *recorded.events):
+        if type(event) is ModelCalled and event.conversation_id is not None and event.held == 0:
+            # The service held a conversation before a call of this session's runs, and none of
+            # the messages the log knows of: its earlier turns are the service's alone.
+            raise AgentLedgerError(
+                f"cannot fork run {recorded.run_id}: its session continued the service-side "
+                f"conversation {event.conversation_id!r}, whose earlier turns the log does not hold; "
+                "a fork sends the new client the conversation up to the point in full, and cannot "
+                "send those"
+            )
     # The answers up to the point, outside any service-side conversation: the service holds the
     # conversation as the recorded run went on past the point, so the fork sends its own in full.
     responses = [

@@ -99,9 +99,9 @@ class AgentCassette:
                 f"the test's input differs from the one recorded in {path}: re-record with {RECORD_FLAG}",
                 pytrace=False,
             )
-        # The test's own run() arguments, not the recorded ones: its session or none (a test of
-        # several turns runs them on one), its options (a changed prompt is drift), the tools it
-        # gives (their bodies run, like the agent's) and its middleware.
+        # The test's own run() arguments, not the recorded ones: its session (a test of several
+        # turns runs them on one), its options (a changed prompt is drift), the tools it gives
+        # (their bodies run, like the agent's) and its middleware.
         try:
             report: ReplayReport | str = await self._replay(recorded, agent, run_kwargs)
         except AgentLedgerError as exc:  # the test's run cannot even start as the recorded one did
@@ -121,7 +121,9 @@ class AgentCassette:
             agent,
             tools="live",
             function_invocation_kwargs=run_kwargs.get("function_invocation_kwargs"),
-            session=run_kwargs["session"] if run_kwargs.get("session") is not None else False,
+            # No session given: the one the recording ran on, rebuilt from the cassette (an agent
+            # may make its own in run(), which a replay does not call).
+            session=run_kwargs.get("session"),
             options=run_kwargs.get("options") or {},
             run_tools=run_kwargs.get("tools") or [],
             middleware=run_kwargs.get("middleware") or [],

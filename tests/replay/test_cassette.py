@@ -298,3 +298,63 @@ def test_the_callers_run_arguments_replace_the_recorded_ones(tmp_path: Path) -> 
         assert [f.field for f in no_middleware.drift] == ["middleware"]
 
     anyio.run(scenario)
+
+
+def test_a_fresh_session_with_the_callers_own_writes_is_caught_up_under_them(tmp_path: Path) -> None:
+    """The test makes the write the recorded caller made before its second turn, on a fresh
+    session: the earlier runs' history and state come first, its write stays on top and is the
+    one recorded."""
+    import anyio
+
+    from agentledger import Agent, AgentSession, FunctionInvocationContext, tool
+    from agentledger.adapters.chat.scripted import Call, ScriptedChatClient
+    from agentledger.replay import replay
+
+    @tool
+    def keep(ctx: FunctionInvocationContext) -> str:
+        """Keep."""
+        assert ctx.session is not None
+        state = ctx.session.state
+        return f"user={state.get('user')} n={state.get('n')} hist={len(ctx.session.history)}"
+
+    def agent(script: list[object]) -> Agent:
+        return Agent(client=ScriptedChatClient(script), tools=[keep])  # type: ignore[arg-type]
+
+    async def scenario() -> None:
+        recording = agent([Call("keep"), "One.", Call("keep"), "Two."])
+        session = AgentSession("s1")
+        session.state["user"] = "bob"
+        first = await recording.run("t1", session=session)
+        session.state["n"] = 2
+        second = await recording.run("t2", session=session)
+        recorded = read_cassette(write_cassette(tmp_path / "t2.jsonl", [*second.events, *first.events]))
+        fresh = AgentSession("new")
+        fresh.state["n"] = 2
+        report = await replay(recorded, agent([]), tools="live", session=fresh)
+        assert report.findings == []
+        assert fresh.state.snapshot() == {"user": "bob", "n": 2}
+        assert fresh.pending_changes == []
+
+    anyio.run(scenario)
+
+
+def test_values_compare_as_the_log_tells_them_apart() -> None:
+    """``True`` is not ``1``; NaN matches NaN, and a null a JSON log made of NaN or infinity."""
+    import math
+
+    from agentledger.core.events import RunStarted, SessionUpdated, StateChange
+    from agentledger.replay import differences
+
+    def write(value: object) -> list[object]:
+        started = RunStarted(run_id="r", seq=0, at=0, agent_id="a")
+        return [
+            started,
+            SessionUpdated(
+                run_id="r", seq=1, at=0, session_id="s", by="c", changes=(StateChange("k", "set", value),)
+            ),
+        ]
+
+    assert [f.field for f in differences(write(1), write(True))] == ["changes[0].value"]  # type: ignore[arg-type]
+    assert differences(write(None), write(math.nan)) == []  # type: ignore[arg-type]
+    assert differences(write(math.nan), write(math.nan)) == []  # type: ignore[arg-type]
+    assert [f.field for f in differences(write(1), write(1.5))] == ["changes[0].value"]  # type: ignore[arg-type]

@@ -250,6 +250,20 @@ async def test_a_run_on_a_conversation_only_the_service_holds_is_not_forked() ->
     response = await agent.run("Find tea.", session=agent.get_session("resp_earlier_turns"))
     recorded = await load(store, response.run_id)
     with pytest.raises(
-        AgentLedgerError, match="'resp_earlier_turns', whose earlier turns its log does not hold"
+        AgentLedgerError, match="'resp_earlier_turns', whose earlier turns the log does not hold"
+    ):
+        await fork(recorded, Agent(client=ScriptedChatClient([]), store=False), at=0, client=client)
+
+
+async def test_a_later_turn_of_a_conversation_only_the_service_holds_is_not_forked() -> None:
+    client = ScriptedChatClient(["One.", "Two."], keeps_conversations=True)
+    store = MemoryEventStore()
+    agent = Agent(client=client, store=store)
+    session = agent.get_session("resp_earlier_turns")
+    await agent.run("t1", session=session)
+    response = await agent.run("t2", session=session)
+    recorded = await load(store, response.run_id)
+    with pytest.raises(
+        AgentLedgerError, match="'resp_earlier_turns', whose earlier turns the log does not hold"
     ):
         await fork(recorded, Agent(client=ScriptedChatClient([]), store=False), at=0, client=client)
