@@ -274,11 +274,7 @@ def _differ(recorded: Any, rerun: Any) -> bool:
         return True
     if recorded == rerun or (_nan(recorded) and _nan(rerun)):
         return False
-    return not ((_null(recorded) and _non_finite(rerun)) or (_null(rerun) and _non_finite(recorded)))
-
-
-def _null(value: Any) -> bool:
-    return value is None or value is _MISSING  # a null a record leaves out reads as missing
+    return not ((recorded is None and _non_finite(rerun)) or (rerun is None and _non_finite(recorded)))
 
 
 def _nan(value: Any) -> bool:

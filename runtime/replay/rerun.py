@@ -25,6 +25,7 @@ from ..core.events import (
     ModelCalled,
     ModelResponded,
     SessionUpdated,
+    StateChange,
     ToolFailed,
     ToolReturned,
 )
@@ -419,9 +420,12 @@ def _caught_up(session: AgentSession, recorded: RecordedRun) -> AgentSession:
     rebuilt = _session_for(recorded)
     if rebuilt is None:
         return session
-    own, pending = session.state.snapshot(), session.pending_changes
+    pending = session.pending_changes
     session.history[:] = rebuilt.history
-    session.state.reset({**rebuilt.state.snapshot(), **own})
+    # The earlier runs' values under the caller's: set without recording, and without touching
+    # the keys the caller wrote (their values, and the in-place edits still to be noticed).
+    earlier = rebuilt.state.snapshot()
+    session.state.settle(StateChange(k, "set", v) for k, v in earlier.items() if k not in session.state)
     session.paused_runs.update(rebuilt.paused_runs)
     session.rerun_allowed.update(rebuilt.rerun_allowed)
     if session.service_session_id is None:

@@ -301,9 +301,9 @@ def test_the_callers_run_arguments_replace_the_recorded_ones(tmp_path: Path) -> 
 
 
 def test_a_fresh_session_with_the_callers_own_writes_is_caught_up_under_them(tmp_path: Path) -> None:
-    """The test makes the write the recorded caller made before its second turn, on a fresh
-    session: the earlier runs' history and state come first, its write stays on top and is the
-    one recorded."""
+    """The test makes the writes the recorded caller made before its second turn, on a fresh
+    session: the earlier runs' history and state come first, its writes stay on top as they
+    are (an edit in place included) and are the ones recorded."""
     import anyio
 
     from agentledger import Agent, AgentSession, FunctionInvocationContext, tool
@@ -326,13 +326,17 @@ def test_a_fresh_session_with_the_callers_own_writes_is_caught_up_under_them(tmp
         session.state["user"] = "bob"
         first = await recording.run("t1", session=session)
         session.state["n"] = 2
+        session.state["q"] = {"k": 1}
+        session.state["q"]["k"] = 5  # an edit in place, noticed when the run starts
         second = await recording.run("t2", session=session)
         recorded = read_cassette(write_cassette(tmp_path / "t2.jsonl", [*second.events, *first.events]))
         fresh = AgentSession("new")
         fresh.state["n"] = 2
+        fresh.state["q"] = {"k": 1}
+        fresh.state["q"]["k"] = 5
         report = await replay(recorded, agent([]), tools="live", session=fresh)
         assert report.findings == []
-        assert fresh.state.snapshot() == {"user": "bob", "n": 2}
+        assert fresh.state.snapshot() == {"user": "bob", "n": 2, "q": {"k": 5}}
         assert fresh.pending_changes == []
 
     anyio.run(scenario)
@@ -355,6 +359,8 @@ def test_values_compare_as_the_log_tells_them_apart() -> None:
         ]
 
     assert [f.field for f in differences(write(1), write(True))] == ["changes[0].value"]  # type: ignore[arg-type]
-    assert differences(write(None), write(math.nan)) == []  # type: ignore[arg-type]
-    assert differences(write(math.nan), write(math.nan)) == []  # type: ignore[arg-type]
+    assert differences(write({"r": None}), write({"r": math.nan})) == []  # type: ignore[arg-type]
+    assert differences(write({"r": math.nan}), write({"r": math.nan})) == []  # type: ignore[arg-type]
     assert [f.field for f in differences(write(1), write(1.5))] == ["changes[0].value"]  # type: ignore[arg-type]
+    # a key the log does not have is a change, whatever its value
+    assert [f.field for f in differences(write({}), write({"max": math.inf}))] == ["changes[0].value.max"]  # type: ignore[arg-type]
