@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextvars
 import threading
 import warnings
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import msgspec
@@ -246,6 +246,26 @@ class SessionState(dict[str, Any]):
                 self._encoded[key] = encoded
                 if not isinstance(value, _SCALARS):
                     self._watched.add(key)
+
+    def settle_under(self, earlier: Mapping[str, Any]) -> None:
+        """Put ``earlier`` (the values a session's earlier runs left) under this state, recording
+        nothing: their keys first, in their order, then the keys only this state holds; a key
+        this state holds keeps its own value and what is to be noticed of it (a replay bringing
+        a caller's fresh session to where a log's earlier runs left theirs)."""
+        with self._lock:
+            own = dict(dict.items(self))
+            dict.clear(self)
+            for key, value in earlier.items():
+                if key in own:
+                    dict.__setitem__(self, key, own.pop(key))
+                    continue
+                encoded = self._encoded[key] = _encode(key, value)
+                fresh = msgspec.json.decode(encoded)
+                dict.__setitem__(self, key, fresh)
+                if not isinstance(fresh, _SCALARS):
+                    self._watched.add(key)
+            for key, value in own.items():
+                dict.__setitem__(self, key, value)
 
     def reset(self, values: dict[str, Any]) -> None:
         """Become exactly ``values`` without recording anything (rebuilds and replays)."""

@@ -189,7 +189,11 @@ def _sorted(batch: list[Event], order: Mapping[str | None, int], children: Mappi
 
 def _fields(event: Event) -> dict[str, Any]:
     """The event as JSON values, without the fields a rerun may change."""
-    data = msgspec.to_builtins(_normalized(event))
+    normalized = _normalized(event)
+    data = msgspec.to_builtins(normalized)
+    for name in normalized.__struct_fields__:  # a field at its default is left out: it is null
+        if name not in data:
+            data[name] = msgspec.to_builtins(getattr(normalized, name))
     ignored = _IGNORED | _IGNORED_BY_TYPE.get(type(event).__name__, frozenset())
     return {k: v for k, v in data.items() if k not in ignored}
 

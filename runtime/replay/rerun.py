@@ -25,7 +25,6 @@ from ..core.events import (
     ModelCalled,
     ModelResponded,
     SessionUpdated,
-    StateChange,
     ToolFailed,
     ToolReturned,
 )
@@ -422,10 +421,9 @@ def _caught_up(session: AgentSession, recorded: RecordedRun) -> AgentSession:
         return session
     pending = session.pending_changes
     session.history[:] = rebuilt.history
-    # The earlier runs' values under the caller's: set without recording, and without touching
-    # the keys the caller wrote (their values, and the in-place edits still to be noticed).
-    earlier = rebuilt.state.snapshot()
-    session.state.settle(StateChange(k, "set", v) for k, v in earlier.items() if k not in session.state)
+    # The earlier runs' values under the caller's, in their order, recording nothing; the keys
+    # the caller wrote keep their values and the in-place edits still to be noticed.
+    session.state.settle_under(rebuilt.state.snapshot())
     session.paused_runs.update(rebuilt.paused_runs)
     session.rerun_allowed.update(rebuilt.rerun_allowed)
     if session.service_session_id is None:

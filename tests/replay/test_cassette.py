@@ -315,7 +315,9 @@ def test_a_fresh_session_with_the_callers_own_writes_is_caught_up_under_them(tmp
         """Keep."""
         assert ctx.session is not None
         state = ctx.session.state
-        return f"user={state.get('user')} n={state.get('n')} hist={len(ctx.session.history)}"
+        return (
+            f"{','.join(state)} user={state.get('user')} n={state.get('n')} hist={len(ctx.session.history)}"
+        )
 
     def agent(script: list[object]) -> Agent:
         return Agent(client=ScriptedChatClient(script), tools=[keep])  # type: ignore[arg-type]
@@ -337,6 +339,7 @@ def test_a_fresh_session_with_the_callers_own_writes_is_caught_up_under_them(tmp
         report = await replay(recorded, agent([]), tools="live", session=fresh)
         assert report.findings == []
         assert fresh.state.snapshot() == {"user": "bob", "n": 2, "q": {"k": 5}}
+        assert list(fresh.state.snapshot()) == list(session.state.snapshot())  # the same order
         assert fresh.pending_changes == []
 
     anyio.run(scenario)

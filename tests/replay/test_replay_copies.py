@@ -122,3 +122,26 @@ async def test_a_tuple_result_annotated_in_place_in_a_replay_leaves_the_store_as
         await replay(recorded, agent(ScriptedChatClient([]), False))
     after = [e.result for e in await store.read(response.run_id) if isinstance(e, ToolReturned)]
     assert msgspec.json.encode(after) == stored
+
+
+async def test_a_bare_nan_result_from_a_json_store_replays_clean(tmp_path: Any) -> None:
+    """A JSON log holds NaN as null, and a result at its default (null) is left out of the
+    record: it still matches the NaN the unchanged tool returns again."""
+    from agentledger.adapters.stores.sqlite import SqliteEventStore
+
+    @tool
+    def ratio() -> float:
+        """An undefined ratio."""
+        return float("nan")
+
+    def agent(client: ScriptedChatClient, store: Any) -> Agent:
+        return Agent(client=client, tools=[ratio], store=store)
+
+    store = SqliteEventStore(tmp_path / "runs.db")
+    try:
+        response = await agent(ScriptedChatClient([Call("ratio"), "Done."]), store).run("Ratio.")
+        recorded = await load(store, response.run_id)
+    finally:
+        store.close()
+    report = await replay(recorded, agent(ScriptedChatClient([]), False), tools="live")
+    assert report.findings == []
