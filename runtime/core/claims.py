@@ -12,8 +12,14 @@ the call's arguments as the paused run recorded them (``arguments_digest``).
 A claim already stored is final unless the run holding it ended before any approved call of the
 batch started: then a later resume may take over (``BatchClaimed.after_run_id``). A call that the
 holder started without recording an outcome is *unknown*: it may have taken effect, so it is
-never run again by a resume (``ClaimDecision.kind == "unknown"``). A call the holder ran to an
-outcome is done: an approval allows one execution.
+never run again by a resume (``ClaimDecision.kind == "unknown"``) unless the caller says so. A
+call the holder ran to an outcome is done: an approval allows one execution.
+
+A resuming run records each call as started (``ToolCalled``) in the store before its tool runs,
+so its log always says how far it got. A holder that stopped without ending (its process was
+killed) after some of its calls had run is *continued*: a later resume finishes that very run
+from its log (``ClaimDecision.kind == "continue"``), answering every call it ran with the
+recorded outcome, and its claim names the holder as the run it takes over from.
 
 ``history_growth`` is the one rule for how a session's history grows after a run, used by the
 local driver, by ``AgentSession.from_events`` and by the Temporal runner.
@@ -142,46 +148,48 @@ def paused_batch(events: Sequence[Event]) -> PausedBatch:
 
 
 class _CallProgress(msgspec.Struct, frozen=True, kw_only=True):
-    """How far a resuming run got with some calls, as its log shows."""
+    """How far a resuming run got, as its log shows."""
 
     ended: bool
     """The log ends with ``RunCompleted`` or ``RunFailed``."""
     done: tuple[str, ...] = ()
-    """Calls with a recorded outcome."""
+    """Approved calls with a recorded outcome."""
     unknown: tuple[str, ...] = ()
-    """Calls started (``ToolCalled``) without a recorded outcome."""
+    """Calls of any batch of the run started (``ToolCalled``) without a recorded outcome."""
 
 
 def _call_progress(events: Sequence[Event], call_ids: Sequence[str]) -> _CallProgress:
-    """Which of ``call_ids`` the run whose log is ``events`` ran, and which it left unknown."""
-    wanted = set(call_ids)
-    started: set[str] = set()
+    """Which of the approved ``call_ids`` the run whose log is ``events`` ran, and which of its
+    calls (approved or not) it started and left without an outcome."""
+    started: dict[str, None] = {}  # in the order the run started them
     done: set[str] = set()
     for event in events:
         if type(event) is ToolCalled:
             assert isinstance(event, ToolCalled)
-            if event.call_id in wanted:
-                started.add(event.call_id)
-        elif isinstance(event, _OUTCOMES) and event.call_id in wanted:
-            done.add(event.call_id or "")
+            started[event.call_id] = None
+            done.discard(event.call_id)  # started again (the caller allowed it): open once more
+        elif isinstance(event, _OUTCOMES) and event.call_id is not None:
+            done.add(event.call_id)
     ended = bool(events) and type(events[-1]) in (RunCompleted, RunFailed)
     return _CallProgress(
         ended=ended,
         done=tuple(c for c in call_ids if c in done),
-        unknown=tuple(c for c in call_ids if c in started and c not in done),
+        unknown=tuple(c for c in started if c not in done),
     )
 
 
 class ClaimDecision(msgspec.Struct, frozen=True, kw_only=True):
     """What a resume may do with a paused batch.
 
-    ``kind``: ``claim`` (append ``claim``, then run), ``held`` (this very run holds the claim
-    already: go on), ``refused`` (another run holds or used it; ``reason`` says which),
-    ``unknown`` (the holder started ``call_ids`` and recorded no outcome), ``mismatch`` (an
-    answer's call has other arguments than the paused run recorded).
+    ``kind``: ``claim`` (append ``claim``, then run), ``continue`` (append ``claim``, then
+    finish the run ``holder`` from its log instead of starting a new one; ``call_ids`` are the
+    calls it started without an outcome that the caller allowed to run again), ``held`` (this
+    very run holds the claim already: go on), ``refused`` (another run holds or used it;
+    ``reason`` says which), ``unknown`` (the holder started ``call_ids`` and recorded no
+    outcome), ``mismatch`` (an answer's call has other arguments than the paused run recorded).
     """
 
-    kind: Literal["claim", "held", "refused", "unknown", "mismatch"]
+    kind: Literal["claim", "continue", "held", "refused", "unknown", "mismatch"]
     reason: str = ""
     claim: BatchClaimed | None = None
     holder: str | None = None
@@ -231,43 +239,56 @@ def decide_claim(
             return ClaimDecision(kind="held", holder=holder)
         approved = [a.call_id for a in claim.answers if a.approved]
         progress = _call_progress(holder_log or (), approved)
-        doubtful = progress.unknown
-        if not progress.ended:
-            doubtful = tuple(c for c in approved if c not in progress.done)
-        if doubtful and not progress.done and set(doubtful) <= set(rerun):
-            again = doubtful  # the caller said so: take over, and say so in the claim
-        elif not progress.ended:
-            return ClaimDecision(
-                kind="refused",
-                reason=(
-                    f"the batch of run {run!r} is being resumed by run {holder!r}: a batch resumes once "
-                    "(if that run stopped for good, AgentSession.allow_rerun lets its calls run again)"
-                ),
-                holder=holder,
-                call_ids=doubtful,
-            )
-        elif progress.unknown:
-            return ClaimDecision(
-                kind="unknown",
-                reason=(
-                    f"run {holder!r} started calls {list(progress.unknown)} of run {run!r} and ended "
-                    "without recording their outcome: they may have taken effect, so they are not "
-                    "run again unless the caller says so (AgentSession.allow_rerun)"
-                ),
-                holder=holder,
-                call_ids=progress.unknown,
-            )
-        elif progress.done:
-            return ClaimDecision(
-                kind="refused",
-                reason=(
-                    f"the batch of run {run!r} was resumed by run {holder!r}, which ran calls "
-                    f"{list(progress.done)}: an approval allows one execution"
-                ),
-                holder=holder,
-                call_ids=progress.done,
-            )
-        after = holder  # the holder ended before any approved call started: take over
+        unknown, done = progress.unknown, progress.done
+        if progress.ended:
+            # The holder's log is final: what it ran is done, what it started is unknown.
+            if done:
+                left = f", and left calls {list(unknown)} with no outcome" if unknown else ""
+                return ClaimDecision(
+                    kind="refused",
+                    reason=(
+                        f"the batch of run {run!r} was resumed by run {holder!r}, which ran calls "
+                        f"{list(done)}{left}: an approval allows one execution (what they returned is "
+                        "in the session's history; ask the model again for a new call to run)"
+                    ),
+                    holder=holder,
+                    call_ids=done,
+                )
+            if unknown and not set(unknown) <= set(rerun):
+                return _unknown(run, holder, unknown, unknown, ended=True)
+            again = unknown  # started and unknown, and the caller said so; else nothing started
+        else:
+            # The holder has not ended: it may still be running, or its process is gone. Only the
+            # caller can tell, so it is taken over only on the caller's word (``rerun``).
+            needed = tuple(dict.fromkeys((*approved, *unknown)))
+            if unknown and not set(needed) <= set(rerun):
+                return _unknown(run, holder, unknown, needed, ended=False)
+            if not set(needed) <= set(rerun) or not needed:
+                ran = f"which ran calls {list(done)}" if done else "which has not started any of its calls"
+                return ClaimDecision(
+                    kind="refused",
+                    reason=(
+                        f"the batch of run {run!r} is being resumed by run {holder!r}, {ran}, and "
+                        "has not ended: a batch resumes once; if that run stopped for good, call "
+                        f"AgentSession.allow_rerun({_ids(needed)}) and resume again (a call it ran "
+                        "is answered from its log, never run again)"
+                    ),
+                    holder=holder,
+                    call_ids=needed,
+                )
+            if unknown or done:  # finish the holder's own run from what its log holds
+                event = BatchClaimed(
+                    run_id=run,
+                    seq=paused.version,
+                    at=at,
+                    by_run_id=holder,
+                    answers=claim.answers,
+                    after_run_id=holder,
+                    rerun=unknown,
+                )
+                return ClaimDecision(kind="continue", claim=event, holder=holder, call_ids=unknown)
+            again = tuple(approved)  # it started nothing: a new run takes the batch over
+        after = holder  # the holder started no approved call, or the caller said so: take over
     answered = tuple(
         ClaimedAnswer(call_id=c, approved=answers[c], digest=paused.digests.get(c, ""))
         for c in paused.awaiting
@@ -283,6 +304,27 @@ def decide_claim(
         rerun=again,
     )
     return ClaimDecision(kind="claim", claim=event, holder=after)
+
+
+def _ids(call_ids: Sequence[str]) -> str:
+    return ", ".join(repr(c) for c in call_ids)
+
+
+def _unknown(
+    run: str, holder: str, unknown: tuple[str, ...], needed: tuple[str, ...], *, ended: bool
+) -> ClaimDecision:
+    how = "ended" if ended else "stopped, or is still running them,"
+    return ClaimDecision(
+        kind="unknown",
+        reason=(
+            f"run {holder!r} started calls {list(unknown)} while resuming run {run!r} and {how} "
+            "without recording their outcome: they may have taken effect, so no resume runs them "
+            f"again; if you know they did not, call AgentSession.allow_rerun({_ids(needed)}) and "
+            "resume again"
+        ),
+        holder=holder,
+        call_ids=unknown,
+    )
 
 
 class HistoryGrowth(msgspec.Struct, frozen=True, kw_only=True):

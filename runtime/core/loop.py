@@ -281,6 +281,15 @@ class RunLoop:
         self._drain()
         self._take(self.machine.begin())
 
+    def carry_on(self) -> None:
+        """Go on with a run whose stored log the machine has observed (a run continued after its
+        process stopped): the command it waits on is the loop's first."""
+        command = self.machine.pending()
+        if command is None:
+            phase, run_id = self.machine.phase.value, self.run_id
+            raise TransitionError(f"run {run_id!r} waits on nothing in phase {phase}", run_id=run_id)
+        self.commands.append(command)
+
     def finish(self, **result: Any) -> None:
         """Record how the loop ended (``RunMachine.finish``)."""
         self._drain()

@@ -10,7 +10,7 @@ holds it for the whole run, a Temporal step for one model or tool call.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from ..context import Recorder, RunContext, SessionSink, enter_run, leave_run
@@ -30,6 +30,7 @@ class RunBinding:
     __slots__ = (
         "_error_event", "_previous", "_unbind", "client_kwargs", "context", "error", "kwargs",
         "on_update", "options", "recorder", "registry", "run_id", "session", "session_sink", "spec",
+        "write_ahead",
     )  # fmt: skip
 
     def __init__(
@@ -49,6 +50,9 @@ class RunBinding:
         self.kwargs: dict[str, Any] = dict(spec.function_invocation_kwargs)
         self.client_kwargs: dict[str, Any] = dict(spec.client_kwargs)
         self.on_update = on_update
+        self.write_ahead: Callable[[], Awaitable[None]] | None = None
+        """Stores what the run recorded so far; awaited once a call is recorded as started and
+        before its tool runs (``None``: a run nothing could repeat, whose calls are stored after)."""
         self.error: RunError | None = None
         """The model failure that ended the run, raised to the caller once the run is recorded."""
         self._error_event: Event | None = None

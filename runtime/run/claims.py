@@ -6,6 +6,10 @@ log's version. The store's optimistic concurrency makes the choice: of two resum
 the same version, one append succeeds and the other raises ``ConflictError``; the loser reads
 the log again, finds the winner's claim and is refused with ``ApprovalError``. Nothing of the
 losing run has been recorded or run by then.
+
+A claim may also say to *continue* the run that holds the batch (it stopped part way, and the
+caller said it stopped for good): the resume then finishes that run from its log
+(``Claims.continues``) instead of starting a run of its own.
 """
 
 from __future__ import annotations
@@ -23,9 +27,9 @@ from ..errors import (
     ConflictError,
     RunNotFoundError,
 )
-from ..store import EventStore, MemoryEventStore
+from ..store import EventStore
 
-__all__ = ("claim_batches", "refusal")
+__all__ = ("Claims", "claim_batches", "refusal")
 
 _ATTEMPTS = 3
 
@@ -39,6 +43,20 @@ def refusal(decision: ClaimDecision) -> ApprovalError:
     return ApprovalError(decision.reason)
 
 
+class Claims:
+    """What ``claim_batches`` appended: the claims, and the run a resume finishes instead of
+    starting its own (``continues``: it holds the batch and stopped part way), if any."""
+
+    __slots__ = ("claims", "continues")
+
+    def __init__(self, claims: list[BatchClaimed], continues: str | None = None) -> None:
+        self.claims = claims
+        self.continues = continues
+
+
+_NONE = Claims([])
+
+
 async def claim_batches(
     store: EventStore | None,
     paused_runs: Mapping[str, str],
@@ -48,18 +66,19 @@ async def claim_batches(
     run_id: str,
     at: int,
     rerun: Collection[str] = (),
-) -> list[BatchClaimed]:
+) -> Claims:
     """Claim, for ``run_id``, the paused batches the approval answers in ``inputs`` resume.
 
     ``paused_runs`` maps a call waiting for approval to the run that paused on it (the session
-    keeps it); answers to calls it does not know, or whose run is not in ``store``, are claimed
-    in this process only (``AgentSession.claim``). Returns the claims appended; raises
+    keeps it); answers to calls it does not know, or whose run a bounded store dropped, are
+    claimed in this process only (``AgentSession.claim``); a store that never held the paused
+    run refuses the resume (``ApprovalError``). Returns the claims appended; raises
     ``ApprovalError`` (``CallOutcomeUnknownError``, ``ApprovalMismatchError``) when another run
     holds or used the batch. ``rerun`` names calls the caller allows to run again although the
     run holding the claim may have run them (``AgentSession.allow_rerun``).
     """
     if store is None:
-        return []
+        return _NONE
     answers = {c.call_id: bool(c.approved) for c in approval_responses(inputs) if c.call_id}
     by_run: dict[str, dict[str, bool]] = {}
     for call_id, approved in answers.items():
@@ -67,19 +86,26 @@ async def claim_batches(
         if paused is not None:
             by_run.setdefault(paused, {})[call_id] = approved
     if not by_run:
-        return []
+        return _NONE
     digests = {
         c.call_id: arguments_digest(c.arguments)
         for m in history
         for c in m.function_calls
         if c.call_id in answers and c.call_id
     }
-    claims = []
+    claims: list[BatchClaimed] = []
+    continues: set[str | None] = set()
     for paused_run, answered in by_run.items():
         claim = await _claim(store, paused_run, answered, digests, run_id=run_id, at=at, rerun=rerun)
         if claim is not None:
             claims.append(claim)
-    return claims
+            continues.add(claim.by_run_id if claim.by_run_id != run_id else None)
+    if len(continues) > 1:
+        raise ApprovalError(
+            f"these answers resume batches held by different runs ({sorted(map(str, continues))}): "
+            "answer the calls of each paused run in a resume of its own"
+        )
+    return Claims(claims, next(iter(continues), None))
 
 
 async def _claim(
@@ -98,12 +124,10 @@ async def _claim(
         except RunNotFoundError:  # a bounded store dropped it: the process-local claim is all there is
             return None
         if not events:
-            if isinstance(store, MemoryEventStore):
-                return None  # a process's own memory: the process-local claim is all there is
             raise ApprovalError(
                 f"run {paused_run!r}, which paused on the calls these answers approve, is not in "
-                f"{store!r}: a durable store that does not hold it cannot make sure the batch runs "
-                "once (is it the store the run was recorded to?)"
+                f"{store!r}: a store that does not hold it cannot make sure the batch runs once; "
+                "resume with the agent's store the run was recorded to"
             )
         paused = paused_batch(events)
         holder_log: list[Event] | None = None
@@ -114,7 +138,7 @@ async def _claim(
         )
         if decision.kind == "held":
             return None  # this run's claim is stored already (a retried step)
-        if decision.kind != "claim" or decision.claim is None:
+        if decision.kind not in ("claim", "continue") or decision.claim is None:
             raise refusal(decision)
         try:
             await store.append(paused_run, [decision.claim], paused.version)

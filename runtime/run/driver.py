@@ -48,11 +48,14 @@ class LocalDriver:
 
     __slots__ = ("_append_nowait", "_in_doubt", "binding", "log", "recorder", "sequential", "store", "stored")
 
-    def __init__(self, binding: RunBinding, recorder: RunRecorder, store: EventStore | None) -> None:
+    def __init__(
+        self, binding: RunBinding, recorder: RunRecorder, store: EventStore | None, *, stored: int = 0
+    ) -> None:
         self.binding = binding
         self.recorder = recorder
         self.store = store
-        self.stored = 0
+        self.stored = stored
+        """How many events of the log the store holds (a run continued from its log: all it had)."""
         self.sequential = binding.spec.config.sequential_tools
         """Whether a batch's calls run one after another (``RunConfig.sequential_tools``)."""
         self.log = recorder.loop.log  # the run's log (one list for the whole run)
@@ -71,6 +74,15 @@ class LocalDriver:
         a crash in either loses nothing already decided; the end of the run stores the rest.
         """
         return self.recorder.loop.drive(self)
+
+    def write_ahead(self) -> None:
+        """Store each call as started (its ``ToolCalled``) before its tool runs, for a run that a
+        later resume could otherwise repeat (it resumes a batch): its calls then run one at a
+        time, since a call's start is stored in the model's order of the calls. The log is the
+        same as when they run at once; only the store learns of each call earlier."""
+        if self.store is not None:
+            self.sequential = True
+            self.binding.write_ahead = self.flush
 
     # -- the executor ---------------------------------------------------------------------------
 

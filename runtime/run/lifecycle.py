@@ -5,7 +5,10 @@ runs agent middleware around the local driver's loop, and has the machine record
 ``RunCompleted`` with the run's response (or what agent middleware answered instead), or
 ``RunFailed``. Then the session's history grows by the one rule every driver applies
 (``AgentSession.after_run``). A resume first claims the paused batch in the store
-(``claim_batches``), before anything of it is recorded.
+(``claim_batches``), before anything of it is recorded; it then runs its calls one at a time,
+each stored as started before its tool runs (the store's log says how far a resume got, so a
+process killed in the middle is never repeated). A resume whose claim says to continue the run
+holding the batch (it stopped part way) finishes that run from its stored log instead.
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ from ..providers import provide_after, provide_before
 from ..response import AgentResponse, AgentResponseUpdate
 from ..session import AgentSession, writer
 from .binding import RunBinding
-from .claims import claim_batches
+from .claims import Claims, claim_batches
 from .driver import LocalDriver
 from .recorder import RunRecorder, capture_sinks
 from .spec import RunSpec, check_approvals, check_tool_choice, options_record
@@ -96,6 +99,7 @@ class AgentRun:
             # Locals that live as long as the run hold nothing when there is nothing to hold.
             answers = approval_responses(inputs) or ()
             check_approvals(history, inputs, spec, answers=answers)
+            claims: Claims | None = None
             if answers and session is not None and spec.share_history:
                 release = session.claim((c.call_id for c in answers), self.run_id)
                 # The store decides across processes: a claim on the paused run's own log.
@@ -108,11 +112,15 @@ class AgentRun:
                     at=spec.clock(),
                     rerun=session.rerun_allowed,
                 )
-                for claim in claims:  # a permission to run again is used once
+                for claim in claims.claims:  # a permission to run again is used once
                     session.rerun_allowed.difference_update(claim.rerun)
+                    if claims.continues is not None:
+                        session.rerun_allowed.difference_update(a.call_id for a in claim.answers)
                 for sink in capture_sinks.get():  # watchers see the paused run's log as stored
-                    for claim in claims:
+                    for claim in claims.claims:
                         sink(claim)
+                if claims.continues is not None:
+                    return await self._continue(claims.continues, history)
             session_id = session.session_id if session is not None else None
             recorder.record(
                 RunStarted,
@@ -122,6 +130,8 @@ class AgentRun:
             binding = RunBinding(spec, recorder, session, on_update=on_update)
             recorder.follow(binding.registry)
             driver = LocalDriver(binding, recorder, spec.store)
+            if claims is not None and claims.claims:
+                driver.write_ahead()  # a resume could repeat a call: each is stored before it runs
             self._binding = binding
             binding.enter()  # held for the whole run (``bound()`` without an object to keep)
             try:
@@ -148,6 +158,47 @@ class AgentRun:
                 capture_sinks.reset(token)
             if self._recorder is not None:
                 self._recorder.release()
+
+    async def _continue(self, run_id: str, history: Sequence[Message]) -> AgentResponse:
+        """Finish the run ``run_id``, which holds the resumed batch and stopped part way, from
+        its stored log: the machine folds the log and carries out what it waits on, every call
+        the log has an outcome for is answered by it, and the first new append is made at the
+        log's version (a run still appending refuses it). Agent middleware and context
+        providers ran in that run already; they do not run again."""
+        spec, session = self.spec, self.session
+        assert spec.store is not None
+        log = await spec.store.read(run_id)
+        started = log[0]
+        assert isinstance(started, RunStarted), started
+        self.run_id = run_id
+        self._machine = machine = RunMachine.from_events(log, history[: started.history_length])
+        recorder = RunRecorder(
+            machine,
+            run_id,
+            spec.clock,
+            [self._stream_sink] if self.on_update else [],
+            session=session,
+            parent=self.parent_sink,
+            log=log,
+        )
+        self._recorder = recorder
+        on_update = self._model_update if self.on_update is not None else None
+        binding = RunBinding(spec, recorder, session, on_update=on_update)
+        recorder.follow(binding.registry)
+        driver = LocalDriver(binding, recorder, spec.store, stored=len(log))
+        driver.write_ahead()
+        self._binding = binding
+        binding.enter()
+        try:
+            try:
+                recorder.carry_on()
+                response = self._response(recorder, await driver.drive())
+            except BaseException as exc:
+                await self._failed(driver, exc)
+                raise
+            return await self._complete(binding, driver, response, response)
+        finally:
+            binding.leave()
 
     async def _run_agent_layers(
         self, binding: RunBinding, driver: LocalDriver, inputs: list[Message], stream: bool

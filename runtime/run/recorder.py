@@ -148,6 +148,7 @@ class RunRecorder:
         *,
         session: AgentSession | None = None,
         parent: SessionSink | None = None,
+        log: Sequence[Event] = (),
     ) -> None:
         self.run_id = run_id
         all_sinks = tuple(sinks) + capture_sinks.get()
@@ -162,8 +163,10 @@ class RunRecorder:
             observer=self._follow,
             observes=None if self.sinks is not None else _FOLLOWED,  # no sinks: live state only
             step_type=LocalStep,
+            log=log,
         )
-        """The run's owner: its machine, its log, its commands."""
+        """The run's owner: its machine, its log (``log``: what a run continued from its stored
+        log holds already, which ``machine`` has observed), its commands."""
         self.thread = threading.get_ident()
         """The thread the run's owner feeds on (its event loop's)."""
         self.current_step: contextvars.ContextVar[StepLog | None] = contextvars.ContextVar(
@@ -222,6 +225,10 @@ class RunRecorder:
     def begin(self) -> None:
         """Hand over to the loop (after agent middleware): the machine's first command."""
         self.loop.begin()
+
+    def carry_on(self) -> None:
+        """Go on with a run continued from its stored log: what the machine waits on is next."""
+        self.loop.carry_on()
 
     def finish(self, **result: Any) -> None:
         """Record how the loop ended (``RunMachine.finish``); an answer given in the run's place

@@ -24,7 +24,7 @@ from ..core.events import (
 from ..core.limits import safe_text
 from ..core.loop import StepLog
 from ..core.messages import Content
-from ..errors import ApprovalMismatchError, MiddlewareFailure, MiddlewareTermination
+from ..errors import ApprovalMismatchError, MiddlewareFailure, MiddlewareTermination, StoreError
 from ..middleware import ChainOutcome, run_chain
 from ..session import writer
 from ..tools import ArgumentsError, FunctionTool, arguments_valid
@@ -104,7 +104,11 @@ async def invoke_call(
                 binding.recorder.record(
                     ToolCalled, call_id=call_id, name=function.name, arguments=to_recorded(arguments)
                 )
+                if binding.write_ahead is not None:  # stored as started before the tool runs
+                    await _written_ahead(binding)
                 value = await function.execute(arguments, context)
+            except _NotWrittenAhead as exc:
+                raise exc.store_error from None  # the run stops with the store's own error
             except MiddlewareFailure:
                 raise  # fail closed: never an answer to the model; the run ends with RunFailed
             except Exception as exc:
@@ -118,15 +122,37 @@ async def invoke_call(
         try:
             await _run_chain(binding, function, call_id, outcome, call if approved else None)
         except MiddlewareFailure:
+            if isinstance(outcome.error, _NotWrittenAhead):
+                raise outcome.error.store_error from None
             raise
         except Exception as exc:
             outcome.error = exc
+        if isinstance(outcome.error, _NotWrittenAhead):  # whatever middleware made of it
+            raise outcome.error.store_error from None
         record_outcome(binding, iteration, call_id, function.name, outcome)
     finally:
         if token is not None:
             writer.reset(token)
         if current is not None and step_token is not None:
             current.reset(step_token)
+
+
+class _NotWrittenAhead(MiddlewareFailure):
+    """The store did not take a call's start: the tool does not run and the run stops (a
+    ``MiddlewareFailure`` on its way, so nothing answers the model), raising ``store_error``."""
+
+    def __init__(self, store_error: StoreError) -> None:
+        super().__init__(f"the store did not record the call as started: {store_error}")
+        self.store_error = store_error
+
+
+async def _written_ahead(binding: RunBinding) -> None:
+    """Store what the run recorded so far (the call's ``ToolCalled`` last), before its tool runs."""
+    assert binding.write_ahead is not None
+    try:
+        await binding.write_ahead()
+    except StoreError as exc:
+        raise _NotWrittenAhead(exc) from exc
 
 
 def _as_sent(function: FunctionTool, call: Content) -> dict[str, Any]:
@@ -164,6 +190,12 @@ async def _run_chain(
         binding.recorder.record(
             ToolCalled, call_id=call_id, name=function.name, arguments=to_recorded(values)
         )
+        if binding.write_ahead is not None:  # stored as started before the tool runs
+            try:
+                await _written_ahead(binding)
+            except _NotWrittenAhead as exc:
+                outcome.error = exc  # kept even if middleware swallows it: the run stops
+                raise
         try:
             outcome.value = context.result = await function.execute(values, context)
         except Exception:

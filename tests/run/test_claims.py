@@ -106,7 +106,10 @@ async def _race(kind: str, location: str, store: EventStore, tmp_path: Path) -> 
             for child in children:  # both hold the same paused session: now they race
                 child.send("go")
             outcomes = sorted(child.receive() for child in children)
-            assert outcomes == ["ran", "refused ApprovalError"], (round_, outcomes)
+            # The loser is refused: the batch is being resumed, or (once the winner stored its
+            # call as started) that call's outcome is not known yet.
+            assert outcomes[0] == "ran", (round_, outcomes)
+            assert outcomes[1] in ("refused ApprovalError", "refused CallOutcomeUnknownError"), (round_, outcomes)
             runs = ledger.read_text(encoding="utf-8").splitlines()
             assert runs.count(note) == 1, (round_, runs[-3:])
             claims = [e for e in await store.read(paused.run_id) if type(e) is BatchClaimed]
