@@ -19,7 +19,7 @@ from agentledger.agent import Agent
 from agentledger.core.commands import CallModel, Phase
 from agentledger.core.errors import TransitionError
 from agentledger.core.events import Event, RunStarted, SessionUpdated, ToolSpec
-from agentledger.core.loop import StepLog
+from agentledger.core.loop import RunLoop, StepLog
 from agentledger.core.machine import RunMachine
 from agentledger.core.messages import Content
 from agentledger.errors import AgentLedgerError
@@ -126,26 +126,17 @@ def started_events(agent: Agent, request: StartRequest) -> list[Event]:
             "process; on Temporal give the run its context as input messages and instructions"
         )
     check_approvals(view.history, request.messages, spec)
-    started = spec.run_started(
-        run_id=view.run_id,
-        at=request.at,
-        messages=request.messages,
-        session_id=view.session_id,
-        history_length=len(view.history),
+    # Numbered and checked by the run's owner, as every driver records: the workflow adopts them.
+    owner = RunLoop(RunMachine(view.history), view.run_id, lambda: request.at)
+    owner.record(
+        RunStarted,
+        **spec.started_fields(
+            messages=request.messages, session_id=view.session_id, history_length=len(view.history)
+        ),
     )
-    events: list[Event] = [started]
     for by, changes in request.pending:
-        events.append(
-            SessionUpdated(
-                run_id=view.run_id,
-                seq=len(events),
-                at=request.at,
-                session_id=view.session_id or "",
-                by=by,
-                changes=changes,
-            )
-        )
-    return events
+        owner.record(SessionUpdated, session_id=view.session_id or "", by=by, changes=changes)
+    return owner.log
 
 
 def _refold(events: Sequence[Event], view: RunView) -> RunMachine:
