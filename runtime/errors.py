@@ -126,8 +126,9 @@ class ApprovalError(AgentLedgerError, ValueError):
 
 
 class CallOutcomeUnknownError(ApprovalError):
-    """The run that resumed a batch started these calls and recorded no outcome (it crashed or
-    was cancelled in the middle): they may have taken effect, so no resume runs them again.
+    """The run that resumed a batch started these calls and recorded no outcome (it was killed
+    or cancelled in the middle, or is still running them): they may have taken effect, so no
+    resume runs them again unless the caller says they did not (``AgentSession.allow_rerun``).
 
     ``call_ids`` are the calls; ``run_id`` the run that started them.
     """

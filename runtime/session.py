@@ -376,10 +376,11 @@ class AgentSession:
         return release
 
     def allow_rerun(self, *call_ids: str) -> None:
-        """Say explicitly that these approved calls may run again on the next resume, although a
-        resume that claimed them may have run them: it started them and recorded no outcome
-        (``CallOutcomeUnknownError``), or it never ended. The claim records the permission; a
-        call whose outcome is recorded never runs again."""
+        """Say that the resume holding these calls' batch stopped for good, or that a call it
+        started without an outcome (``CallOutcomeUnknownError``) did not take effect: the next
+        resume takes the batch over (finishing that resume's own run from its log when it got as
+        far as a call). The claim records the permission; a call whose outcome is recorded never
+        runs again."""
         self.rerun_allowed.update(call_ids)
 
     def bind(self, sink: _ChangeSink) -> Callable[[], None]:

@@ -290,7 +290,7 @@ PINNED: dict[str, tuple[str, ...]] = {
         "RunBinding",
     ),
     "agentledger.run.claims": (
-        "claim_batches", "refusal"
+        "Claims", "claim_batches", "refusal"
     ),
     "agentledger.run.driver": (
         "LocalDriver",

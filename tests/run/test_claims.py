@@ -109,7 +109,8 @@ async def _race(kind: str, location: str, store: EventStore, tmp_path: Path) -> 
             # The loser is refused: the batch is being resumed, or (once the winner stored its
             # call as started) that call's outcome is not known yet.
             assert outcomes[0] == "ran", (round_, outcomes)
-            assert outcomes[1] in ("refused ApprovalError", "refused CallOutcomeUnknownError"), (round_, outcomes)
+            refusals = ("refused ApprovalError", "refused CallOutcomeUnknownError")
+            assert outcomes[1] in refusals, (round_, outcomes)
             runs = ledger.read_text(encoding="utf-8").splitlines()
             assert runs.count(note) == 1, (round_, runs[-3:])
             claims = [e for e in await store.read(paused.run_id) if type(e) is BatchClaimed]
@@ -451,3 +452,29 @@ async def test_two_resumes_of_one_batch_run_it_once() -> None:
     assert len(await store.streams()) == before + 1  # the refused resume recorded nothing
     with pytest.raises(ApprovalError, match="match no call awaiting approval"):
         await agent.run(answer, session=session)  # and after it, the answer is used up
+
+
+async def test_a_resume_against_a_memory_store_without_the_paused_run_is_refused(tmp_path: Path) -> None:
+    """A paused run lives in SQLite; a resume given an agent with a fresh memory store cannot
+    claim the batch there, so it is refused before the tool runs, and the resume against the
+    real store runs the call once (the memory store was no guard across stores)."""
+    from agentledger.adapters.stores.sqlite import SqliteEventStore
+
+    ledger = tmp_path / "ledger.txt"
+    store = SqliteEventStore(tmp_path / "bank.db")
+    client = ScriptedChatClient([Call("wire", {"amount": 5, "note": "sent 5"})])
+    paused_agent = bank_agent(store, ledger, client)
+    session = paused_agent.create_session()
+    await paused_agent.run("Send 5.", session=session)
+    saved = session.to_dict()
+    elsewhere = bank_agent(MemoryEventStore(), ledger, ScriptedChatClient(["Sent."]))
+    restored = AgentSession.from_dict(saved)
+    with pytest.raises(ApprovalError, match="is not in"):
+        await elsewhere.run(_answer(restored), session=restored)
+    assert not ledger.exists()
+    real = bank_agent(store, ledger, ScriptedChatClient(["Sent."]))
+    restored = AgentSession.from_dict(saved)
+    resumed = await real.run(_answer(restored), session=restored)
+    assert resumed.text == "Sent."
+    assert ledger.read_text(encoding="utf-8").splitlines() == ["sent 5"]
+    store.close()
