@@ -409,3 +409,41 @@ def nosy_agent() -> Agent:
 def brief_agent() -> Agent:
     """The memo agent with instructions of its own, which a run's instructions follow."""
     return Agent(client=_scripted(_memo), name="Brief", tools=[remember], instructions="Be brief.")
+
+
+@tool(approval_mode="always_require")
+async def approved_lookup(key: str, ctx: FunctionInvocationContext) -> str:
+    """Look a key up once a person approved it (held at the gate while a test holds it)."""
+    _executed(ctx)
+    if GATE is not None:
+        await GATE.wait()
+    return f"value of {key}"
+
+
+@chat_middleware
+async def _model_held_after_tools(context: ChatContext, call_next: Callable[[], Awaitable[None]]) -> None:
+    """The model call after a tool's result waits at MODEL_GATE when a worker process sets it,
+    and says where it waits in EXECUTIONS (``pid - - model``)."""
+    if MODEL_GATE is not None and any(m.role == "tool" for m in context.messages):
+        if EXECUTIONS is not None:
+            with EXECUTIONS.open("a") as file:
+                file.write(f"{os.getpid()} - - model\n")
+        await MODEL_GATE.wait()
+    await call_next()
+
+
+def _approved_lookup(request: ScriptedRequest) -> Any:
+    if not tool_turns(request):
+        return Call("approved_lookup", {"key": key_of(request) or "k"}, call_id="a1")
+    return "Looked up: " + "; ".join(str(r) for turn in tool_turns(request) for r in turn)
+
+
+@REGISTRY.register("approved")
+def approved_agent() -> Agent:
+    """One gated lookup held at GATE; the model call after its result held at MODEL_GATE."""
+    return Agent(
+        client=_scripted(_approved_lookup),
+        name="Approved",
+        tools=[approved_lookup],
+        middleware=[_model_held_after_tools],
+    )

@@ -2,8 +2,10 @@
 
 Run as ``python -m tests._temporal_worker ADDRESS TASK_QUEUE DSN SCHEMA EXECUTIONS``. It prints
 ``ready`` once its worker is about to poll, appends every tool execution to the EXECUTIONS file,
-and holds ``lookup`` calls until a line arrives on its standard input (the test opens the gate
-of the worker it keeps, and kills the other one). SIGTERM shuts it down gracefully.
+and holds ``lookup`` calls until the line ``open`` arrives on its standard input (the test opens
+the gate of the worker it keeps, and kills the other one), and the model calls of the
+``approved`` agent after a tool's result until the line ``model`` arrives. SIGTERM shuts it
+down gracefully.
 """
 
 from __future__ import annotations
@@ -22,19 +24,23 @@ from agentledger.adapters.temporal import connect, serve
 from . import _temporal_agents as agents
 
 
-async def _open_gate_on_input(gate: anyio.Event) -> None:
-    await anyio.to_thread.run_sync(sys.stdin.readline, abandon_on_cancel=True)
-    gate.set()
+async def _open_gates_on_input(gate: anyio.Event, model_gate: anyio.Event) -> None:
+    while True:
+        line = await anyio.to_thread.run_sync(sys.stdin.readline, abandon_on_cancel=True)
+        if not line:
+            return
+        (model_gate if line.strip() == "model" else gate).set()
 
 
 async def main(argv: Sequence[str]) -> None:
     address, task_queue, dsn, schema, executions = argv
     agents.EXECUTIONS = Path(executions)
     gate = agents.GATE = anyio.Event()
+    model_gate = agents.MODEL_GATE = anyio.Event()
     client = await connect(address)
     async with PostgresEventStore(dsn, schema=schema) as store, anyio.create_task_group() as group:
         await store.migrate()
-        group.start_soon(_open_gate_on_input, gate)
+        group.start_soon(_open_gates_on_input, gate, model_gate)
         await serve(
             client,
             agents.REGISTRY,

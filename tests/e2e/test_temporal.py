@@ -28,7 +28,7 @@ import anyio.to_thread
 import pytest
 
 from agentledger import AgentSession
-from agentledger.core.events import RunCompleted, ToolCalled, ToolFailed
+from agentledger.core.events import RunCompleted, ToolCalled, ToolFailed, ToolReturned
 from agentledger.replay import RecordedRun, rerun
 from tests._temporal_env import (
     TemporalServer,
@@ -189,6 +189,83 @@ async def test_fifty_runs_survive_a_killed_worker(
         assert sorted(called) == ["c1", "c2", "c3"], run_id
         # Each session is new, so the run's own log is all a rerun needs.
         await rerun(RecordedRun(log), agents.REGISTRY.build("ledger"))
+
+
+async def _resume_with_a_killed_worker(
+    temporal: TemporalServer, schema: tuple[str, str], tmp_path: Path, point: str
+) -> tuple[list[Any], Any, Workers]:
+    """Pause a run of the ``approved`` agent, resume it, and kill the worker that holds it at
+    ``point`` (``tool``: inside the approved tool; ``model``: the tool's result returned to the
+    workflow, the model call after it not yet answered); the other worker finishes the run.
+    Returns the resumed run's log, its response and the workers (stopped)."""
+    from agentledger import Message
+    from agentledger.adapters.stores.postgres import PostgresEventStore
+    from agentledger.adapters.temporal import TemporalRunner, Timeouts, connect
+
+    dsn, name = schema
+    workers = Workers(temporal, dsn, name, tmp_path)
+    try:
+        with anyio.fail_after(HANG_GUARD):
+            await workers.ready()
+            if point == "model":
+                for index in (0, 1):
+                    workers.open_gate(index)  # the tool runs at once; the model call waits
+            async with PostgresEventStore(dsn, schema=name) as store:
+                client = await connect(temporal.address)
+                timeouts = Timeouts(heartbeat=2.0, retry_interval=1.0)
+                runner = TemporalRunner(
+                    client, store, task_queue=workers.queue, timeouts=timeouts, task_timeout=5.0
+                )
+                session = AgentSession("session_killed")
+                paused = await runner.run("approved", "key-k", session=session)
+                assert paused.finish_reason == "awaiting_approval"
+                answers = tuple(r.to_approval_response(True) for r in paused.user_input_requests)
+                handle = await runner.start("approved", Message("user", answers), session=session)
+                wanted = "approved_lookup" if point == "tool" else "model"
+                await workers.wait_until(lambda rows: any(r[3] == wanted for r in rows))
+                holder = next(r[0] for r in workers.rows() if r[3] == wanted)
+                victim = next(i for i, p in enumerate(workers.processes) if p.pid == holder)
+                workers.processes[victim].kill()
+                workers.processes[victim].wait()
+                survivor = 1 - victim
+                workers.open_gate(survivor)
+                stdin = workers.processes[survivor].stdin
+                assert stdin is not None
+                stdin.write("model\n")
+                stdin.flush()
+                response = await runner.result(handle, session=session)
+                log = await store.read(handle.id)
+    finally:
+        workers.stop()
+    return log, response, workers
+
+
+async def test_an_approved_call_on_a_worker_killed_inside_the_tool_is_not_run_again(
+    temporal: TemporalServer, schema: tuple[str, str], tmp_path: Path
+) -> None:
+    """The worker running the approved tool's activity is killed with SIGKILL: the call ledger
+    knows the call started, so the activity retried on the other worker records it as
+    interrupted (``ToolInterrupted``, which the model sees) instead of running it again."""
+    log, response, workers = await _resume_with_a_killed_worker(temporal, schema, tmp_path, "tool")
+    assert [r[3] for r in workers.rows()].count("approved_lookup") == 1
+    failed = [e for e in log if type(e) is ToolFailed]
+    assert [(e.call_id, e.error_type) for e in failed] == [("a1", "ToolInterrupted")]
+    assert [e.call_id for e in log if type(e) is ToolCalled] == ["a1"]
+    assert type(log[-1]) is RunCompleted
+    assert response.finish_reason == "completed"
+
+
+async def test_an_approved_call_whose_result_reached_the_workflow_is_not_run_again_on_a_killed_worker(
+    temporal: TemporalServer, schema: tuple[str, str], tmp_path: Path
+) -> None:
+    """The approved tool ran and its result reached the workflow; the worker is killed while the
+    model call after it waits: the other worker makes that model call again and the run ends with
+    the recorded result, the tool not run a second time."""
+    log, response, workers = await _resume_with_a_killed_worker(temporal, schema, tmp_path, "model")
+    assert [r[3] for r in workers.rows()].count("approved_lookup") == 1
+    assert [e.call_id for e in log if type(e) is ToolReturned] == ["a1"]
+    assert type(log[-1]) is RunCompleted
+    assert response.text == "Looked up: value of key-k"
 
 
 def _worker_command(address: str, queue: str, dsn: str, schema: str) -> subprocess.Popen[str]:
