@@ -183,6 +183,27 @@ def canonical(events: Sequence[Event]) -> list[Event]:
     return out
 
 
+_CALL_OUTCOMES = (ToolReturned, ToolFailed, ArgumentsRejected, MiddlewareShortCircuit, ToolNotFound)
+
+
+def _restarts_dropped(events: Sequence[Event]) -> Sequence[Event]:
+    """The log without the starts a stopped process left: a run finished from its stored log
+    after its process was killed starts again a call the caller allowed to run once more, so the
+    call's first ``ToolCalled`` has no outcome and a later one of the same call has. A rerun
+    makes the call once; the stopped start is nothing it can repeat."""
+    open_starts: dict[str, int] = {}
+    dropped: set[int] = set()
+    for index, event in enumerate(events):
+        if type(event) is ToolCalled:
+            earlier = open_starts.get(event.call_id)
+            if earlier is not None:
+                dropped.add(earlier)
+            open_starts[event.call_id] = index
+        elif isinstance(event, _CALL_OUTCOMES) and event.call_id is not None:
+            open_starts.pop(event.call_id, None)
+    return [e for i, e in enumerate(events) if i not in dropped] if dropped else events
+
+
 def _sorted(batch: list[Event], order: Mapping[str | None, int], children: Mapping[str, str]) -> list[Event]:
     return sorted(batch, key=lambda e: order.get(_lane(e, children), -1))
 
@@ -219,6 +240,7 @@ class _Side:
     """One log, ready to align: canonical order, an alignment key and JSON values per event."""
 
     def __init__(self, events: Sequence[Event], *, anonymous: bool, ordered: bool) -> None:
+        events = _restarts_dropped(events)
         self.events = [e for e in events if type(e) is not BatchClaimed] if ordered else canonical(events)
         children = {e.child_run_id: e.call_id for e in self.events if type(e) is ChildRunStarted}
         lanes = [_lane(e, children) for e in self.events]

@@ -119,6 +119,17 @@ async def _log_types(kind: str, location: str, run_id: str) -> list[str]:
         await _close(store)
 
 
+async def _replays(kind: str, location: str, ledger: Path, run_id: str) -> None:
+    """The run replays against the agent's code without a difference (``rerun`` raises one)."""
+    store = open_store(kind, location)
+    try:
+        replayed = await rerun(await load(store, run_id), wire_agent(store, ledger, ScriptedChatClient([])))
+        assert replayed is not None
+        assert replayed.text == "Sent."
+    finally:
+        await _close(store)
+
+
 def _runs(ledger: Path) -> list[str]:
     return ledger.read_text(encoding="utf-8").splitlines() if ledger.exists() else []
 
@@ -174,6 +185,21 @@ async def test_killed_inside_the_tool_the_call_is_unknown_and_never_run_again(
     types = await _log_types(kind, location, holder)
     assert types[-1] == ToolCalled.__name__  # the log shows the call started, and nothing after
     assert ToolReturned.__name__ not in types
+    # The caller vouches that the call did not take effect: that run is finished from its log,
+    # the call run once more in it, and the claim records the permission.
+    finished = await anyio.to_thread.run_sync(lambda: _resume(kind, location, ledger, rerun=True))
+    assert finished == f"ran {holder} Sent.", finished
+    assert _runs(ledger) == ["wired", "wired"]
+    types = await _log_types(kind, location, holder)
+    assert types.count(ToolCalled.__name__) == 2
+    assert types.count(ToolReturned.__name__) == 1
+    assert types[-1] == RunCompleted.__name__
+    claims = await _claims(kind, location, paused)
+    assert [(c.by_run_id, c.after_run_id, c.rerun) for c in claims] == [
+        (holder, None, ()),
+        (holder, holder, (call_id,)),
+    ]
+    await _replays(kind, location, ledger, holder)  # the stopped start is nothing a rerun repeats
 
 
 async def test_killed_after_the_result_is_stored_a_resume_finishes_the_run_without_the_tool(
@@ -194,13 +220,7 @@ async def test_killed_after_the_result_is_stored_a_resume_finishes_the_run_witho
     assert types[-1] == RunCompleted.__name__
     claims = await _claims(kind, location, paused)
     assert [(c.by_run_id, c.after_run_id) for c in claims] == [(holder, None), (holder, holder)]
-    store = open_store(kind, location)
-    try:  # the finished run replays against the agent's code like one that was never stopped
-        replayed = await rerun(await load(store, holder), wire_agent(store, ledger, ScriptedChatClient([])))
-        assert replayed is not None
-        assert replayed.text == "Sent."
-    finally:
-        await _close(store)
+    await _replays(kind, location, ledger, holder)  # like a run that was never stopped
     again = await anyio.to_thread.run_sync(_resume, kind, location, ledger)
     assert again == "nothing waits"  # the session rebuilt from the store knows the batch ran
     assert _runs(ledger) == ["wired"]
