@@ -101,7 +101,7 @@ async def main(runs: int, repeat: int) -> None:
     print("|---|---|---|---|")
     for name in STORES:
         before = statistics.median(figures[(name, "outcomes")])
-        written = statistics.median(figures[(name, "written")])
+        written = statistics.median(figures[(name, "ahead")])
         extra = (written - before) / CALLS
         print(f"| {name} | {before * 1e3:.2f} ms | {written * 1e3:.2f} ms | {extra * 1e6:+.0f} µs |")
 
