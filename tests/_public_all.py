@@ -12,7 +12,7 @@ PINNED: dict[str, tuple[str, ...]] = {
         "ExperimentalWarning", "FunctionInvocationContext", "FunctionMiddleware", "FunctionTool",
         "HistoryProvider", "InMemoryHistoryProvider", "LiveTools", "LogCorruptError", "MemoryEventStore",
         "Message", "MiddlewareError", "MiddlewareFailure", "MiddlewareTermination", "ModelCallError",
-        "ModelResponseError", "OptionsError", "ReplayDivergence", "ReplayDrift", "RunContext",
+        "ModelResponseError", "OptionsError", "ReplayDivergence", "ReplayDrift", "ReplayRefusedError", "RunContext",
         "RunCycleError", "RunError", "RunEvictedError", "RunIdTakenError", "RunNotFoundError", "RunStream",
         "SessionContext", "SessionState", "SessionStateError", "StoreError", "StructuredOutputError",
         "SubAgentApprovalError", "SubAgentDepthError", "ToolDefinitionError", "ToolMode", "ToolSpec",
@@ -218,7 +218,7 @@ PINNED: dict[str, tuple[str, ...]] = {
         "CallOutcomeUnknownError", "CommitUnknownError", "ConflictError", "ExperimentalWarning",
         "LogCorruptError", "MiddlewareError", "MiddlewareFailure", "MiddlewareTermination",
         "ModelCallError", "ModelResponseError", "OptionsError", "ReplayDivergence", "ReplayDrift",
-        "RunCycleError", "RunError", "RunEvictedError", "RunIdTakenError", "RunNotFoundError",
+        "ReplayRefusedError", "RunCycleError", "RunError", "RunEvictedError", "RunIdTakenError", "RunNotFoundError",
         "SessionStateError", "StoreError", "StructuredOutputError", "ToolDefinitionError",
         "TornTailWarning", "TransitionError", "UnknownToolError", "UnreadableStreamWarning",
         "UnrecordableError"
@@ -252,8 +252,8 @@ PINNED: dict[str, tuple[str, ...]] = {
         "plain_run", "render_run", "run_document"
     ),
     "agentledger.replay": (
-        "Finding", "FindingKind", "RecordedRun", "ReplayClient", "ReplayExhausted", "ReplayReport",
-        "RunState", "canonical", "compare", "diff_runs", "differences", "fork", "is_replaying", "load",
+        "CallHow", "Finding", "FindingKind", "RecordedRun", "ReplayClient", "ReplayExhausted",
+        "ReplayReport", "ReplayedCall", "RunState", "canonical", "compare", "diff_runs", "differences", "fork", "is_replaying", "load",
         "replay", "rerun"
     ),
     "agentledger.replay.cassette": (
@@ -266,7 +266,7 @@ PINNED: dict[str, tuple[str, ...]] = {
         "call_of", "canonical", "compare", "diff_runs", "differences", "in_model_order"
     ),
     "agentledger.replay.findings": (
-        "Finding", "FindingKind", "ReplayReport", "text_diff"
+        "CallHow", "Finding", "FindingKind", "ReplayReport", "ReplayedCall", "text_diff"
     ),
     "agentledger.replay.rerun": (
         "fork", "replay", "rerun"
@@ -356,7 +356,7 @@ PINNED: dict[str, tuple[str, ...]] = {
         "describe", "timeline"
     ),
     "agentledger.tools": (
-        "ApprovalMode", "ArgumentsError", "FunctionTool", "ToolParameters", "arguments_valid",
+        "ApprovalMode", "ArgumentsError", "FunctionTool", "ReplayRule", "ToolParameters", "arguments_valid",
         "normalize_tools", "tool"
     ),
 }

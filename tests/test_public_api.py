@@ -38,7 +38,7 @@ EXPECTED = {
     "InMemoryHistoryProvider", "LiveTools", "LogCorruptError",
     "MemoryEventStore", "Message", "MiddlewareError", "MiddlewareFailure", "MiddlewareTermination",
     "ModelCallError",
-    "ModelResponseError", "OptionsError", "ReplayDivergence", "ReplayDrift", "RunContext", "RunCycleError",
+    "ModelResponseError", "OptionsError", "ReplayDivergence", "ReplayDrift", "ReplayRefusedError", "RunContext", "RunCycleError",
     "RunError", "RunEvictedError", "RunIdTakenError", "RunNotFoundError", "RunStream",
     "SCHEMA_VERSION",
     "SessionContext", "SessionState", "SessionStateError", "StoreError", "StructuredOutputError",

@@ -24,9 +24,24 @@ import msgspec
 from ..core.events import Event
 from ..response import AgentResponse
 
-__all__ = ("Finding", "FindingKind", "ReplayReport", "text_diff")
+__all__ = ("CallHow", "Finding", "FindingKind", "ReplayReport", "ReplayedCall", "text_diff")
 
 FindingKind = Literal["divergence", "drift", "cannot_replay"]
+CallHow = Literal["ran", "double", "recorded", "refused"]
+"""How a replay answered a tool call: ``ran`` (the tool's current code ran, a sub-agent's rerun
+included), ``double`` (the test double its ``@tool(replay=...)`` names ran in its place),
+``recorded`` (the recorded outcome stood in), ``refused`` (a tool marked never to run in a
+replay, with no recorded outcome to answer it: the call failed with ``ReplayRefusedError``)."""
+
+
+class ReplayedCall(msgspec.Struct, frozen=True, kw_only=True):
+    """One tool call of a replay and how it was answered."""
+
+    run_id: str
+    """The run of the call: the replay's own id of the lead or of a sub-agent's run."""
+    call_id: str
+    tool: str
+    how: CallHow
 
 
 class Finding(msgspec.Struct, frozen=True, kw_only=True):
@@ -107,12 +122,20 @@ class ReplayReport:
         findings: Iterable[Finding],
         response: AgentResponse | None,
         events: dict[str, list[Event]],
+        calls: Iterable[ReplayedCall] = (),
     ) -> None:
         self.run_id = run_id
         self.findings = list(findings)
         self.response = response
         self.events = events
         """The rerun's events by run id: the lead's and every sub-agent's it replayed."""
+        self.calls = list(calls)
+        """Every tool call of the tree, in the order it started, and how it was answered: run,
+        run by a double, answered from the log, refused (``ReplayedCall``)."""
+
+    def count(self, how: CallHow) -> int:
+        """How many calls were answered ``how``."""
+        return sum(call.how == how for call in self.calls)
 
     @property
     def divergences(self) -> list[Finding]:
