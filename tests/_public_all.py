@@ -224,7 +224,8 @@ PINNED: dict[str, tuple[str, ...]] = {
         "UnrecordableError"
     ),
     "agentledger.listing": (
-        "OUTCOMES", "Outcome", "RunQuery", "RunSummary", "report_unreadable", "select", "summarize"
+        "OUTCOMES", "DamagedStream", "Outcome", "RunQuery", "RunSummary", "damaged_streams",
+        "report_unreadable", "select", "summarize"
     ),
     "agentledger.logs": (
         "ROOT", "logger", "warn"
@@ -253,8 +254,8 @@ PINNED: dict[str, tuple[str, ...]] = {
     ),
     "agentledger.replay": (
         "CallHow", "Finding", "FindingKind", "RecordedRun", "ReplayClient", "ReplayExhausted",
-        "ReplayReport", "ReplayedCall", "RunState", "canonical", "compare", "diff_runs", "differences", "fork", "is_replaying", "load",
-        "replay", "rerun"
+        "ReplayReport", "ReplayedCall", "RunState", "canonical", "compare", "describe_input", "diff_runs",
+        "differences", "fork", "is_replaying", "load", "replay", "rerun"
     ),
     "agentledger.replay.cassette": (
         "read_cassette", "tree_events", "tree_of", "write_cassette"
@@ -266,7 +267,7 @@ PINNED: dict[str, tuple[str, ...]] = {
         "call_of", "canonical", "compare", "diff_runs", "differences", "in_model_order"
     ),
     "agentledger.replay.findings": (
-        "CallHow", "Finding", "FindingKind", "ReplayReport", "ReplayedCall", "text_diff"
+        "CallHow", "Finding", "FindingKind", "ReplayReport", "ReplayedCall", "describe_input", "text_diff"
     ),
     "agentledger.replay.rerun": (
         "fork", "replay", "rerun"
@@ -347,7 +348,7 @@ PINNED: dict[str, tuple[str, ...]] = {
         "ChatClientContract", "FunctionCall", "ModelAnswer"
     ),
     "agentledger.testing.pytest_plugin": (
-        "RECORD_FLAG", "AgentCassette", "agent_cassette", "pytest_addoption"
+        "RECORD_FLAG", "RECORD_MISSING_FLAG", "AgentCassette", "agent_cassette", "pytest_addoption"
     ),
     "agentledger.testing.stores": (
         "CrashOutcome", "DurableStoreContract", "StoreContract", "make_events", "record_runs"

@@ -19,7 +19,7 @@ each call's own events in order, calls in the model's order. Everything else mus
 
 from .client import ReplayClient, ReplayExhausted
 from .compare import canonical, compare, diff_runs, differences
-from .findings import CallHow, Finding, FindingKind, ReplayedCall, ReplayReport
+from .findings import CallHow, Finding, FindingKind, ReplayedCall, ReplayReport, describe_input
 from .rerun import fork, replay, rerun
 from .state import RecordedRun, RunState, is_replaying, load
 
@@ -35,6 +35,7 @@ __all__ = (
     "RunState",
     "canonical",
     "compare",
+    "describe_input",
     "diff_runs",
     "differences",
     "fork",

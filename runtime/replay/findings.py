@@ -22,9 +22,10 @@ from typing import Any, Literal
 import msgspec
 
 from ..core.events import Event
+from ..core.messages import Message
 from ..response import AgentResponse
 
-__all__ = ("CallHow", "Finding", "FindingKind", "ReplayReport", "ReplayedCall", "text_diff")
+__all__ = ("CallHow", "Finding", "FindingKind", "ReplayReport", "ReplayedCall", "describe_input", "text_diff")
 
 FindingKind = Literal["divergence", "drift", "cannot_replay"]
 CallHow = Literal["ran", "double", "recorded", "refused"]
@@ -111,6 +112,25 @@ def text_diff(recorded: str | None, rerun: str | None) -> str:
             (recorded or "").splitlines(), (rerun or "").splitlines(), "recorded", "current", lineterm=""
         )
     )
+
+
+def describe_input(messages: Sequence[Message], width: int | None = None) -> str:
+    """A run's input on one line, to know the run by: its text, and what holds no text said in
+    brackets (an approval a resumed run answers: ``[approves call_1]``), cut to ``width``."""
+    parts = []
+    for message in messages:
+        for content in message.contents:
+            if content.type == "text" and content.text:
+                parts.append(content.text)
+            elif content.type == "function_approval_response":
+                answer = "approves" if content.approved else "refuses"
+                parts.append(f"[{answer} {content.call_id}]")
+            elif content.type == "function_result":
+                parts.append(f"[result of {content.call_id}]")
+            elif content.type != "text":
+                parts.append(f"[{content.type}]")
+    text = " ".join(" ".join(parts).split())
+    return text if width is None or len(text) <= width else text[: width - 1] + "…"
 
 
 class ReplayReport:
