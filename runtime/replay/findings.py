@@ -66,6 +66,8 @@ class Finding(msgspec.Struct, frozen=True, kw_only=True):
     rerun: Any = None
     detail: str = ""
     """More to read: a text diff of changed instructions, why a part could not be replayed."""
+    call: str = ""
+    """The tool call the event is of, as ``call_1 (price)``; empty for an event of no call."""
 
     @property
     def where(self) -> str:
@@ -80,13 +82,14 @@ class Finding(msgspec.Struct, frozen=True, kw_only=True):
         if self.kind == "cannot_replay":
             return f"{self.where}: {kind}: {self.detail}"
         head = f"{self.where}: {kind} at {at}, {self.event_type}"
+        of = f", in {self.call}" if self.call else ""
         if self.seq is None:
-            return f"{head}: only in the rerun"
+            return f"{head}: only in the rerun{of}"
         if self.rerun_seq is None:
-            return f"{head}: missing from the rerun"
+            return f"{head}: missing from the rerun{of}"
         if self.field == "type" and isinstance(self.rerun, dict):
-            return f"{head}: the rerun recorded {self.rerun.get('type')} instead"
-        return f"{head}.{self.field}: {_short(self.recorded)} -> {_short(self.rerun)}"
+            return f"{head}: the rerun recorded {self.rerun.get('type')} instead{of}"
+        return f"{head}.{self.field}: {_short(self.recorded)} -> {_short(self.rerun)}{of}"
 
     def to_dict(self) -> dict[str, Any]:
         """The finding as plain JSON-ready values (what ``agentledger replay --json`` prints)."""

@@ -51,7 +51,7 @@ def test_check_passes_five_runs_then_names_the_one_a_change_breaks(
     args = ["check", "--store", path, "--tools", "live", "--junit", str(junit)]
     assert main([*args, "--agent", f"{AGENTS}:same"]) == 0
     out = capsys.readouterr().out
-    assert "5 runs checked: 5 passed, 0 diverged, 0 drift, 0 could not replay" in out
+    assert "5 runs checked: 5 passed, 0 drift accepted, 0 diverged, 0 drift, 0 could not replay, 0 damaged" in out
     assert _junit(junit) == (5, 0, [])
 
     assert main([*args, "--agent", f"{AGENTS}:dearer_tea"]) == 1
@@ -73,9 +73,23 @@ def test_check_in_json_with_jobs_and_a_limit(
         main(["check", "--store", path, "--agent", f"{AGENTS}:same", "--jobs", "3", "--limit", "4", "--json"])
         == 0
     )
-    verdicts = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    *verdicts, summary = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [v["run_id"] for v in verdicts] == [runs[item] for item in reversed(ITEMS)][:4]  # newest first
     assert {v["verdict"] for v in verdicts} == {"passed"}
+    assert {v["kind"] for v in verdicts} == {"run"}
+    assert [c["how"] for c in verdicts[0]["calls"]] == ["ran"]  # the default runs the tool's code
+    assert summary == {
+        "kind": "summary",
+        "checked": 4,
+        "passed": True,
+        "drift_accepted": 0,
+        "diverged": 0,
+        "drift": 0,
+        "could_not_replay": 0,
+        "damaged": 0,
+        "skipped": 0,
+        "calls": {"ran": 4, "double": 0, "recorded": 0, "refused": 0},
+    }
 
 
 def test_check_skips_and_counts_other_agents_runs(
@@ -146,6 +160,7 @@ def test_export_cassette_pins_a_run(
 
     path, a, _ = two
     target = tmp_path / "cassettes" / "pinned.jsonl"
+    target.parent.mkdir()
     assert main(["export", a, "--store", path, "--cassette", str(target)]) == 0
     assert "(8 events, 1 run)" in capsys.readouterr().out
     assert read_cassette(target).run_id == a
@@ -166,21 +181,20 @@ def test_a_module_that_does_not_compile_cannot_replay(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """A syntax error in the agent's module: replay exits 125 (bisect skips), check gives each run
-    a 'could not replay' line naming the error, nothing raises past the command."""
+    """A syntax error in the agent's module: replay exits 125 (bisect skips), check refuses it
+    once before any run (exit 2) in the same words, nothing raises past the command."""
     path, a, _ = two
     (tmp_path / "halfway.py").write_text(
         (Path(__file__).resolve().parents[1] / "broken_agents" / "syntax_error.txt").read_text()
     )
     monkeypatch.chdir(tmp_path)
     assert main(["replay", a, "--store", path, "--agent", "halfway:agent"]) == 125
-    assert "SyntaxError" in capsys.readouterr().err
-    assert main(["check", "--store", path, "--agent", "halfway:agent"]) == 1
-    out = capsys.readouterr().out
-    assert (
-        out.count("could not replay: AgentUnavailable: cannot load the agent 'halfway:agent': SyntaxError")
-        == 2
-    )
+    said = capsys.readouterr().err
+    assert "SyntaxError" in said
+    assert main(["check", "--store", path, "--agent", "halfway:agent"]) == 2
+    captured = capsys.readouterr()
+    assert captured.err == said  # one line, the words replay uses
+    assert captured.out == ""
 
 
 @pytest.mark.parametrize(
