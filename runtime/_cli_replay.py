@@ -64,6 +64,8 @@ class AgentSource:
         from .agent import Agent
 
         agent: object
+        if not isinstance(self.target, Agent) and not callable(self.target):
+            raise UsageError(f"{self.spec!r} is not an Agent or a function returning one")
         try:
             if isinstance(self.target, Agent):
                 agent = self.target

@@ -22,7 +22,7 @@ import anyio
 import msgspec
 
 from ._cli_replay import AgentSource
-from .errors import UnreadableStreamWarning
+from .errors import LogCorruptError, UnreadableStreamWarning
 from .listing import DamagedStream, RunQuery, RunSummary, damaged_streams
 from .logs import warn
 from .replay import Finding, ReplayReport, describe_input, load, replay
@@ -103,7 +103,11 @@ async def _check_one(store: EventStore, summary: RunSummary, gate: _Gate) -> Run
         )
 
     try:
-        recorded = await load(store, summary.run_id, listing=gate.listing)
+        try:
+            recorded = await load(store, summary.run_id, listing=gate.listing)
+        except LogCorruptError as exc:  # read past its first and last record, it does not decode
+            reason = "its log does not decode: " + " ".join(str(exc).split())
+            return _damaged(DamagedStream(stream=summary.run_id, reason=reason))
         shown = describe_input(recorded.started.messages, 40)
         if not recorded.ended:
             why = "the run is incomplete (interrupted, or still running): no outcome to compare with"
