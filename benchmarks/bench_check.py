@@ -6,9 +6,9 @@ three ways of replaying all of them against the demo agent's code are timed, eac
 ``--repeat``: a plain loop (``load`` then ``rerun`` for each run id, newest first, in the tools
 mode ``check`` runs by default, ``"test"``), ``check`` (``agentledger._cli_suite.check_runs``,
 what the command runs: listing, looking for damaged streams, a factory call per run, verdicts,
-findings and how each call was answered) with one job, and with ``--jobs`` jobs. Each figure is runs per second;
-the check figures are also given as a share of the plain loop's rate, which is the cost of
-what ``check`` adds around the same reruns.
+findings and how each call was answered) with one job, and with ``--jobs`` jobs. Each figure
+is runs per second; the check figures are also given as a share of the plain loop's rate,
+which is the cost of what ``check`` adds around the same reruns.
 
 Run ``python -m benchmarks.bench_check`` (``--help`` for options).
 """
