@@ -3,11 +3,12 @@
 Theory of operation. The demo agent runs once; its 24 events are copied, each copy with a run
 id and a session of its own, into ``--runs`` runs of a SQLite store. Then, in this process,
 three ways of replaying all of them against the demo agent's code are timed, each the best of
-``--repeat``: a plain loop (``load`` then ``rerun`` for each run id, newest first), ``check``
-(``agentledger._cli_suite.check_runs``, what the command runs: listing, a factory call per run,
-verdicts and findings) with one job, and with ``--jobs`` jobs. Each figure is runs per second;
-the check figures are also given as a share of the plain loop's rate, which is the cost of
-what ``check`` adds around the same reruns.
+``--repeat``: a plain loop (``load`` then ``rerun`` for each run id, newest first, in the tools
+mode ``check`` runs by default, ``"test"``), ``check`` (``agentledger._cli_suite.check_runs``,
+what the command runs: listing, looking for damaged streams, a factory call per run, verdicts,
+findings and how each call was answered) with one job, and with ``--jobs`` jobs. Each figure
+is runs per second; the check figures are also given as a share of the plain loop's rate,
+which is the cost of what ``check`` adds around the same reruns.
 
 Run ``python -m benchmarks.bench_check`` (``--help`` for options).
 """
@@ -24,6 +25,7 @@ from pathlib import Path
 
 import anyio
 
+from agentledger._cli_replay import resolve_agent
 from agentledger._cli_suite import check_runs
 from agentledger.adapters.stores.sqlite import SqliteEventStore
 from agentledger.core.events import Event
@@ -53,14 +55,14 @@ async def plain_loop(path: Path, run_ids: Sequence[str]) -> None:
     store = SqliteEventStore(path, read_only=True)
     agent = build_demo_agent(store=False)
     for run_id in reversed(run_ids):
-        await rerun(await load(store, run_id), agent)
+        await rerun(await load(store, run_id), agent, tools="test")
     store.close()
 
 
 def check(path: Path, jobs: int) -> Callable[[], Awaitable[None]]:
     async def go() -> None:
         store = SqliteEventStore(path, read_only=True)
-        verdicts = await check_runs(store, RunQuery(limit=None), AGENT, jobs=jobs)
+        verdicts = await check_runs(store, RunQuery(limit=None), resolve_agent(AGENT), jobs=jobs)
         failed = [v for v in verdicts if v.verdict != "passed"]
         assert not failed, failed[:1]
         store.close()

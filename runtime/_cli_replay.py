@@ -20,7 +20,7 @@ import msgspec
 from ._cli_checks import UsageError
 from .replay import RecordedRun, ReplayReport
 
-__all__ = ("CANNOT_REPLAY", "AgentUnavailable", "load_agent", "print_report")
+__all__ = ("CANNOT_REPLAY", "AgentSource", "AgentUnavailable", "load_agent", "print_report", "resolve_agent")
 
 CANNOT_REPLAY = 125
 """The exit status of a replay that could not run at all: ``git bisect run`` skips the commit."""
@@ -28,6 +28,7 @@ CANNOT_REPLAY = 125
 
 class AgentUnavailable(UsageError):
     """The agent's module does not import, or its factory fails, in the code as it is now."""
+
 
 DRIFT_NOTE = (
     "drift: the agent is configured otherwise than when the run was recorded; the rerun used the "
@@ -49,11 +50,63 @@ def _takes_the_run(target: Any) -> bool:
     return parameters[0].default is inspect.Parameter.empty
 
 
-def load_agent(spec: str, recorded: RecordedRun | None = None) -> Any:
-    """The ``Agent`` that ``spec`` (``module:name``) names or builds; a factory taking a
-    parameter gets ``recorded``."""
+class AgentSource:
+    """What ``--agent module:name`` names, imported once: an ``Agent``, or a factory to build one
+    per run (called with the ``RecordedRun`` when ``takes_run``)."""
+
+    def __init__(self, spec: str, target: Any) -> None:
+        self.spec = spec
+        self.target = target
+        self.takes_run = _takes_the_run(target)
+
+    def build(self, recorded: RecordedRun | None = None) -> Any:
+        """The ``Agent``: the one named, or what the factory returns now."""
+        from .agent import Agent
+
+        agent: object
+        if not isinstance(self.target, Agent) and not callable(self.target):
+            raise UsageError(f"{self.spec!r} is not an Agent or a function returning one")
+        try:
+            if isinstance(self.target, Agent):
+                agent = self.target
+            elif recorded is not None and self.takes_run:
+                agent = self.target(recorded)
+            else:
+                agent = self.target()
+        except (Exception, SystemExit) as exc:  # a function that is no agent factory, or one that fails now
+            raise AgentUnavailable(
+                f"cannot build the agent {self.spec!r}: {type(exc).__name__}: {exc}"
+            ) from exc
+        if inspect.iscoroutine(agent):
+            agent.close()
+            raise UsageError(_ASYNC.format(spec=self.spec))
+        if not isinstance(agent, Agent):
+            raise UsageError(f"{self.spec!r} is not an Agent or a function returning one")
+        return agent
+
+    def check(self) -> Any:
+        """Refuse, before any run, what cannot give an agent: not a function, an async one, or a
+        factory that fails or returns no ``Agent``; the agent built, or ``None`` when the factory
+        needs the recorded run (it is then built for each run)."""
+        from .agent import Agent
+
+        if isinstance(self.target, Agent):
+            return self.target
+        if not callable(self.target):
+            raise UsageError(f"{self.spec!r} is not an Agent or a function returning one")
+        if inspect.iscoroutinefunction(self.target):
+            raise UsageError(_ASYNC.format(spec=self.spec))
+        return None if self.takes_run else self.build()
+
+
+_ASYNC = "{spec!r} is an async function: give a plain function that returns the Agent"
+
+
+def resolve_agent(spec: str) -> AgentSource:
+    """Import what ``spec`` (``module:name``) names: ``UsageError`` for a spec of another shape,
+    ``AgentUnavailable`` for a module that does not import or a name it does not have."""
     module_name, _, attr = spec.partition(":")
-    if not attr:
+    if not module_name or not attr:
         raise UsageError(f"--agent must look like package.module:name, not {spec!r}")
     if os.getcwd() not in sys.path:  # a module in the current directory, as `python -m` finds it
         sys.path.insert(0, os.getcwd())
@@ -61,24 +114,13 @@ def load_agent(spec: str, recorded: RecordedRun | None = None) -> Any:
         target = getattr(importlib.import_module(module_name), attr)
     except (Exception, SystemExit) as exc:  # it does not import in the code as it is (a syntax error...)
         raise AgentUnavailable(f"cannot load the agent {spec!r}: {type(exc).__name__}: {exc}") from exc
-    from .agent import Agent
+    return AgentSource(spec, target)
 
-    agent: object
-    try:
-        if isinstance(target, Agent):
-            agent = target
-        elif recorded is not None and _takes_the_run(target):
-            agent = target(recorded)
-        else:
-            agent = target()
-    except (Exception, SystemExit) as exc:  # a function that is no agent factory, or one that fails now
-        raise AgentUnavailable(f"cannot build the agent {spec!r}: {type(exc).__name__}: {exc}") from exc
-    if inspect.iscoroutine(agent):
-        agent.close()
-        raise UsageError(f"{spec!r} is an async function: give a plain function that returns the Agent")
-    if not isinstance(agent, Agent):
-        raise UsageError(f"{spec!r} is not an Agent or a function returning one")
-    return agent
+
+def load_agent(spec: str, recorded: RecordedRun | None = None) -> Any:
+    """The ``Agent`` that ``spec`` (``module:name``) names or builds; a factory taking a
+    parameter gets ``recorded``."""
+    return resolve_agent(spec).build(recorded)
 
 
 def print_report(report: ReplayReport, *, as_json: bool, accept_drift: bool) -> int:

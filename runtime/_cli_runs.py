@@ -1,8 +1,11 @@
 """The parts of the ``agentledger`` command that find runs: ``runs``, and run ids given by prefix.
 
 ``runs`` asks the store for summaries (``agentledger.store.list_runs``: two records a stream in
-the stores that offer it), newest first, filtered and limited by the store. It prints a table on
-a terminal, aligned plain text on a pipe or a file, and one JSON object per line with ``--json``.
+the stores that offer it) of every stream, newest first, and filters and limits them; a stream
+that is no readable run (its log does not decode, or it does not begin with ``RunStarted``) is
+listed in its place as damaged, with why, whatever the filters (what it holds cannot be
+filtered), rather than hidden. It prints a table on a terminal, aligned plain text on a pipe or
+a file, and one JSON object per line with ``--json``.
 A run id on the command line may be any unique prefix of one; an ambiguous prefix is an error
 that lists a few of the runs it matches.
 """
@@ -12,17 +15,40 @@ from __future__ import annotations
 import datetime
 import re
 import sys
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
 import msgspec
 
 from ._cli_checks import UsageError
-from .errors import RunNotFoundError
-from .listing import RunSummary
-from .store import EventStore
+from .errors import RunNotFoundError, UnreadableStreamWarning
+from .listing import DamagedStream, RunQuery, RunSummary, damaged_streams, select
+from .store import EventStore, list_runs
 
-__all__ = ("parse_since", "print_runs", "print_table", "resolve_run")
+__all__ = ("list_entries", "parse_since", "print_runs", "print_table", "resolve_run")
+
+Entry = RunSummary | DamagedStream
+
+
+async def list_entries(store: EventStore, query: RunQuery) -> list[Entry]:
+    """The runs ``query`` selects, and among them, in their places (newest first), the damaged
+    streams as new as the oldest of them (any, when the limit did not cut the list short)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UnreadableStreamWarning)  # each is a row of its own
+        every = await list_runs(store, RunQuery(limit=None))
+    runs = select(every, query)
+    damaged = await damaged_streams(store, every)
+    if not damaged:
+        return list(runs)
+    order = {name: index for index, name in enumerate(reversed(await store.streams()))}
+    cut = query.limit is not None and len(runs) >= query.limit
+    last = order.get(runs[-1].run_id, len(order)) if cut and runs else len(order)
+    entries: list[Entry] = [*runs, *(d for d in damaged if order.get(d.stream, 0) <= last)]
+    return sorted(
+        entries, key=lambda e: order.get(e.stream if isinstance(e, DamagedStream) else e.run_id, -1)
+    )
+
 
 _SHOWN = 5
 _DURATION = re.compile(r"^(\d+)\s*([smhdw])$")
@@ -91,7 +117,9 @@ def _outcome(run: RunSummary) -> str:
     return "running or interrupted"
 
 
-def _row(run: RunSummary) -> list[str]:
+def _row(run: Entry) -> list[str]:
+    if isinstance(run, DamagedStream):
+        return [run.stream, "?", "?", "", "?", f"damaged: {run.reason}", ""]
     answer = " ".join(run.answer.split())
     return [
         run.run_id + (f" <- {run.parent_run_id}" if run.parent_run_id else ""),
@@ -104,12 +132,17 @@ def _row(run: RunSummary) -> list[str]:
     ]
 
 
-def print_runs(runs: Sequence[RunSummary], *, as_json: bool, console: Any) -> None:
-    """Print ``runs``: JSON lines, a table on a terminal, or aligned plain text."""
+def print_runs(runs: Sequence[Entry], *, as_json: bool, console: Any) -> None:
+    """Print ``runs``: JSON lines, a table on a terminal, or aligned plain text; a damaged stream
+    with the outcome ``damaged`` and why."""
     out = sys.stdout
     if as_json:
         for run in runs:
-            document = msgspec.to_builtins(run) | {"started": _iso(run)}
+            document = (
+                {"run_id": run.stream, "outcome": "damaged", "reason": run.reason}
+                if isinstance(run, DamagedStream)
+                else msgspec.to_builtins(run) | {"started": _iso(run)}
+            )
             out.write(msgspec.json.encode(document).decode() + "\n")
         return
     print_table(_COLUMNS, [_row(run) for run in runs], console=console)

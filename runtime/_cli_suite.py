@@ -1,15 +1,19 @@
 """``agentledger check`` and ``agentledger diff``: recorded runs as a regression suite.
 
 ``check`` selects a store's top-level runs (the ``runs`` filters), replays each run tree against
-the agent's current code and gives each a verdict: passed, diverged, drift or could not replay
-(with why). Runs of agents other than the one given are skipped and counted. ``diff`` lines two
-runs up by iteration and call and lists every difference.
+the agent's current code and gives each a verdict: passed, drift accepted, diverged, drift,
+could not replay (with why) or damaged (a stream of the store that is no readable run: it is in
+every selection, since what it holds cannot be filtered, unless ``--skip-unreadable``). Runs of
+agents other than the one given are skipped and counted. Each verdict says how the replay
+answered the run tree's tool calls: run, run by a double, or answered from the log. ``diff``
+lines two runs up by iteration and call and lists every difference.
 """
 
 from __future__ import annotations
 
 import sys
 import time
+import warnings
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
@@ -17,14 +21,16 @@ from typing import Any, Literal
 import anyio
 import msgspec
 
-from ._cli_replay import load_agent
-from .listing import RunQuery, RunSummary
-from .replay import Finding, RecordedRun, ReplayReport, load, replay
+from ._cli_replay import AgentSource
+from .errors import LogCorruptError, UnreadableStreamWarning
+from .listing import DamagedStream, RunQuery, RunSummary, damaged_streams
+from .logs import warn
+from .replay import Finding, ReplayReport, describe_input, load, replay
 from .store import EventStore, list_runs
 
 __all__ = ("RunVerdict", "check_runs", "print_diff", "print_verdicts", "write_junit")
 
-Verdict = Literal["passed", "diverged", "drift", "could_not_replay", "skipped"]
+Verdict = Literal["passed", "drift_accepted", "diverged", "drift", "could_not_replay", "damaged", "skipped"]
 
 
 class RunVerdict(msgspec.Struct, frozen=True, kw_only=True):
@@ -39,15 +45,13 @@ class RunVerdict(msgspec.Struct, frozen=True, kw_only=True):
     """One line: the first finding, why the run could not be replayed, or why it was skipped."""
     findings: tuple[dict[str, Any], ...] = ()
     seconds: float = 0.0
+    calls: tuple[dict[str, str], ...] = ()
+    """Each tool call of the run tree and how the replay answered it (``ReplayedCall``): ``ran``
+    (its current code), ``double``, ``recorded`` (from the log) or ``refused``."""
 
     @property
     def failed(self) -> bool:
-        return self.verdict in ("diverged", "drift", "could_not_replay")
-
-
-def _input_of(recorded: RecordedRun, width: int = 40) -> str:
-    text = " ".join(" ".join(m.text for m in recorded.started.messages if m.text).split())
-    return text if len(text) <= width else text[: width - 1] + "…"
+        return self.verdict in ("diverged", "drift", "could_not_replay", "damaged")
 
 
 def _verdict(report: ReplayReport, accept_drift: bool) -> tuple[Verdict, str]:
@@ -55,109 +59,199 @@ def _verdict(report: ReplayReport, accept_drift: bool) -> tuple[Verdict, str]:
         return "could_not_replay", report.cannot_replay[0].describe()
     if report.divergences:
         return "diverged", report.divergences[0].describe()
-    if report.drift and not accept_drift:
-        return "drift", report.drift[0].describe()
+    if report.drift:
+        return ("drift_accepted" if accept_drift else "drift"), report.drift[0].describe()
     return "passed", ""
 
 
-ToolsMode = Literal["recorded", "live"]
+ToolsMode = Literal["recorded", "live", "test"]
 
 
-async def _check_one(
-    store: EventStore,
-    summary: RunSummary,
-    agent_spec: str,
-    tools: ToolsMode,
-    accept_drift: bool,
-    listing: Sequence[RunSummary],
-) -> RunVerdict:
+class _Gate:
+    """What every run of one check is replayed with."""
+
+    def __init__(
+        self,
+        source: AgentSource,
+        named: str,
+        tools: ToolsMode,
+        accept_drift: bool,
+        listing: Sequence[RunSummary],
+    ) -> None:
+        self.source = source
+        self.named = named
+        """The agent as the command line gave it, for a line that says whose runs were skipped."""
+        self.tools = tools
+        self.accept_drift = accept_drift
+        self.listing = listing
+
+
+async def _check_one(store: EventStore, summary: RunSummary, gate: _Gate) -> RunVerdict:
     started = time.perf_counter()
     shown = ""
 
-    def verdict(kind: Verdict, line: str, findings: Sequence[Finding] = ()) -> RunVerdict:
+    def verdict(kind: Verdict, line: str, report: ReplayReport | None = None) -> RunVerdict:
         return RunVerdict(
             run_id=summary.run_id,
             agent=summary.agent,
             input=shown,
             verdict=kind,
             summary=line,
-            findings=tuple(f.to_dict() for f in findings),
+            findings=tuple(f.to_dict() for f in report.findings) if report is not None else (),
             seconds=time.perf_counter() - started,
+            calls=tuple(msgspec.to_builtins(c) for c in report.calls) if report is not None else (),
         )
 
     try:
-        recorded = await load(store, summary.run_id, listing=listing)
-        shown = _input_of(recorded)
+        try:
+            recorded = await load(store, summary.run_id, listing=gate.listing)
+        except LogCorruptError as exc:  # read past its first and last record, it does not decode
+            reason = "its log does not decode: " + " ".join(str(exc).split())
+            return _damaged(DamagedStream(stream=summary.run_id, reason=reason))
+        shown = describe_input(recorded.started.messages, 40)
         if not recorded.ended:
             why = "the run is incomplete (interrupted, or still running): no outcome to compare with"
             return verdict("could_not_replay", why)
-        agent = load_agent(agent_spec, recorded)
-        if (agent.name or agent.id) != summary.agent:
-            return verdict("skipped", f"a run of agent {summary.agent!r}")
+        agent = gate.source.build(recorded)
+        name = agent.name or agent.id
+        if name != summary.agent:
+            return verdict("skipped", f"a run of agent {summary.agent!r}, not of {gate.named} ({name!r})")
         agent.store = None
-        report = await replay(recorded, agent, tools=tools)
+        report = await replay(recorded, agent, tools=gate.tools)
     except (Exception, SystemExit) as exc:  # one run that cannot replay does not stop the others
         return verdict("could_not_replay", f"{type(exc).__name__}: {' '.join(str(exc).split())}")
-    kind, line = _verdict(report, accept_drift)
-    return verdict(kind, line, report.findings)
+    kind, line = _verdict(report, gate.accept_drift)
+    return verdict(kind, line, report)
+
+
+def _damaged(stream: DamagedStream) -> RunVerdict:
+    return RunVerdict(
+        run_id=stream.stream,
+        agent="?",
+        input="",
+        verdict="damaged",
+        summary=f"stream {stream.stream!r} is no readable run: {stream.reason}",
+    )
 
 
 async def check_runs(
     store: EventStore,
     query: RunQuery,
-    agent_spec: str,
+    source: AgentSource,
     *,
-    tools: Literal["recorded", "live"] = "recorded",
+    named: str = "the agent given",
+    tools: ToolsMode = "test",
     accept_drift: bool = False,
+    skip_unreadable: bool = False,
     jobs: int = 1,
     on_verdict: Callable[[int, RunVerdict], None] | None = None,
     on_selected: Callable[[int], None] | None = None,
 ) -> list[RunVerdict]:
     """Replay the top-level runs ``query`` selects (newest first), ``jobs`` at a time; the
-    verdicts in selection order. ``on_verdict(index, verdict)`` is told of each as it comes."""
-    # One listing of every run: it selects, and every load finds its session's runs in it.
-    listing = await list_runs(store, RunQuery(limit=None))
-    selected = [run for run in listing if run.parent_run_id is None and query.matches(run)]
-    if query.limit is not None:
-        selected = selected[: query.limit]
-    if on_selected is not None:
-        on_selected(len(selected))
-    verdicts: list[RunVerdict | None] = [None] * len(selected)
-    limiter = anyio.CapacityLimiter(max(1, jobs))
+    verdicts in selection order. ``on_verdict(index, verdict)`` is told of each as it comes.
 
-    async def one(index: int, summary: RunSummary) -> None:
-        async with limiter:
-            verdict = await _check_one(store, summary, agent_spec, tools, accept_drift, listing)
-        verdicts[index] = verdict
-        if on_verdict is not None:
-            on_verdict(index, verdict)
+    A stream that is no readable run is a ``damaged`` verdict in its place (newest first), in
+    any selection, unless ``skip_unreadable`` (then it is skipped with a warning, as listings do)."""
+    with warnings.catch_warnings():
+        if not skip_unreadable:  # each is a verdict of its own, not a warning besides
+            warnings.simplefilter("ignore", UnreadableStreamWarning)
+        # One listing of every run: it selects, and every load finds its session's runs in it.
+        listing = await list_runs(store, RunQuery(limit=None))
+        damaged = await damaged_streams(store, listing)
+        if skip_unreadable:
+            for stream in damaged:
+                skipped = UnreadableStreamWarning(f"skipped stream {stream.stream!r}: {stream.reason}")
+                warn(skipped, part="stores", stacklevel=2)
+            damaged = []
+        selected = _selection(listing, damaged, query, await store.streams())
+        if on_selected is not None:
+            on_selected(len(selected))
+        gate = _Gate(source, named, tools, accept_drift, listing)
+        verdicts: list[RunVerdict | None] = [None] * len(selected)
+        limiter = anyio.CapacityLimiter(max(1, jobs))
 
-    async with anyio.create_task_group() as group:
-        for index, summary in enumerate(selected):
-            group.start_soon(one, index, summary)
+        async def one(index: int, entry: RunSummary | DamagedStream) -> None:
+            if isinstance(entry, DamagedStream):
+                verdict = _damaged(entry)
+            else:
+                async with limiter:
+                    verdict = await _check_one(store, entry, gate)
+            verdicts[index] = verdict
+            if on_verdict is not None:
+                on_verdict(index, verdict)
+
+        async with anyio.create_task_group() as group:
+            for index, entry in enumerate(selected):
+                group.start_soon(one, index, entry)
     return [v for v in verdicts if v is not None]
+
+
+def _selection(
+    listing: Sequence[RunSummary], damaged: Sequence[DamagedStream], query: RunQuery, streams: Sequence[str]
+) -> list[RunSummary | DamagedStream]:
+    """The top-level runs ``query`` selects and the damaged streams, newest first, at most
+    ``query.limit`` of them."""
+    runs: dict[str, RunSummary | DamagedStream] = {
+        run.run_id: run for run in listing if run.parent_run_id is None and query.matches(run)
+    }
+    runs.update((stream.stream, stream) for stream in damaged)
+    order = {name: index for index, name in enumerate(reversed(streams))}
+    selected = sorted(runs.values(), key=lambda e: order.get(_name(e), -1))
+    return selected[: query.limit] if query.limit is not None else selected
+
+
+def _name(entry: RunSummary | DamagedStream) -> str:
+    return entry.stream if isinstance(entry, DamagedStream) else entry.run_id
 
 
 _LABEL = {
     "passed": "passed",
+    "drift_accepted": "drift accepted",
     "diverged": "diverged",
     "drift": "drift",
     "could_not_replay": "could not replay",
+    "damaged": "damaged",
     "skipped": "skipped",
 }
+_COUNTED = ("passed", "drift_accepted", "diverged", "drift", "could_not_replay", "damaged")
 
 
 def row(verdict: RunVerdict) -> str:
-    """One run's line: run, agent, input, verdict (and the first finding or why)."""
+    """One run's line: run, agent, input, verdict (and the first finding or why), and how its
+    tool calls were answered."""
     line = f"{verdict.run_id}  {verdict.agent}  {verdict.input!r}  {_LABEL[verdict.verdict]}"
-    return f"{line}: {verdict.summary}" if verdict.summary and verdict.verdict != "passed" else line
+    if verdict.summary and verdict.verdict != "passed":
+        line = f"{line}: {verdict.summary}"
+    calls = _calls_line(verdict.calls)
+    return f"{line} [{calls}]" if calls else line
+
+
+_SAID = (("ran", "ran"), ("double", "by a double"), ("recorded", "from the log"), ("refused", "refused"))
+
+
+def _calls_line(calls: Sequence[dict[str, str]]) -> str:
+    """``3 calls ran, 1 from the log (pay)``: how many of each, the tools answered otherwise
+    than by running named."""
+    parts = []
+    for how, said in _SAID:
+        tools = [c["tool"] for c in calls if c["how"] == how]
+        if tools:
+            count = f"{len(tools)} call{'s' if len(tools) != 1 else ''} {said}"
+            named = "" if how == "ran" else f" ({', '.join(dict.fromkeys(tools))})"
+            parts.append(count + named)
+    return ", ".join(parts)
+
+
+def counts(verdicts: Sequence[RunVerdict]) -> dict[str, int]:
+    """How many runs got each verdict."""
+    return {name: sum(v.verdict == name for v in verdicts) for name in _LABEL}
 
 
 def totals(verdicts: Sequence[RunVerdict]) -> str:
-    counts = {name: sum(v.verdict == name for v in verdicts) for name in _LABEL}
-    checked = len(verdicts) - counts["skipped"]
-    parts = [f"{counts[name]} {_LABEL[name]}" for name in ("passed", "diverged", "drift", "could_not_replay")]
-    skipped = counts["skipped"]
+    found = counts(verdicts)
+    checked = len(verdicts) - found["skipped"]
+    parts = [f"{found[name]} {_LABEL[name]}" for name in _COUNTED]
+    skipped = found["skipped"]
     others = f"; {_runs(skipped)} of other agents skipped" if skipped else ""
     return f"{_runs(checked)} checked: " + ", ".join(parts) + others
 
@@ -166,10 +260,26 @@ def _runs(count: int) -> str:
     return "1 run" if count == 1 else f"{count} runs"
 
 
+def summary(verdicts: Sequence[RunVerdict]) -> dict[str, Any]:
+    """The closing object of ``check --json``: the counts, and whether the gate passed."""
+    found = counts(verdicts)
+    checked = len(verdicts) - found["skipped"]
+    calls = [call for v in verdicts for call in v.calls]
+    return {
+        "kind": "summary",
+        "checked": checked,
+        **found,
+        "calls": {how: sum(c["how"] == how for c in calls) for how, _ in _SAID},
+        "passed": checked > 0 and not any(v.failed for v in verdicts),
+    }
+
+
 def print_verdicts(verdicts: Sequence[RunVerdict], *, as_json: bool) -> None:
     if as_json:
         for verdict in verdicts:
-            print(msgspec.json.encode(verdict).decode())
+            document = {"kind": "run", **msgspec.to_builtins(verdict)}
+            print(msgspec.json.encode(document).decode())
+        print(msgspec.json.encode(summary(verdicts)).decode())
         return
     for verdict in verdicts:
         print(row(verdict))
@@ -177,9 +287,11 @@ def print_verdicts(verdicts: Sequence[RunVerdict], *, as_json: bool) -> None:
 
 
 def write_junit(path: str, verdicts: Sequence[RunVerdict]) -> None:
-    """A JUnit XML file: one test case per run, a difference as the failure's text."""
+    """A JUnit XML file: one test case per run, a difference as the failure's text, a damaged
+    stream or a run that cannot replay as an error; accepted drift passes with its findings in
+    ``<system-out>`` and a ``verdict`` property; every case says how its calls were answered."""
     failures = sum(v.verdict in ("diverged", "drift") for v in verdicts)
-    errors = sum(v.verdict == "could_not_replay" for v in verdicts)
+    errors = sum(v.verdict in ("could_not_replay", "damaged") for v in verdicts)
     skipped = sum(v.verdict == "skipped" for v in verdicts)
     suite = ET.Element(
         "testsuite",
@@ -198,15 +310,29 @@ def write_junit(path: str, verdicts: Sequence[RunVerdict]) -> None:
             name=f"{verdict.run_id}: {verdict.input}",
             time=f"{verdict.seconds:.3f}",
         )
+        properties = ET.SubElement(case, "properties")
+        ET.SubElement(properties, "property", name="verdict", value=verdict.verdict)
+        for how in ("ran", "double", "recorded", "refused"):
+            number = sum(c["how"] == how for c in verdict.calls)
+            ET.SubElement(properties, "property", name=f"calls.{how}", value=str(number))
         if verdict.verdict in ("diverged", "drift"):
             failure = ET.SubElement(case, "failure", message=verdict.summary, type=verdict.verdict)
             failure.text = "\n".join(_finding_lines(verdict.findings))
-        elif verdict.verdict == "could_not_replay":
-            ET.SubElement(case, "error", message=verdict.summary, type="could_not_replay")
+        elif verdict.verdict in ("could_not_replay", "damaged"):
+            ET.SubElement(case, "error", message=verdict.summary, type=verdict.verdict)
         elif verdict.verdict == "skipped":
             ET.SubElement(case, "skipped", message=verdict.summary)
+        out = []
+        if verdict.verdict == "drift_accepted":
+            out = ["drift accepted (--accept-drift):", *_finding_lines(verdict.findings)]
+        out.extend(f"{c['call_id']} {c['tool']}: {_HOW[c['how']]}" for c in verdict.calls)
+        if out:
+            ET.SubElement(case, "system-out").text = "\n".join(out)
     ET.indent(suite)
     ET.ElementTree(suite).write(path, encoding="utf-8", xml_declaration=True)
+
+
+_HOW = {"ran": "ran", "double": "its double ran", "recorded": "from the log", "refused": "refused"}
 
 
 def _finding_lines(findings: Sequence[dict[str, Any]]) -> list[str]:

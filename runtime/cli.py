@@ -34,13 +34,13 @@ from ._cli_checks import (
     output_name,
 )
 from ._cli_cost import add_cost
-from ._cli_runs import parse_since, print_runs, resolve_run
+from ._cli_runs import list_entries, parse_since, print_runs, resolve_run
 from ._version import __version__
 from .core.events import ChildRunStarted, Event, encode_event
 from .errors import AgentLedgerError, RunNotFoundError
 from .listing import OUTCOMES, RunQuery
 from .runtree import check_run_tree
-from .store import EventStore, SupportsAclose, list_runs
+from .store import EventStore, SupportsAclose
 
 __all__ = ("DEFAULT_AGENT", "DEFAULT_STORE", "main", "open_store")
 
@@ -148,7 +148,7 @@ def _runs(args: argparse.Namespace) -> int:
         since=parse_since(args.since) if args.since is not None else None,
     )
     store = open_store(args.store)
-    print_runs(_run(lambda: list_runs(store, query)), as_json=args.json, console=_console())
+    print_runs(_run(lambda: list_entries(store, query)), as_json=args.json, console=_console())
     return 0
 
 
@@ -251,6 +251,7 @@ def _replay(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
+    from ._cli_replay import resolve_agent
     from ._cli_suite import check_runs, print_verdicts, progress_printer, totals, write_junit
 
     warnings.simplefilter("ignore", FutureWarning)
@@ -270,6 +271,10 @@ def _check(args: argparse.Namespace) -> int:
         since=parse_since(args.since) if args.since is not None else None,
     )
     store = open_store(args.store)
+    # The agent once, before any run: what cannot give one is a usage error, said once.
+    source = resolve_agent(args.agent or DEFAULT_AGENT)
+    agent = source.check()
+    named = f"--agent {args.agent}" if args.agent else "the demo agent (no --agent given)"
     selected: list[int] = []
     on_selected, on_verdict, bar = progress_printer(selected) if not args.json else (None, None, None)
     try:
@@ -277,9 +282,11 @@ def _check(args: argparse.Namespace) -> int:
             lambda: check_runs(
                 store,
                 query,
-                args.agent or DEFAULT_AGENT,
+                source,
+                named=named,
                 tools=args.tools,
                 accept_drift=args.accept_drift,
+                skip_unreadable=args.skip_unreadable,
                 jobs=args.jobs,
                 on_verdict=on_verdict,
                 on_selected=on_selected,
@@ -297,7 +304,10 @@ def _check(args: argparse.Namespace) -> int:
     if args.junit is not None:
         write_junit(args.junit, verdicts)
     if all(v.verdict == "skipped" for v in verdicts):  # a gate that checked nothing does not pass
-        print("agentledger: no run was checked (none selected, or all of other agents)", file=sys.stderr)
+        whose = f", not of {named} ({agent.name or agent.id!r})" if agent is not None else ""
+        print(
+            f"agentledger: no run was checked (none selected, or all of other agents{whose})", file=sys.stderr
+        )
         return 1
     return 1 if any(v.failed for v in verdicts) else 0
 
@@ -324,6 +334,9 @@ def _export(args: argparse.Namespace) -> int:
         from .replay.cassette import tree_events, write_cassette
 
         check_path(args.cassette, "--cassette")
+        folder = Path(args.cassette).resolve().parent
+        if not folder.is_dir():  # like --output: the folder is the user's to make
+            raise UsageError(f"--cassette {args.cassette}: there is no folder {folder}")
         tree = _run(lambda: load(store, args.run))  # with its session's earlier runs
         check_complete(tree.events, args.run)
         for _, run in tree.walk():
@@ -437,11 +450,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     replay.add_argument(
         "--tools",
-        choices=("recorded", "live"),
+        choices=("recorded", "live", "test"),
         default="recorded",
         help=(
             "recorded: tools return what the log says; live: tool bodies run "
-            "(models never do, nor calls a human approved)"
+            "(models never do, nor calls a human approved); test: every tool body runs, approved "
+            "calls included. A tool marked @tool(replay='recorded') never runs"
         ),
     )
     replay.add_argument(
@@ -455,8 +469,26 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument(
         "--agent", help=f"module:name of the Agent or its factory (default: the demo, {DEFAULT_AGENT})"
     )
-    check.add_argument("--tools", choices=("recorded", "live"), default="recorded")
-    check.add_argument("--accept-drift", action="store_true", help="a run whose only finding is drift passes")
+    check.add_argument(
+        "--tools",
+        choices=("test", "live", "recorded"),
+        default="test",
+        help=(
+            "test (default): every tool runs its current code, calls a human approved included; "
+            "live: the same but for approved calls; recorded: no tool body runs. A tool marked "
+            "@tool(replay='recorded') is answered from the log in every mode"
+        ),
+    )
+    check.add_argument(
+        "--accept-drift",
+        action="store_true",
+        help="a run whose only finding is drift passes, as 'drift accepted'",
+    )
+    check.add_argument(
+        "--skip-unreadable",
+        action="store_true",
+        help="skip streams that are no readable run with a warning, instead of failing the check",
+    )
     check.add_argument("--limit", type=int, default=0, help="at most this many runs, newest first (0: all)")
     check.add_argument("--session", help="only runs of this session")
     check.add_argument("--outcome", choices=OUTCOMES, help="only runs that ended so")

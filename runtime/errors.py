@@ -30,6 +30,9 @@
     ├── ReplayDivergence                        a rerun differs from the log (seq, expected, actual,
     │   │                                       findings)
     │   └── ReplayDrift                         the agent's configuration changed since the run
+    ├── ReplayRefusedError                      a replay would run a tool marked never to run in
+    │                                           one (``@tool(replay="recorded")``) with no recorded
+    │                                           outcome to answer the call
     ├── SubAgentDepthError, SubAgentApprovalError   (in agentledger.subagents)
     ├── ExportError                             an OTLP receiver refused an export (status_code)
     └── TransitionError                         an input the run machine does not accept
@@ -75,6 +78,7 @@ __all__ = (
     "OptionsError",
     "ReplayDivergence",
     "ReplayDrift",
+    "ReplayRefusedError",
     "RunCycleError",
     "RunError",
     "RunEvictedError",
@@ -274,6 +278,17 @@ class ReplayDrift(ReplayDivergence):
     """The rerun did what the log says, but the agent is configured otherwise than when the run
     was recorded (instructions, options, tool specs, middleware): the model's recorded answers
     may not be what it would answer now. ``findings`` lists the drift."""
+
+
+class ReplayRefusedError(AgentLedgerError):
+    """A replay (a rerun, a check, a cassette test, a fork) would run a tool marked
+    ``@tool(replay="recorded")``, and the log holds no outcome of the call to answer it with: a
+    fork's new call of it, say. The call fails with this error (the model sees it); the tool's
+    body never runs in a replay. ``tool`` names the tool."""
+
+    def __init__(self, message: str, *, tool: str = "") -> None:
+        super().__init__(message)
+        self.tool = tool
 
 
 class MiddlewareFailure(AgentLedgerError):

@@ -8,13 +8,15 @@ filter them (``RunQuery``) without decoding the rest. Stores that can do so offe
 back to reading whole streams for the others.
 
 A stream that does not decode is skipped and reported with an ``UnreadableStreamWarning`` (and a
-log record under ``agentledger.stores``): one bad log never hides the others.
+log record under ``agentledger.stores``): one bad log never hides the others. Such a stream, and
+one that does not begin with ``RunStarted``, is *damaged*: ``damaged_streams`` finds them among a
+store's streams and says why each is, for a gate or a list that must not hide them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Literal
+from collections.abc import Iterable, Sequence
+from typing import Literal, Protocol
 
 import msgspec
 
@@ -22,7 +24,17 @@ from .core.events import BatchClaimed, Event, RunCompleted, RunFailed, RunStarte
 from .errors import LogCorruptError, UnreadableStreamWarning
 from .logs import warn
 
-__all__ = ("OUTCOMES", "Outcome", "RunQuery", "RunSummary", "report_unreadable", "select", "summarize")
+__all__ = (
+    "OUTCOMES",
+    "DamagedStream",
+    "Outcome",
+    "RunQuery",
+    "RunSummary",
+    "damaged_streams",
+    "report_unreadable",
+    "select",
+    "summarize",
+)
 
 Outcome = Literal["completed", "failed", "incomplete", "awaiting_approval"]
 OUTCOMES: tuple[Outcome, ...] = ("completed", "failed", "incomplete", "awaiting_approval")
@@ -130,3 +142,46 @@ def report_unreadable(stream: str, error: LogCorruptError, *, stacklevel: int = 
         part="stores",
         stacklevel=stacklevel + 1,
     )
+
+
+class DamagedStream(msgspec.Struct, frozen=True, kw_only=True):
+    """A stream of a store that is no readable run: its log does not decode, or it does not
+    begin with ``RunStarted``; ``reason`` says which, and where."""
+
+    stream: str
+    reason: str
+
+
+class _Readable(Protocol):
+    async def streams(self) -> list[str]: ...
+    async def read(self, stream: str) -> list[Event]: ...
+
+
+async def damaged_streams(store: _Readable, runs: Sequence[RunSummary]) -> list[DamagedStream]:
+    """The streams of ``store`` that are no readable run, newest first: those that ``runs`` (a
+    listing of every run, unfiltered) does not hold, each read again to say why (a stream that
+    reads as a run now, written after the listing, is none)."""
+    listed = {run.run_id for run in runs}
+    damaged = []
+    for stream in reversed(await store.streams()):
+        if stream in listed:
+            continue
+        reason = await _why_damaged(store, stream)
+        if reason is not None:
+            damaged.append(DamagedStream(stream=stream, reason=reason))
+    return damaged
+
+
+async def _why_damaged(store: _Readable, stream: str) -> str | None:
+    try:
+        log = await store.read(stream)
+    except LogCorruptError as exc:
+        return "its log does not decode: " + " ".join(str(exc).split())
+    if not log:
+        return None  # an empty stream holds nothing to hide
+    first = log[0]
+    if not isinstance(first, RunStarted):
+        return f"it does not begin a run: its first event is {type(first).__name__} (seq {first.seq})"
+    if first.run_id != stream:
+        return f"its events are of another run, {first.run_id!r}"
+    return None

@@ -21,17 +21,18 @@ import anyio.to_thread
 import msgspec
 
 from ._tool_schema import describe_parameters, read_arguments, read_docstring
-from .context import FunctionInvocationContext
+from .context import FunctionInvocationContext, replaying
 from .core.depth import MAX_DEPTH, too_deep
 from .core.events import APPROVAL_MODES, ToolSpec
 from .core.messages import Content
-from .errors import ArgumentsError, ToolDefinitionError
+from .errors import ArgumentsError, ReplayRefusedError, ToolDefinitionError
 from .logs import warn
 
 __all__ = (
     "ApprovalMode",
     "ArgumentsError",
     "FunctionTool",
+    "ReplayRule",
     "ToolParameters",
     "arguments_valid",
     "normalize_tools",
@@ -39,6 +40,9 @@ __all__ = (
 )
 
 ApprovalMode = Literal["always_require", "never_require"]
+ReplayRule = Literal["run", "recorded"] | Callable[..., Any]
+"""How a replay treats a tool: ``"run"`` (its body is the code under test), ``"recorded"`` (never
+run in any replay: calls take their recorded outcomes), or a test double run in its place."""
 _APPROVAL_MODES = APPROVAL_MODES
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -76,6 +80,7 @@ class FunctionTool:
         description: str | None = None,
         approval_mode: ApprovalMode | None = "never_require",
         schema: type | Mapping[str, Any] | None = None,
+        replay: ReplayRule = "run",
     ) -> None:
         self.func = func
         self._body: Callable[[Any, Mapping[str, Any]], Awaitable[Any]] | None = None
@@ -86,6 +91,13 @@ class FunctionTool:
             approval_mode = "never_require"
         if approval_mode not in _APPROVAL_MODES:
             raise ToolDefinitionError(_approval_mode_error(self.name, approval_mode))
+        if replay not in ("run", "recorded") and not callable(replay):
+            raise ToolDefinitionError(
+                f"tool {self.name!r}: replay must be 'run', 'recorded' or a function to call in "
+                f"its place (a test double), not {replay!r}"
+            )
+        self.replay: ReplayRule = replay
+        """What a replay does with a call: run the body, answer from the log, or run the double."""
         doc = inspect.getdoc(func) if inspect.isroutine(func) else None
         summary, documented = read_docstring(doc)
         self.description = description if description is not None else summary
@@ -233,11 +245,30 @@ class FunctionTool:
         returns is awaited too. What the tool raises propagates. ``context`` is the
         ``FunctionInvocationContext`` the tool may receive. No validation, middleware or events.
         """
+        if self.replay != "run" and self._body is None and replaying.get():
+            return self._in_replay(arguments, context)  # the body never runs in a replay
         call = self.bind_call(arguments, context)
         if self.is_async:
             running: Awaitable[Any] = call()  # the tool's own coroutine: no extra frame
             return running
         return _in_thread(call)
+
+    async def _in_replay(self, arguments: Mapping[str, Any], context: Any) -> Any:
+        """A call of a tool marked ``replay=`` that a replay asked to run: its double runs (with
+        the arguments, and the context if it takes the tool's context parameter), or the call is
+        refused when the tool is marked ``"recorded"`` (the log holds no outcome to answer it)."""
+        double = self.replay
+        if not callable(double):
+            raise ReplayRefusedError(
+                f"tool {self.name!r} never runs in a replay (replay='recorded') and the log holds no "
+                "outcome of this call: give it a test double (@tool(replay=function)) to answer it",
+                tool=self.name,
+            )
+        kwargs = dict(arguments)
+        if self.context_param is not None and _takes(double, self.context_param):
+            kwargs[self.context_param] = context
+        result = double(**kwargs)
+        return await result if is_awaitable(result) else result
 
     def with_body(self, body: Callable[[Any, Mapping[str, Any]], Awaitable[Any]]) -> FunctionTool:
         """The same tool (name, schema, argument checks, approval mode) whose calls run
@@ -267,6 +298,7 @@ class FunctionTool:
                 description=self.description,
                 approval_mode=self.approval_mode,
                 schema=self._explicit_schema(),
+                replay=self.replay,
             )
             cache[self.name] = bound
         return typing.cast(FunctionTool, bound)
@@ -308,6 +340,7 @@ def tool(
     description: str | None = None,
     approval_mode: ApprovalMode | None = "never_require",
     schema: type | Mapping[str, Any] | None = None,
+    replay: ReplayRule = "run",
 ) -> Callable[[F], FunctionTool]: ...
 def tool(
     func: Callable[..., Any] | None = None,
@@ -317,11 +350,19 @@ def tool(
     description: str | None = None,
     approval_mode: ApprovalMode | None = "never_require",
     schema: type | Mapping[str, Any] | None = None,
+    replay: ReplayRule = "run",
 ) -> FunctionTool | Callable[[F], FunctionTool]:
-    """Make a ``FunctionTool`` from a function: ``@tool`` or ``@tool(name=..., ...)``."""
+    """Make a ``FunctionTool`` from a function: ``@tool`` or ``@tool(name=..., ...)``.
+
+    ``replay`` says what a replay (``agentledger check``, a cassette test, a rerun, a fork) does
+    with the tool's calls: ``"run"`` runs its current body; ``"recorded"`` never runs it (each
+    call takes its recorded outcome: payments, mail); a function runs in its place, as a test
+    double, called with the call's arguments."""
 
     def wrap(f: Callable[..., Any]) -> FunctionTool:
-        return FunctionTool(f, name=name, description=description, approval_mode=approval_mode, schema=schema)
+        return FunctionTool(
+            f, name=name, description=description, approval_mode=approval_mode, schema=schema, replay=replay
+        )
 
     return wrap(func) if func is not None else wrap
 
@@ -378,6 +419,15 @@ def arguments_valid(function: FunctionTool, call: Content) -> bool:
     except ArgumentsError:
         return False
     return True
+
+
+def _takes(func: Callable[..., Any], name: str) -> bool:
+    """Whether ``func`` has a parameter called ``name`` (or takes ``**kwargs``)."""
+    try:
+        parameters = inspect.signature(func).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == name or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
 
 
 def _approval_mode_error(name: str, mode: object) -> str:

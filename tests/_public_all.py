@@ -12,7 +12,8 @@ PINNED: dict[str, tuple[str, ...]] = {
         "ExperimentalWarning", "FunctionInvocationContext", "FunctionMiddleware", "FunctionTool",
         "HistoryProvider", "InMemoryHistoryProvider", "LiveTools", "LogCorruptError", "MemoryEventStore",
         "Message", "MiddlewareError", "MiddlewareFailure", "MiddlewareTermination", "ModelCallError",
-        "ModelResponseError", "OptionsError", "ReplayDivergence", "ReplayDrift", "RunContext",
+        "ModelResponseError", "OptionsError", "ReplayDivergence", "ReplayDrift", "ReplayRefusedError",
+        "RunContext",
         "RunCycleError", "RunError", "RunEvictedError", "RunIdTakenError", "RunNotFoundError", "RunStream",
         "SessionContext", "SessionState", "SessionStateError", "StoreError", "StructuredOutputError",
         "SubAgentApprovalError", "SubAgentDepthError", "ToolDefinitionError", "ToolMode", "ToolSpec",
@@ -218,13 +219,15 @@ PINNED: dict[str, tuple[str, ...]] = {
         "CallOutcomeUnknownError", "CommitUnknownError", "ConflictError", "ExperimentalWarning",
         "LogCorruptError", "MiddlewareError", "MiddlewareFailure", "MiddlewareTermination",
         "ModelCallError", "ModelResponseError", "OptionsError", "ReplayDivergence", "ReplayDrift",
-        "RunCycleError", "RunError", "RunEvictedError", "RunIdTakenError", "RunNotFoundError",
+        "ReplayRefusedError", "RunCycleError", "RunError", "RunEvictedError", "RunIdTakenError",
+        "RunNotFoundError",
         "SessionStateError", "StoreError", "StructuredOutputError", "ToolDefinitionError",
         "TornTailWarning", "TransitionError", "UnknownToolError", "UnreadableStreamWarning",
         "UnrecordableError"
     ),
     "agentledger.listing": (
-        "OUTCOMES", "Outcome", "RunQuery", "RunSummary", "report_unreadable", "select", "summarize"
+        "OUTCOMES", "DamagedStream", "Outcome", "RunQuery", "RunSummary", "damaged_streams",
+        "report_unreadable", "select", "summarize"
     ),
     "agentledger.logs": (
         "ROOT", "logger", "warn"
@@ -252,9 +255,9 @@ PINNED: dict[str, tuple[str, ...]] = {
         "plain_run", "render_run", "run_document"
     ),
     "agentledger.replay": (
-        "Finding", "FindingKind", "RecordedRun", "ReplayClient", "ReplayExhausted", "ReplayReport",
-        "RunState", "canonical", "compare", "diff_runs", "differences", "fork", "is_replaying", "load",
-        "replay", "rerun"
+        "CallHow", "Finding", "FindingKind", "RecordedRun", "ReplayClient", "ReplayExhausted",
+        "ReplayReport", "ReplayedCall", "RunState", "canonical", "compare", "describe_input", "diff_runs",
+        "differences", "fork", "is_replaying", "load", "replay", "rerun"
     ),
     "agentledger.replay.cassette": (
         "read_cassette", "tree_events", "tree_of", "write_cassette"
@@ -266,7 +269,7 @@ PINNED: dict[str, tuple[str, ...]] = {
         "call_of", "canonical", "compare", "diff_runs", "differences", "in_model_order"
     ),
     "agentledger.replay.findings": (
-        "Finding", "FindingKind", "ReplayReport", "text_diff"
+        "CallHow", "Finding", "FindingKind", "ReplayReport", "ReplayedCall", "describe_input", "text_diff"
     ),
     "agentledger.replay.rerun": (
         "fork", "replay", "rerun"
@@ -347,7 +350,7 @@ PINNED: dict[str, tuple[str, ...]] = {
         "ChatClientContract", "FunctionCall", "ModelAnswer"
     ),
     "agentledger.testing.pytest_plugin": (
-        "RECORD_FLAG", "AgentCassette", "agent_cassette", "pytest_addoption"
+        "RECORD_FLAG", "RECORD_MISSING_FLAG", "AgentCassette", "agent_cassette", "pytest_addoption"
     ),
     "agentledger.testing.stores": (
         "CrashOutcome", "DurableStoreContract", "StoreContract", "make_events", "record_runs"
@@ -356,7 +359,7 @@ PINNED: dict[str, tuple[str, ...]] = {
         "describe", "timeline"
     ),
     "agentledger.tools": (
-        "ApprovalMode", "ArgumentsError", "FunctionTool", "ToolParameters", "arguments_valid",
+        "ApprovalMode", "ArgumentsError", "FunctionTool", "ReplayRule", "ToolParameters", "arguments_valid",
         "normalize_tools", "tool"
     ),
 }

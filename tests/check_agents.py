@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from agentledger import Agent, tool
 from agentledger.adapters.chat.scripted import Call, ScriptedChatClient
@@ -56,3 +56,37 @@ def till(recording: bool = False) -> Agent:
 
     client = ScriptedChatClient([Call("refund", {"amount": 5}), "Refunded."]) if recording else NoModel()
     return Agent(client=client, name="till", tools=[refund])
+
+
+def new_instructions() -> Agent:
+    """The shop with other instructions: drift, and nothing else."""
+    agent = shop()
+    agent.instructions = "Answer with prices, in euros."
+    return agent
+
+
+def _till(body: str, *, replay: Any = "run", recording: bool = False) -> Agent:
+    @tool(approval_mode="always_require", replay=replay)
+    def refund(amount: Annotated[int, "Euros to give back."]) -> str:
+        """Give money back."""
+        if body == "never":
+            raise AssertionError("a replay ran a tool marked never to run in one")
+        return body.format(amount=amount)
+
+    client = ScriptedChatClient([Call("refund", {"amount": 5}), "Refunded."]) if recording else NoModel()
+    return Agent(client=client, name="till", tools=[refund])
+
+
+def till_changed() -> Agent:
+    """The till whose gated refund now says something else."""
+    return _till("gave back {amount} EUR")
+
+
+def till_from_the_log() -> Agent:
+    """The till whose refund, changed, is marked never to run in a replay: the log answers it."""
+    return _till("never", replay="recorded")
+
+
+def till_with_a_double() -> Agent:
+    """The till whose refund never runs in a replay: a test double answers in its place."""
+    return _till("never", replay=lambda amount: f"refunded {amount} EUR")

@@ -6,11 +6,10 @@ from collections.abc import Generator
 
 import pytest
 
-# The shipped contract suites assert with plain ``assert``: have pytest explain their failures.
-# This must happen before any test module imports them, so here rather than in those modules.
-pytest.register_assert_rewrite("agentledger.testing")
-
-from agentledger.testing import FixedClock, SequentialIds  # noqa: E402
+# The shipped contract suites assert with plain ``assert``; agentledger's pytest plugin (loaded
+# before this file) marks them for pytest to explain their failures. Marking the package here
+# would warn (an error under this suite's filters): the plugin has imported it by now.
+from agentledger.testing import FixedClock, SequentialIds
 
 
 @pytest.fixture

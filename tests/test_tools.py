@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from agentledger import FunctionInvocationContext, FunctionTool, tool
+from agentledger import FunctionInvocationContext, FunctionTool, ToolDefinitionError, tool
 from agentledger.adapters.chat.scripted import Call, ScriptedChatClient
 
 pytestmark = pytest.mark.anyio
@@ -130,3 +130,24 @@ async def test_a_tool_returning_text_as_bytes_answers_the_text() -> None:
         c.call_id: c.result for m in response.messages for c in m.contents if c.type == "function_result"
     }
     assert results == {"c1": "héllo", "c2": base64.b64encode(b"\xff\x00").decode()}
+
+
+def test_replay_takes_run_recorded_or_a_function() -> None:
+    """@tool(replay=...) is "run" by default, "recorded" or a double; anything else is refused
+    at definition, and a tool class's bound tools keep it."""
+
+    def lookup(city: str) -> str:
+        return city
+
+    assert tool(lookup).replay == "run"
+    assert tool(replay="recorded")(lookup).replay == "recorded"
+    assert tool(replay=str.upper)(lookup).replay is str.upper
+    with pytest.raises(ToolDefinitionError, match="replay must be 'run', 'recorded' or a function"):
+        tool(replay="never")(lookup)  # type: ignore[arg-type]
+
+    class Shop:
+        @tool(replay="recorded")
+        def pay(self, amount: int) -> str:
+            return f"paid {amount}"
+
+    assert Shop().pay.replay == "recorded"

@@ -19,20 +19,23 @@ each call's own events in order, calls in the model's order. Everything else mus
 
 from .client import ReplayClient, ReplayExhausted
 from .compare import canonical, compare, diff_runs, differences
-from .findings import Finding, FindingKind, ReplayReport
+from .findings import CallHow, Finding, FindingKind, ReplayedCall, ReplayReport, describe_input
 from .rerun import fork, replay, rerun
 from .state import RecordedRun, RunState, is_replaying, load
 
 __all__ = (
+    "CallHow",
     "Finding",
     "FindingKind",
     "RecordedRun",
     "ReplayClient",
     "ReplayExhausted",
     "ReplayReport",
+    "ReplayedCall",
     "RunState",
     "canonical",
     "compare",
+    "describe_input",
     "diff_runs",
     "differences",
     "fork",

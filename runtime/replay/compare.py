@@ -346,6 +346,7 @@ class _Findings:
                 event_type=type(event).__name__,
                 recorded=data if recorded else None,
                 rerun=None if recorded else data,
+                call=_call_named(event),
             )
         )
 
@@ -363,7 +364,17 @@ class _Findings:
             recorded=a,
             rerun=b,
             detail=detail,
+            call=_call_named(recorded),
         )
+
+
+def _call_named(event: Event) -> str:
+    """``call_1 (price)`` for an event of a tool call; empty for any other."""
+    call_id = getattr(event, "call_id", None)
+    if not isinstance(call_id, str) or not call_id:
+        return ""
+    name = getattr(event, "name", None)
+    return f"{call_id} ({name})" if isinstance(name, str) and name else call_id
 
 
 def _align(left: _Side, right: _Side, findings: _Findings) -> list[Finding]:

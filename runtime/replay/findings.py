@@ -22,11 +22,27 @@ from typing import Any, Literal
 import msgspec
 
 from ..core.events import Event
+from ..core.messages import Message
 from ..response import AgentResponse
 
-__all__ = ("Finding", "FindingKind", "ReplayReport", "text_diff")
+__all__ = ("CallHow", "Finding", "FindingKind", "ReplayReport", "ReplayedCall", "describe_input", "text_diff")
 
 FindingKind = Literal["divergence", "drift", "cannot_replay"]
+CallHow = Literal["ran", "double", "recorded", "refused"]
+"""How a replay answered a tool call: ``ran`` (the tool's current code ran, a sub-agent's rerun
+included), ``double`` (the test double its ``@tool(replay=...)`` names ran in its place),
+``recorded`` (the recorded outcome stood in), ``refused`` (a tool marked never to run in a
+replay, with no recorded outcome to answer it: the call failed with ``ReplayRefusedError``)."""
+
+
+class ReplayedCall(msgspec.Struct, frozen=True, kw_only=True):
+    """One tool call of a replay and how it was answered."""
+
+    run_id: str
+    """The run of the call: the replay's own id of the lead or of a sub-agent's run."""
+    call_id: str
+    tool: str
+    how: CallHow
 
 
 class Finding(msgspec.Struct, frozen=True, kw_only=True):
@@ -50,6 +66,8 @@ class Finding(msgspec.Struct, frozen=True, kw_only=True):
     rerun: Any = None
     detail: str = ""
     """More to read: a text diff of changed instructions, why a part could not be replayed."""
+    call: str = ""
+    """The tool call the event is of, as ``call_1 (price)``; empty for an event of no call."""
 
     @property
     def where(self) -> str:
@@ -64,13 +82,14 @@ class Finding(msgspec.Struct, frozen=True, kw_only=True):
         if self.kind == "cannot_replay":
             return f"{self.where}: {kind}: {self.detail}"
         head = f"{self.where}: {kind} at {at}, {self.event_type}"
+        of = f", in {self.call}" if self.call else ""
         if self.seq is None:
-            return f"{head}: only in the rerun"
+            return f"{head}: only in the rerun{of}"
         if self.rerun_seq is None:
-            return f"{head}: missing from the rerun"
+            return f"{head}: missing from the rerun{of}"
         if self.field == "type" and isinstance(self.rerun, dict):
-            return f"{head}: the rerun recorded {self.rerun.get('type')} instead"
-        return f"{head}.{self.field}: {_short(self.recorded)} -> {_short(self.rerun)}"
+            return f"{head}: the rerun recorded {self.rerun.get('type')} instead{of}"
+        return f"{head}.{self.field}: {_short(self.recorded)} -> {_short(self.rerun)}{of}"
 
     def to_dict(self) -> dict[str, Any]:
         """The finding as plain JSON-ready values (what ``agentledger replay --json`` prints)."""
@@ -98,6 +117,25 @@ def text_diff(recorded: str | None, rerun: str | None) -> str:
     )
 
 
+def describe_input(messages: Sequence[Message], width: int | None = None) -> str:
+    """A run's input on one line, to know the run by: its text, and what holds no text said in
+    brackets (an approval a resumed run answers: ``[approves call_1]``), cut to ``width``."""
+    parts = []
+    for message in messages:
+        for content in message.contents:
+            if content.type == "text" and content.text:
+                parts.append(content.text)
+            elif content.type == "function_approval_response":
+                answer = "approves" if content.approved else "refuses"
+                parts.append(f"[{answer} {content.call_id}]")
+            elif content.type == "function_result":
+                parts.append(f"[result of {content.call_id}]")
+            elif content.type != "text":
+                parts.append(f"[{content.type}]")
+    text = " ".join(" ".join(parts).split())
+    return text if width is None or len(text) <= width else text[: width - 1] + "…"
+
+
 class ReplayReport:
     """A replayed run tree: every finding, the rerun's response, the runs it replayed."""
 
@@ -107,12 +145,20 @@ class ReplayReport:
         findings: Iterable[Finding],
         response: AgentResponse | None,
         events: dict[str, list[Event]],
+        calls: Iterable[ReplayedCall] = (),
     ) -> None:
         self.run_id = run_id
         self.findings = list(findings)
         self.response = response
         self.events = events
         """The rerun's events by run id: the lead's and every sub-agent's it replayed."""
+        self.calls = list(calls)
+        """Every tool call of the tree, in the order it started, and how it was answered: run,
+        run by a double, answered from the log, refused (``ReplayedCall``)."""
+
+    def count(self, how: CallHow) -> int:
+        """How many calls were answered ``how``."""
+        return sum(call.how == how for call in self.calls)
 
     @property
     def divergences(self) -> list[Finding]:

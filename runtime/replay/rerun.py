@@ -39,13 +39,18 @@ from ..subagents import AgentTool, ChildLink, running_children_with
 from ..tools import normalize_tools
 from .client import RecordedOutcome, ReplayClient, ReplayExhausted
 from .compare import call_of, differences, divergence
-from .findings import Finding, ReplayReport
+from .findings import Finding, ReplayedCall, ReplayReport
 from .stand_ins import RecordedTools, apply_session, approved_calls
 from .state import RecordedRun
 
 __all__ = ("fork", "replay", "rerun")
 
-ToolsMode = Literal["recorded", "live"]
+ToolsMode = Literal["recorded", "live", "test"]
+"""``recorded``: no tool body runs, every call takes its recorded outcome. ``live``: the bodies
+run, but for calls a human approved (their one execution was the recorded run's). ``test``:
+every body runs, approved calls included (a regression test of the code). In every mode a tool
+marked ``@tool(replay="recorded")`` is answered from the log and one with a double runs the
+double instead of its body."""
 
 
 def _session_for(recorded: RecordedRun, *, keep_conversation: bool = True) -> AgentSession | None:
@@ -112,6 +117,7 @@ def _replay_spec(
     share_history: bool,
     providers: ToolsMode = "recorded",
     caller: _Caller | None = None,
+    ledger: list[ReplayedCall] | None = None,
 ) -> RunSpec:
     """The run ``agent``'s current code makes of the recorded run's call, answered from the log.
 
@@ -123,7 +129,14 @@ def _replay_spec(
     # The live tools always lend their argument types (defaults, coercion, rejection); their
     # bodies run only where the log has no outcome and the caller asked for live tools.
     live = [*agent.tools, *(run_tools or ())]
-    helper = RecordedTools(recorded, upto, live, run_live=tools == "live" or upto is not None)
+    helper = RecordedTools(
+        recorded,
+        upto,
+        live,
+        run_live=tools != "recorded" or upto is not None,
+        run_approved=tools == "test",
+        ledger=ledger,
+    )
     names = [t.name for t in run_tools] if run_tools is not None else started.run_tool_names
     given = [helper.stand_in(name) for name in names]
     options = _run_options(recorded, agent, keep_conversation=upto is None)
@@ -146,20 +159,19 @@ def _replay_spec(
         # An older log: the instructions given to that run() replaced the agent's.
         options = {**spec.options, "instructions": started.instructions}
         spec = spec.replace(options=options, run_instructions=None)
-    if tools == "recorded" or upto is not None:
-        spec = spec.replace(tools=(*(helper.stand_in(t.name) for t in agent.tools), *given))
-    elif helper.approved:
-        # Live tools, but an approved call keeps its one execution, the recorded one: whatever
-        # approval mode its tool has now, the log says which calls a human approved.
-        spec = spec.replace(tools=(*(helper.stand_in(t.name) for t in agent.tools), *given))
+    # Every call goes through a stand-in, in every mode: it decides per call whether the body
+    # runs (live tools; in "live" mode never an approved call: whatever approval mode its tool
+    # has now, the log says which calls a human approved), a double runs, or the log answers,
+    # and notes which it did.
+    spec = spec.replace(tools=(*(helper.stand_in(t.name) for t in agent.tools), *given))
     if (providers == "recorded" or upto is not None) and spec.context_providers:
         names = provider_names(spec.context_providers)
         stand_in = RecordedContributions(
             recorded.events, helper.stand_in, names, upto=upto, live=spec.context_providers
         )
         spec = spec.replace(context_providers=(stand_in,))
-    elif spec.context_providers and (tools == "recorded" or helper.approved):
-        # Live providers; the tools they offer answer from the log as the agent's own do.
+    elif spec.context_providers:
+        # Live providers; the tools they offer are answered as the agent's own are.
         spec = spec.replace(
             context_providers=tuple(
                 p if isinstance(p, HistoryProvider) else _ToolsFromLog(p, helper)
@@ -201,8 +213,10 @@ class _TreeReplay:
         tools: ToolsMode,
         upto: int | None,
         providers: ToolsMode = "recorded",
+        ledger: list[ReplayedCall] | None = None,
     ) -> None:
         self.root_run_id = root_run_id
+        self.ledger = ledger
         self.tools = tools
         self.providers = providers
         self.upto = upto
@@ -265,7 +279,7 @@ class _TreeReplay:
         past = (
             self.upto is not None
             or parent_run in self.past
-            or (node is not None and call_id in approved_calls(node.events))
+            or (node is not None and call_id in approved_calls(node.events) and self.tools != "test")
         )
         if past:
             self.past.add(link.run_id)
@@ -279,6 +293,7 @@ class _TreeReplay:
             parent=link.parent,
             share_history=link.share_history,
             providers=self.providers,
+            ledger=self.ledger,
         )
         run = AgentRun(spec, session, run_id=link.run_id, parent_sink=link.parent_sink)
         return await run.execute(task)
@@ -464,8 +479,9 @@ async def _drive(
 ) -> tuple[AgentResponse | None, dict[str, list[Event]], _TreeReplay]:
     started = recorded.started
     parent = (started.parent_run_id, started.parent_call_id or "") if started.parent_run_id else None
-    if recorded.approved_above:  # a human approved the call this run answers: its run was the one
-        tools = "recorded"
+    ledger: list[ReplayedCall] = []
+    if recorded.approved_above and tools == "live":  # a human approved the call this run answers
+        tools = "recorded"  # its run was the one (a test reruns it like any other)
     spec = _replay_spec(
         recorded,
         agent,
@@ -477,6 +493,7 @@ async def _drive(
         share_history=started.session_history,
         providers=providers,
         caller=caller,
+        ledger=ledger,
     )
     own_id = run_id or agent.ids("run")
     given = caller.session if caller is not None else None
@@ -487,7 +504,7 @@ async def _drive(
     else:
         session = _session_for(recorded, keep_conversation=upto is None)
     run = AgentRun(spec, session, run_id=own_id)
-    children = _TreeReplay(recorded, own_id, tools, upto, providers)
+    children = _TreeReplay(recorded, own_id, tools, upto, providers, ledger)
     token = replaying.set(True)
     events: list[Event] = []  # every run's events of the tree, as they are recorded
     with watching(events.append), running_children_with(children):
@@ -522,7 +539,11 @@ async def replay(
 
     Model answers come from the log, for the lead run and for every sub-agent run (reached through
     the lead agent's sub-agent tools): no model is called. With ``tools="recorded"`` no tool body
-    runs; with ``tools="live"`` tool bodies run, sub-agents included. Context providers follow
+    runs; with ``tools="live"`` tool bodies run, sub-agents included, but for calls a human
+    approved; with ``tools="test"`` every body runs, approved calls included. A tool marked
+    ``@tool(replay="recorded")`` never runs (its calls take their recorded outcomes), one marked
+    with a double runs the double; ``ReplayReport.calls`` says how each call was answered.
+    Context providers follow
     ``providers`` (by default the same mode as ``tools``): ``"recorded"`` repeats what they
     contributed from the log without calling them, ``"live"`` calls them, and a contribution that
     changed is a divergence. Nothing raises for a difference: the report lists divergences,
@@ -558,7 +579,7 @@ async def replay(
     findings.extend(_children_not_rerun(children, by_run))
     findings.extend(_repeated_call_ids(recorded))
     findings.extend(children.cannot)
-    return ReplayReport(recorded.run_id, findings, response, by_run)
+    return ReplayReport(recorded.run_id, findings, response, by_run, children.ledger or ())
 
 
 async def rerun(

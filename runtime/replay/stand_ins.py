@@ -35,6 +35,7 @@ from ..subagents import AgentTool, running_children_with
 from ..tools import FunctionTool
 from .client import RecordedOutcome, ReplayExhausted
 from .compare import call_of
+from .findings import CallHow, ReplayedCall
 from .state import RecordedRun
 
 __all__ = ("RecordedTools", "apply_session", "approved_calls")
@@ -44,11 +45,24 @@ class RecordedTools:
     """Stand-ins that replay each call's recorded effects and outcome instead of running the tool."""
 
     def __init__(
-        self, recorded: RecordedRun, upto: int | None, live: Sequence[FunctionTool], *, run_live: bool
+        self,
+        recorded: RecordedRun,
+        upto: int | None,
+        live: Sequence[FunctionTool],
+        *,
+        run_live: bool,
+        run_approved: bool = False,
+        ledger: list[ReplayedCall] | None = None,
     ) -> None:
         self.run_live = run_live
         self.live_rerun = run_live and upto is None
-        """Every call runs its live tool (``tools="live"``), but for an approved one."""
+        """Every call runs its live tool (``tools="live"`` or ``"test"``), but for an approved one
+        in ``"live"`` and a tool marked ``replay="recorded"``."""
+        self.run_approved = run_approved and upto is None
+        """``tools="test"``: an approved call runs the tool's current code too (a regression test
+        of the gated tool); never in a fork."""
+        self.ledger = ledger if ledger is not None else []
+        """How each call was answered, in the order the calls started (``ReplayReport.calls``)."""
         self.effects: dict[str, list[Event]] = {}
         self.outcome: dict[str, Event] = {}
         self.terminations: dict[str, RunTerminated] = {}  # by the call that ended the run
@@ -89,20 +103,26 @@ class RecordedTools:
                 # A call of the fork's own model: live, its sub-agents too (no child from the log).
                 if live is None:
                     raise ReplayExhausted(_NO_BODY.format(name=name, call_id=call_id))
+                self._note(ctx, name, _running(live))
                 with running_children_with(None):
                     return await live.execute(arguments, ctx)
             if isinstance(live, AgentTool) and call_id in self.children:
                 # A sub-agent whose run is in the log reruns (its tree answered from the log).
+                self._note(ctx, name, "ran")
                 return await live.execute(arguments, ctx)
             outcome = self.outcome.get(call_id)
-            if call_id in self.approved:  # its one execution is the recorded run's
+            from_log = live is not None and live.replay == "recorded"
+            if call_id in self.approved and not self.run_approved:  # its one execution was the recorded run's
                 if outcome is None:
                     raise ApprovalError(
                         f"call {call_id} ({name}) was approved in run {self.run_id}, whose log holds "
                         "no outcome of it: it may have taken effect, so a replay or fork does not run "
                         "it again (a new approval, in a new run, can)"
                     )
-            elif self.live_rerun and live is not None:  # live tools: the body runs, as recorded or not
+            elif self.live_rerun and live is not None and not (from_log and outcome is not None):
+                # Live tools: the body runs, as recorded or not (a double in its place, a tool
+                # marked never to run refused when the log has nothing to answer with).
+                self._note(ctx, name, _running(live))
                 return await live.execute(arguments, ctx)
             elif outcome is None or (self.upto is not None and outcome.seq > self.upto):
                 if live is None or not self.run_live:
@@ -110,7 +130,9 @@ class RecordedTools:
                         f"no recorded outcome for call {call_id} and no live tool {name!r}"
                         + (_NO_BODY_HINT if live is None and self.run_live else "")
                     )
+                self._note(ctx, name, _running(live))
                 return await live.execute(arguments, ctx)
+            self._note(ctx, name, "recorded")
             self._effects(ctx, call_id)
             if type(outcome) is ToolFailed:
                 raise type(outcome.error_type, (RecordedOutcome,), {})(outcome.message)
@@ -129,6 +151,10 @@ class RecordedTools:
         stand_in = _LoggedTool(spec, self.refused.get(name, {}))
         return stand_in.with_body(replayed)
 
+    def _note(self, ctx: FunctionInvocationContext, name: str, how: CallHow) -> None:
+        call = ReplayedCall(run_id=ctx.run_id or self.run_id, call_id=ctx.call_id or "", tool=name, how=how)
+        self.ledger.append(call)
+
     def _effects(self, ctx: FunctionInvocationContext, call_id: str) -> None:
         caller = current_run_context()
         for event in self.effects.get(call_id, []):
@@ -143,6 +169,12 @@ class RecordedTools:
                 for key in ("run_id", "seq", "at"):
                     fields.pop(key)
                 caller.record(ChildRunStarted, **fields)
+
+
+def _running(live: FunctionTool) -> CallHow:
+    """How a call that a replay runs is answered: by the tool's body, its double, or refused."""
+    rule = live.replay
+    return "double" if callable(rule) else ("refused" if rule == "recorded" else "ran")
 
 
 _NO_BODY_HINT = (

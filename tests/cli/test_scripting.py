@@ -236,23 +236,21 @@ def test_replay_imports_an_agent_from_the_current_directory(tmp_path: Path) -> N
     assert "no divergence" in out.stdout
 
 
-@pytest.mark.filterwarnings("default::agentledger.errors.UnreadableStreamWarning")
 @pytest.mark.parametrize("name", list(STORES))
 def test_runs_lists_the_others_when_one_stream_does_not_decode(
     name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """One corrupt stream is one warning line on stderr; the other runs are listed."""
+    """One corrupt stream is listed in its place as damaged, with where; the others as runs."""
     _fill(STORES[name](tmp_path))
     corrupt(name, tmp_path, "run_01")
     assert main(["runs", "--json", "--store", str(tmp_path / PATHS[name])]) == 0
     captured = capsys.readouterr()
-    assert [json.loads(line)["run_id"] for line in captured.out.splitlines()] == [
-        "run_03",
-        "run_02",
-        "run_00",
-    ]
-    assert captured.err.count("\n") == 1
-    assert captured.err.startswith("agentledger: warning: skipped stream 'run_01': ")
+    rows = [json.loads(line) for line in captured.out.splitlines()]
+    assert [row["run_id"] for row in rows] == ["run_03", "run_02", "run_01", "run_00"]
+    damaged = rows[2]
+    assert damaged["outcome"] == "damaged"
+    assert damaged["reason"].startswith("its log does not decode: ")
+    assert captured.err == ""
 
 
 def _session_with_a_corrupt_earlier_run(name: str, tmp_path: Path) -> str:
