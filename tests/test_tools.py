@@ -143,7 +143,7 @@ def test_replay_takes_run_recorded_or_a_function() -> None:
     assert tool(replay="recorded")(lookup).replay == "recorded"
     assert tool(replay=str.upper)(lookup).replay is str.upper
     with pytest.raises(ToolDefinitionError, match="replay must be 'run', 'recorded' or a function"):
-        tool(replay="never")(lookup)  # type: ignore[arg-type]
+        tool(replay="never")(lookup)  # type: ignore[call-overload]
 
     class Shop:
         @tool(replay="recorded")

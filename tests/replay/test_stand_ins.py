@@ -69,7 +69,7 @@ async def test_each_mode_answers_calls_by_its_rule() -> None:
     hows: dict[str, list[tuple[str, str]]] = {}
     for mode in ("recorded", "live", "test"):
         for recorded in (first, resumed):
-            report = await replay(recorded, till.agent(), tools=mode)  # type: ignore[arg-type]
+            report = await replay(recorded, till.agent(), tools=mode)
             assert report.passed(), report.findings
             hows.setdefault(mode, []).extend((c.tool, c.how) for c in report.calls)
     assert hows == {
@@ -105,7 +105,7 @@ async def test_a_tool_marked_recorded_never_runs_in_any_mode() -> None:
     _, resumed = await _paid_run(till)
     assert till.paid == [3]  # a live run runs it: the mark is about replays only
     for mode in ("recorded", "live", "test"):
-        report = await replay(resumed, till.agent(), tools=mode)  # type: ignore[arg-type]
+        report = await replay(resumed, till.agent(), tools=mode)
         assert report.passed(), report.findings
         assert [(c.tool, c.how) for c in report.calls] == [("pay", "recorded")]
     assert till.paid == [3]
