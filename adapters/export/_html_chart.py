@@ -123,7 +123,8 @@ def cost_chart(report: CostReport) -> str:
     )
     return (
         f'<section class="cost-chart" aria-label="Tokens per model call">'
-        f'<h2 class="small">Tokens per model call, by origin and agent <span class="muted">({html.escape(summary)}; '
+        f'<h2 class="small">Tokens per model call, by origin and agent '
+        f'<span class="muted">({html.escape(summary)}; '
         f"tool shares are estimates)</span></h2>"
         f'<svg role="img" width="{width}" height="{height}" viewBox="0 0 {width} {height}" '
         f'font-size="10"><title>Tokens per model call</title>{"".join(shapes)}</svg>'

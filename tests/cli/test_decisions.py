@@ -65,7 +65,8 @@ def test_approve_runs_the_call_once_through_the_claim(
     assert result["answers"][0]["reason"] == "known payee"
     assert cli_agents.WIRED == [5]
     claim = _read(path, run)[-1]
-    assert isinstance(claim, BatchClaimed) and claim.by_run_id == result["resumed_by"]
+    assert isinstance(claim, BatchClaimed)
+    assert claim.by_run_id == result["resumed_by"]
     resumed = _read(path, result["resumed_by"])
     assert [(e.approved, e.reason) for e in resumed if isinstance(e, ApprovalResolved)] == [
         (True, "known payee")
@@ -109,7 +110,8 @@ def test_refusals_are_one_line(
     [run] = _pause(path, [Call("wire", {"amount": 5}), Call("wire", {"amount": 6})])
     assert main(["approve", run, *argv, "--store", str(path), "--agent", BANK]) in (1, 2)
     err = capsys.readouterr().err
-    assert error in err and len(err.strip().splitlines()) == 1
+    assert error in err
+    assert len(err.strip().splitlines()) == 1
     assert cli_agents.WIRED == []
     assert not isinstance(_read(path, run)[-1], BatchClaimed)
 

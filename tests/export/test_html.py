@@ -693,7 +693,8 @@ async def test_a_context_provider_shows_what_it_added_in_chromium(browser: Brows
     )
     assert "Remember: the user likes <b>tea</b>." in body
     assert "Answer in one line." in body
-    assert '"contents"' not in body and "{" not in body
+    assert '"contents"' not in body
+    assert "{" not in body
     title = page.evaluate(f"document.querySelector('button.ev[data-seq=\"{provided.seq}\"]').innerText")
     assert "added by memory" in title
     assert page.errors() == []
