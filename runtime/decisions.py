@@ -29,13 +29,14 @@ from .errors import (
     ApprovalMismatchError,
     CallNotWaitingError,
     DecidedElsewhereError,
+    LogCorruptError,
     RunNotFoundError,
 )
-from .listing import RunQuery
+from .listing import RunQuery, report_unreadable
 from .session import AgentSession
 from .store import EventStore, list_runs
 
-__all__ = ("Answer", "DecisionResult", "decide", "session_from_store")
+__all__ = ("Answer", "DecisionResult", "WaitingCall", "decide", "session_from_store", "waiting_calls")
 
 
 class Answer(msgspec.Struct, frozen=True, kw_only=True):
@@ -56,6 +57,47 @@ class DecisionResult(msgspec.Struct, frozen=True, kw_only=True):
     answers: tuple[Answer, ...]
     finish_reason: str
     text: str
+
+
+class WaitingCall(msgspec.Struct, frozen=True, kw_only=True):
+    """One call waiting for approval; ``since`` is when its run paused (ns since the epoch)."""
+
+    run_id: str
+    session_id: str | None
+    call_id: str
+    tool: str
+    arguments: Any
+    since: int
+
+
+async def waiting_calls(
+    store: EventStore, session: str | None = None, *, limit: int | None = None
+) -> list[WaitingCall]:
+    """The calls of ``store`` (of one ``session``) that wait for approval, newest run first:
+    those of the ``limit`` newest paused runs (``None``: every one). A stream that does not
+    decode is skipped and reported (``UnreadableStreamWarning``)."""
+    runs = await list_runs(store, RunQuery(outcome="awaiting_approval", session=session, limit=limit))
+    calls: list[WaitingCall] = []
+    for run in runs:
+        try:
+            batch = paused_batch(await store.read(run.run_id))
+        except LogCorruptError as exc:
+            report_unreadable(run.run_id, exc)
+            continue
+        if not batch.paused or batch.claim is not None:
+            continue  # resumed since it was listed
+        calls.extend(
+            WaitingCall(
+                run_id=run.run_id,
+                session_id=run.session_id,
+                call_id=call_id,
+                tool=batch.tools.get(call_id, ""),
+                arguments=batch.arguments.get(call_id),
+                since=batch.since,
+            )
+            for call_id in batch.awaiting
+        )
+    return calls
 
 
 async def session_from_store(store: EventStore, session_id: str) -> AgentSession:
@@ -100,6 +142,18 @@ def _check(batch: PausedBatch, answers: Sequence[Answer]) -> None:
             )
 
 
+def _check_agent(started: RunStarted, agent: Agent) -> None:
+    """Only the agent that paused a run resumes it: another one would lack its tools, and the
+    claim it appends would spend the decision on calls it cannot run."""
+    paused_by = started.agent_name or started.agent_id
+    given = agent.name or agent.id
+    if paused_by != given:
+        raise ApprovalError(
+            f"run {started.run_id!r} was paused by agent {paused_by!r}, not {given!r}: "
+            "decide with the agent that paused it (--agent module:factory)"
+        )
+
+
 async def decide(
     store: EventStore, agent: Agent, run_id: str, answers: Sequence[Answer] | Mapping[str, bool]
 ) -> DecisionResult:
@@ -119,6 +173,8 @@ async def decide(
     _check(paused_batch(events), given)
     started = events[0]
     session_id = started.session_id if isinstance(started, RunStarted) else None
+    if isinstance(started, RunStarted):
+        _check_agent(started, agent)
     if session_id is None:
         raise CallNotWaitingError(
             f"run {run_id!r} ran without a session: nothing can resume it", run_id=run_id

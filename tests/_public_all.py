@@ -211,7 +211,7 @@ PINNED: dict[str, tuple[str, ...]] = {
         "cost_report", "schema_tokens", "tool_offers"
     ),
     "agentledger.decisions": (
-        "Answer", "DecisionResult", "decide", "session_from_store"
+        "Answer", "DecisionResult", "WaitingCall", "decide", "session_from_store", "waiting_calls"
     ),
     "agentledger.demo": (
         "build_demo_agent", "run_demo"

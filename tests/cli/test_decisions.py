@@ -144,3 +144,13 @@ def test_a_missing_store_is_not_created(tmp_path: Path, capsys: pytest.CaptureFi
     path = tmp_path / "none.db"
     assert main(["approve", "run_1", "call_1", "--store", str(path)]) == 2
     assert not path.exists()
+
+
+def test_another_agent_cannot_spend_the_decision(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A decision carried on by an agent of another name (the demo, without ``--agent``) is
+    refused before any claim: that agent lacks the run's tools and would use the answer up."""
+    path = tmp_path / "runs.db"
+    [run] = _pause(path, [Call("wire", {"amount": 5})])
+    assert main(["approve", run, "call_1", "--store", str(path)]) == 1
+    assert "was paused by agent 'bank'" in capsys.readouterr().err
+    assert not isinstance(_read(path, run)[-1], BatchClaimed)
