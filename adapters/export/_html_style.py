@@ -32,6 +32,8 @@ h1, h2, h3, h4, h5, h6 { margin: 0; font-weight: 600; }
   background: var(--surface); border-bottom: 1px solid var(--border);
 }
 .page-head h1 { font-size: 18px; }
+.page-nav { display: flex; gap: 12px; font-size: 14px; }
+.page-nav a { color: var(--focus); }
 .page-head .hint { margin-left: auto; }
 .muted { color: var(--muted); }
 .small { font-size: 12px; }
