@@ -226,7 +226,8 @@ def _batch(run_id: str, calls: Sequence[WaitingCall], decisions: bool) -> str:
     first = calls[0]
     rid = _e(run_id)
     head = (
-        f'<header><a href="{_href(run_id)}">{rid}</a> <span class="chip">session {_e(first.session_id)}</span>'
+        f'<header><a href="{_href(run_id)}">{rid}</a> '
+        f'<span class="chip">session {_e(first.session_id)}</span>'
         f' <span class="muted small">waiting since {when(first.since)} UTC</span></header>'
     )
     items = "".join(_call_row(c, decisions, len(calls) > 1) for c in calls)

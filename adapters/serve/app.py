@@ -150,7 +150,8 @@ class _Handlers:
         except LogCorruptError as exc:
             return _page(_pages.error_page("Unreadable run", str(exc), decisions=self.decisions), 500)
         events: list[Event] = [e for _, run in recorded.walk() for e in run.events]
-        nav = [("/", "← Runs"), ("/approvals", "Approvals"), ("/diff?" + urlencode({"a": run_id}), "Diff with…")]
+        diff = "/diff?" + urlencode({"a": run_id})
+        nav = [("/", "← Runs"), ("/approvals", "Approvals"), (diff, "Diff with…")]
         page = render_html(events, prior=recorded.prior, nav=nav)
         return HTMLResponse(page)  # the viewer's own Content-Security-Policy is in its <meta>
 
