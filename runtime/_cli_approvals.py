@@ -2,7 +2,7 @@
 
 A run that paused for approval ends with ``RunCompleted`` (reason ``awaiting_approval``) and no
 later ``BatchClaimed``: the store lists such runs (``RunQuery(outcome="awaiting_approval")``), and
-each one's log gives its waiting calls (``agentledger.core.paused_batch``): the call id, the tool,
+each one's log gives its waiting calls (``agentledger.decisions.waiting_calls``): the call id, the tool,
 the arguments the model sent and when the run paused. A table on a terminal, aligned plain text
 on a pipe, one JSON object per call with ``--json``.
 """
@@ -19,52 +19,13 @@ import anyio
 import msgspec
 
 from ._cli_runs import print_table
-from .core.claims import paused_batch
-from .errors import LogCorruptError
-from .listing import RunQuery, report_unreadable
-from .store import EventStore, list_runs
+from .decisions import WaitingCall, waiting_calls
+from .store import EventStore
 
 __all__ = ("WaitingCall", "add_approvals", "waiting_calls")
 
 _COLUMNS = ("run", "session", "call", "tool", "arguments", "since (UTC)")
 _encode = msgspec.json.Encoder(order="deterministic").encode
-
-
-class WaitingCall(msgspec.Struct, frozen=True, kw_only=True):
-    """One call waiting for approval; ``since`` is when its run paused (ns since the epoch)."""
-
-    run_id: str
-    session_id: str | None
-    call_id: str
-    tool: str
-    arguments: Any
-    since: int
-
-
-async def waiting_calls(store: EventStore, session: str | None = None) -> list[WaitingCall]:
-    """The calls of ``store`` (of one ``session``) that wait for approval, newest run first."""
-    runs = await list_runs(store, RunQuery(outcome="awaiting_approval", session=session, limit=None))
-    calls: list[WaitingCall] = []
-    for run in runs:
-        try:
-            batch = paused_batch(await store.read(run.run_id))
-        except LogCorruptError as exc:
-            report_unreadable(run.run_id, exc)
-            continue
-        if not batch.paused or batch.claim is not None:
-            continue  # resumed since it was listed
-        calls.extend(
-            WaitingCall(
-                run_id=run.run_id,
-                session_id=run.session_id,
-                call_id=call_id,
-                tool=batch.tools.get(call_id, ""),
-                arguments=batch.arguments.get(call_id),
-                since=batch.since,
-            )
-            for call_id in batch.awaiting
-        )
-    return calls
 
 
 def _when(ns: int) -> datetime.datetime | None:

@@ -34,7 +34,9 @@ from ._cli_checks import (
     output_name,
 )
 from ._cli_cost import add_cost
+from ._cli_decide import add_decisions
 from ._cli_runs import list_entries, parse_since, print_runs, resolve_run
+from ._cli_serve import add_serve
 from ._version import __version__
 from .core.events import ChildRunStarted, Event, encode_event
 from .errors import AgentLedgerError, RunNotFoundError
@@ -434,6 +436,8 @@ def _parser() -> argparse.ArgumentParser:
     runs.add_argument("--json", action="store_true", help="one JSON object per run, one per line")
     add_approvals(command, lambda args: open_store(args.store), _console)
     add_cost(command, lambda args: open_store(args.store))
+    add_decisions(command, open_store, DEFAULT_AGENT)
+    add_serve(command, open_store, DEFAULT_AGENT)
     show = command("show", _show, "show a run's timeline: iterations, tools offered, calls, session changes")
     show.add_argument("run", help=_RUN_HELP)
     show.add_argument("--json", action="store_true", help="one JSON document: the runs and their events")

@@ -13,7 +13,9 @@
     ├── ApprovalError (also ValueError)         an approval answers no call awaiting approval,
     │   │                                       or another run resumes (or resumed) its batch
     │   ├── CallOutcomeUnknownError             a resume started the call and recorded no outcome
-    │   └── ApprovalMismatchError               the call would run with other arguments than approved
+    │   ├── ApprovalMismatchError               the call would run with other arguments than approved
+    │   ├── CallNotWaitingError                 a decision names a call no paused batch waits on
+    │   └── DecidedElsewhereError               another decision (or resume) took the batch first
     ├── RunError                                a run ended without an answer (run_id, seq)
     │   ├── ModelCallError                      the chat client raised; ModelFailed is recorded
     │   ├── ModelResponseError                  the model's output is malformed
@@ -65,9 +67,11 @@ __all__ = (
     "ApprovalError",
     "ApprovalMismatchError",
     "ArgumentsError",
+    "CallNotWaitingError",
     "CallOutcomeUnknownError",
     "CommitUnknownError",
     "ConflictError",
+    "DecidedElsewhereError",
     "ExperimentalWarning",
     "LogCorruptError",
     "MiddlewareError",
@@ -146,6 +150,26 @@ class CallOutcomeUnknownError(ApprovalError):
 class ApprovalMismatchError(ApprovalError):
     """An approved call would run with other arguments than those the approval answered (function
     middleware rewrote them, or the resuming session holds another version of the call)."""
+
+
+class CallNotWaitingError(ApprovalError):
+    """A decision names a call that does not wait for one: the run did not pause on it, or its
+    batch is not paused at all. ``run_id`` and ``call_id`` say which."""
+
+    def __init__(self, message: str, *, run_id: str, call_id: str | None = None) -> None:
+        super().__init__(message)
+        self.run_id = run_id
+        self.call_id = call_id
+
+
+class DecidedElsewhereError(ApprovalError):
+    """The paused batch was claimed by another run (a decision made elsewhere, or a resume)
+    before this decision could claim it; ``by_run_id`` names that run."""
+
+    def __init__(self, message: str, *, run_id: str, by_run_id: str | None = None) -> None:
+        super().__init__(message)
+        self.run_id = run_id
+        self.by_run_id = by_run_id
 
 
 class RunError(AgentLedgerError):

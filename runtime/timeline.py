@@ -126,7 +126,8 @@ def describe(event: Event) -> str:
         case BatchClaimed():
             return f"paused batch claimed by run {event.by_run_id}"
         case ApprovalResolved():
-            return f"call {event.call_id} {'approved' if event.approved else 'rejected'}"
+            said = f": {event.reason}" if event.reason else ""
+            return f"call {event.call_id} {'approved' if event.approved else 'rejected'}{said}"
         case IterationLimitReached():
             return f"limit reached: {event.reason} = {event.limit}"
         case RunTerminated():

@@ -211,12 +211,16 @@ PINNED: dict[str, tuple[str, ...]] = {
         "CallCost", "CostReport", "CostTotals", "Price", "RunCost", "ToolOffers", "ToolShare",
         "cost_report", "schema_tokens", "tool_offers"
     ),
+    "agentledger.decisions": (
+        "Answer", "DecisionResult", "WaitingCall", "decide", "session_from_store", "waiting_calls"
+    ),
     "agentledger.demo": (
         "build_demo_agent", "run_demo"
     ),
     "agentledger.errors": (
         "AgentLedgerError", "ApprovalError", "ApprovalMismatchError", "ArgumentsError",
-        "CallOutcomeUnknownError", "CommitUnknownError", "ConflictError", "ExperimentalWarning",
+        "CallNotWaitingError", "CallOutcomeUnknownError", "CommitUnknownError", "ConflictError",
+        "DecidedElsewhereError", "ExperimentalWarning",
         "LogCorruptError", "MiddlewareError", "MiddlewareFailure", "MiddlewareTermination",
         "ModelCallError", "ModelResponseError", "OptionsError", "ReplayDivergence", "ReplayDrift",
         "ReplayRefusedError", "RunCycleError", "RunError", "RunEvictedError", "RunIdTakenError",

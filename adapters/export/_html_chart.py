@@ -65,6 +65,27 @@ def _colour(origin: str, tools: dict[str, str]) -> str:
     return tools[origin]
 
 
+def _agent_labels(calls: list[CallCost]) -> list[str]:
+    """Under the iteration numbers, each stretch of consecutive bars of one run: a rule and its
+    agent's name (``call N`` is the run's own iteration, so two runs' bars are told apart)."""
+    shapes: list[str] = []
+    start = 0
+    y = _TOP + _HEIGHT + 20
+    for index in range(1, len(calls) + 1):
+        if index < len(calls) and calls[index].run_id == calls[start].run_id:
+            continue
+        x0, x1 = _LEFT + start * (_BAR + _GAP), _LEFT + index * (_BAR + _GAP) - _GAP
+        name = html.escape(calls[start].agent)
+        title = html.escape(f"{calls[start].agent} · run {calls[start].run_id}")
+        shapes.append(
+            f'<g class="chart-agent"><title>{title}</title>'
+            f'<line x1="{x0}" x2="{x1}" y1="{y}" y2="{y}" stroke="currentColor" stroke-width="1"/>'
+            f'<text x="{x0}" y="{y + 12}">{name}</text></g>'
+        )
+        start = index
+    return shapes
+
+
 def cost_chart(report: CostReport) -> str:
     """The chart as an SVG element with a legend, or an empty string when no call has a usage."""
     bars = segments(report)
@@ -88,8 +109,9 @@ def cost_chart(report: CostReport) -> str:
         shapes.append(
             f'<text x="{x + _BAR / 2}" y="{_TOP + _HEIGHT + 14}" text-anchor="middle">{label}</text>'
         )
-    width = _LEFT * 2 + len(bars) * (_BAR + _GAP)
-    height = _TOP + _HEIGHT + 22
+    shapes += _agent_labels([call for call, _ in bars])
+    width = max(_LEFT * 2 + len(bars) * (_BAR + _GAP), 120)
+    height = _TOP + _HEIGHT + 40
     origins = [o for o in _FIXED if any(o == p for _, parts in bars for p, _ in parts)] + list(tools)
     legend = " ".join(
         f'<span class="chart-key"><svg width="10" height="10" aria-hidden="true">'
@@ -101,7 +123,8 @@ def cost_chart(report: CostReport) -> str:
     )
     return (
         f'<section class="cost-chart" aria-label="Tokens per model call">'
-        f'<h2 class="small">Tokens per model call, by origin <span class="muted">({html.escape(summary)}; '
+        f'<h2 class="small">Tokens per model call, by origin and agent '
+        f'<span class="muted">({html.escape(summary)}; '
         f"tool shares are estimates)</span></h2>"
         f'<svg role="img" width="{width}" height="{height}" viewBox="0 0 {width} {height}" '
         f'font-size="10"><title>Tokens per model call</title>{"".join(shapes)}</svg>'

@@ -96,7 +96,7 @@ _TIMELINE = r"""
     ToolsRemoved: "tools", ToolChoiceReset: "tools", SessionUpdated: "session", ChildRunStarted: "child",
     ApprovalRequested: "approval", ApprovalResolved: "approval", IterationLimitReached: "limit",
     RunTerminated: "limit", RunCompleted: "done", RunFailed: "err", ModelRequestRewritten: "model",
-    CallsSkipped: "limit", BatchClaimed: "approval",
+    CallsSkipped: "limit", BatchClaimed: "approval", ContextProvided: "context",
   };
   const LABEL = {
     RunStarted: "run started", RunInputRewritten: "input rewritten", ModelCalled: "model call",
@@ -107,7 +107,9 @@ _TIMELINE = r"""
     ApprovalRequested: "approval", ApprovalResolved: "approval", IterationLimitReached: "limit",
     RunTerminated: "terminated", RunCompleted: "completed", RunFailed: "run failed",
     ModelRequestRewritten: "request rewritten", CallsSkipped: "calls skipped", BatchClaimed: "resumed",
+    ContextProvided: "context",
   };
+  const lines = (v) => (Array.isArray(v) ? el("span", "msgs", v.map((t) => el("span", "part", t))) : code(v));
 
   const DESCRIBE = {
     RunStarted: (e) => [
@@ -135,6 +137,12 @@ _TIMELINE = r"""
       field("sends", messages(e.messages || [])),
       field("offers", chips(e.tools || [])),
       isEmpty(e.options) ? null : field("options", code(e.options)),
+    ]],
+    ContextProvided: (e) => [["added by ", el("b", null, e.provider)], [
+      (e.instructions || []).length ? field("instructions", lines(e.instructions)) : null,
+      (e.messages || []).length ? field("messages", messages(e.messages)) : null,
+      (e.tools || []).length ? field("tools", chips(e.tools.map((t) => t.name), "added")) : null,
+      (e.middleware || []).length ? field("middleware", chips(e.middleware)) : null,
     ]],
     CallsSkipped: (e) => [[(e.call_ids || []).join(", "), " not run"], [el("span", "muted", e.reason)]],
     BatchClaimed: (e) => [["batch resumed by run ", chip(e.by_run_id)],

@@ -11,7 +11,7 @@ STYLE = """
   --border: #d8dde5; --focus: #2563eb; --selected: #e7efff; --code-bg: #f2f4f7; --fresh: #fff6d6;
   --k-run: #475569; --k-model: #2563eb; --k-answer: #0f766e; --k-call: #334155; --k-ok: #15803d;
   --k-err: #c0262d; --k-short: #b45309; --k-tools: #7c3aed; --k-session: #be185d; --k-child: #0e7490;
-  --k-approval: #a16207; --k-limit: #c2410c;
+  --k-approval: #a16207; --k-limit: #c2410c; --k-context: #4d7c0f;
   --sans: system-ui, -apple-system, "Segoe UI", Roboto, "Noto Sans", "DejaVu Sans", sans-serif;
   --mono: ui-monospace, "SFMono-Regular", "Cascadia Mono", "DejaVu Sans Mono", Menlo, Consolas, monospace;
 }
@@ -21,7 +21,7 @@ STYLE = """
     --border: #2d3542; --focus: #7aa2ff; --selected: #1b2a45; --code-bg: #0f141b; --fresh: #3a3114;
     --k-run: #a3b1c6; --k-model: #7aa2ff; --k-answer: #2dd4bf; --k-call: #cbd5e1; --k-ok: #4ade80;
     --k-err: #f87171; --k-short: #fbbf24; --k-tools: #b197fc; --k-session: #f472b6; --k-child: #22d3ee;
-    --k-approval: #facc15; --k-limit: #fb923c;
+    --k-approval: #facc15; --k-limit: #fb923c; --k-context: #a3e635;
   }
 }
 * { box-sizing: border-box; }
@@ -32,6 +32,8 @@ h1, h2, h3, h4, h5, h6 { margin: 0; font-weight: 600; }
   background: var(--surface); border-bottom: 1px solid var(--border);
 }
 .page-head h1 { font-size: 18px; }
+.page-nav { display: flex; gap: 12px; font-size: 14px; }
+.page-nav a { color: var(--focus); }
 .page-head .hint { margin-left: auto; }
 .muted { color: var(--muted); }
 .small { font-size: 12px; }
@@ -92,6 +94,7 @@ button.ev[aria-pressed="true"] {
 .k-short { --kind: var(--k-short); } .k-tools { --kind: var(--k-tools); }
 .k-session { --kind: var(--k-session); } .k-child { --kind: var(--k-child); }
 .k-approval { --kind: var(--k-approval); } .k-limit { --kind: var(--k-limit); }
+.k-context { --kind: var(--k-context); }
 .k-done { --kind: var(--k-ok); }
 .ev-head { display: flex; align-items: baseline; gap: 8px; }
 .seq { min-width: 2.4em; font: 12px var(--mono); color: var(--muted); }

@@ -74,7 +74,7 @@ _PAGE = """<!DOCTYPE html>
 </head>
 <body>
 <header class="page-head">
-<h1>{title}</h1>
+{nav}<h1>{title}</h1>
 <span class="muted small">{subtitle}</span>
 <span class="hint muted small">Click an event, or move with <kbd>↑</kbd> <kbd>↓</kbd>,
 to see the state after it.</span>
@@ -100,11 +100,13 @@ def render_html(
     title: str | None = None,
     include_content: bool = True,
     prior: Sequence[Event] = (),
+    nav: Sequence[tuple[str, str]] = (),
 ) -> str:
     """One self-contained HTML page showing ``events`` (a run and its sub-agent runs).
 
     ``prior`` are the logs of the session's earlier runs (``RecordedRun.prior``), so the session
-    state and the history at each event are the ones ``state_at`` gives. Without
+    state and the history at each event are the ones ``state_at`` gives. ``nav`` are links
+    (address, label) shown before the title, as ``agentledger serve`` shows its pages. Without
     ``include_content`` message texts, arguments, results, error messages, instructions and
     session values are replaced by ``HIDDEN``; names, ids, tool specs and counts remain.
     """
@@ -123,7 +125,17 @@ def render_html(
         data=_json_for_script(payload),
         script=SCRIPT,
         chart=cost_chart(cost_report(events)),
+        nav=_nav(nav),
     )
+
+
+def _nav(links: Sequence[tuple[str, str]]) -> str:
+    if not links:
+        return ""
+    items = " ".join(
+        f'<a href="{html.escape(href, quote=True)}">{html.escape(label)}</a>' for href, label in links
+    )
+    return f'<nav class="page-nav" aria-label="Pages">{items}</nav>\n'
 
 
 def write_html(

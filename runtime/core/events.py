@@ -378,6 +378,8 @@ class ApprovalRequested(EventBase, frozen=True, kw_only=True):
 class ApprovalResolved(EventBase, frozen=True, kw_only=True):
     call_id: str
     approved: bool
+    reason: str | None = None
+    """Why, as the person who answered said (``Content.from_approval_response(reason=...)``)."""
 
 
 class IterationLimitReached(EventBase, frozen=True, kw_only=True):

@@ -840,12 +840,15 @@ class RunMachine:
         self._phase_to(Phase.RUNNING_TOOLS)
         self._batch_failed = False
         responses = {c.call_id: bool(c.approved) for c in approvals}
+        reasons = {c.call_id: c.reason for c in approvals if c.reason}
         batch = resumed_batch((*self._history, *self._transcript.messages), responses)
         if any(c.call_id not in responses for c in batch):
             self._derive(BatchResumed, call_ids=tuple(c.call_id or "" for c in batch))
         for call in batch:
             if call.call_id in responses:
-                self._derive(ApprovalResolved, call_id=call.call_id or "", approved=responses[call.call_id])
+                answer = responses[call.call_id]
+                reason = reasons.get(call.call_id)
+                self._derive(ApprovalResolved, call_id=call.call_id or "", approved=answer, reason=reason)
         offered = self._tools.specs
         runnable = []
         for call in batch:

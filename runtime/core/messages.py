@@ -36,6 +36,8 @@ class Content(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
     result: Any = None
     exception: str | None = None
     approved: bool | None = None
+    reason: str | None = None
+    """An approval response's reason, as the person gave it (recorded on ``ApprovalResolved``)."""
 
     @classmethod
     def from_text(cls, text: str) -> Content:
@@ -56,15 +58,16 @@ class Content(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
         return cls("function_result", call_id=call_id, result=result, exception=exception)
 
     @classmethod
-    def from_approval_response(cls, call_id: str, *, approved: bool) -> Content:
-        """The caller's answer to an approval request for ``call_id``."""
-        return cls("function_approval_response", call_id=call_id, approved=approved)
+    def from_approval_response(cls, call_id: str, *, approved: bool, reason: str | None = None) -> Content:
+        """The caller's answer to an approval request for ``call_id``, with an optional ``reason``
+        (kept in the log on ``ApprovalResolved``; the model is told only approved or rejected)."""
+        return cls("function_approval_response", call_id=call_id, approved=approved, reason=reason)
 
-    def to_approval_response(self, approved: bool) -> Content:
+    def to_approval_response(self, approved: bool, *, reason: str | None = None) -> Content:
         """Answer this approval request (``type == "function_approval_request"``)."""
         if self.type != "function_approval_request" or self.call_id is None:
             raise ValueError("only an approval request can be answered")
-        return Content.from_approval_response(self.call_id, approved=approved)
+        return Content.from_approval_response(self.call_id, approved=approved, reason=reason)
 
 
 class Message(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):

@@ -22,6 +22,7 @@ import pytest
 from agentledger import (
     Agent,
     ChatContext,
+    ContextProvider,
     FunctionInvocationContext,
     MemoryEventStore,
     Message,
@@ -661,3 +662,52 @@ async def test_a_resumed_paused_run_links_to_its_resumer_in_chromium(
     js_states_equal(page, events)
     assert page.errors() == []
     page.close()
+
+
+class _Memory(ContextProvider):
+    """Adds a remembered message and an instruction to each run."""
+
+    async def before_run(self, *, agent: Any, session: Any, context: Any, state: dict[str, Any]) -> None:
+        context.extend_messages(self.source_id, [Message("user", ["Remember: the user likes <b>tea</b>."])])
+        context.extend_instructions(self.source_id, "Answer in one line.")
+
+
+async def provided_events() -> list[Event]:
+    """A run with a context provider's contribution (ContextProvided)."""
+    client = ScriptedChatClient(["Tea it is."])
+    agent = client.as_agent(
+        name="Host", context_providers=[_Memory("memory")], clock=FixedClock(), ids=SequentialIds()
+    )
+    response = await agent.run("What do I drink?", session=agent.create_session())
+    return list(response.events)
+
+
+async def test_a_context_provider_shows_what_it_added_in_chromium(browser: Browser, tmp_path: Path) -> None:
+    """ContextProvided shows its provider, its messages and its instructions as text, not as the
+    event's JSON."""
+    events = await provided_events()
+    provided = next(e for e in events if type(e).__name__ == "ContextProvided")
+    page = open_page(browser, write_html(events, tmp_path / "provided.html"))
+    body = page.evaluate(
+        f"document.querySelector('button.ev[data-seq=\"{provided.seq}\"] .ev-body').innerText"
+    )
+    assert "Remember: the user likes <b>tea</b>." in body
+    assert "Answer in one line." in body
+    assert '"contents"' not in body
+    assert "{" not in body
+    title = page.evaluate(f"document.querySelector('button.ev[data-seq=\"{provided.seq}\"]').innerText")
+    assert "added by memory" in title
+    assert page.errors() == []
+    page.close()
+
+
+async def test_the_cost_chart_names_the_agent_of_each_bar() -> None:
+    """Each stretch of bars of one run is labelled with its agent, so a lead's calls and its
+    sub-agents' calls are told apart."""
+    page = render_html(await subagent_events())
+    chart = page[page.index('<section class="cost-chart"') :]
+    chart = chart[: chart.index("</section>")]
+    labels = re.findall(r'<g class="chart-agent"><title>([^<]*)</title>', chart)
+    agents = [label.split(" · ")[0] for label in labels]
+    assert {"Lead", "ResearchAgent", "ReviewAgent"} <= set(agents)
+    assert len(labels) >= 3

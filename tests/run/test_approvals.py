@@ -197,3 +197,21 @@ async def test_a_failed_resume_does_not_run_the_approved_call_twice(
     assert store is not None
     logs = [event for stream in await store.streams() for event in await store.read(stream)]
     assert AgentSession.from_events(logs, session.session_id).history == session.history
+
+
+async def test_a_rejection_reason_is_recorded_and_not_sent(clock: FixedClock, ids: SequentialIds) -> None:
+    """A reason given with an answer is kept on ``ApprovalResolved``; the model is sent only the
+    rejection, as without one."""
+    ran: list[str] = []
+    client = ScriptedChatClient([Call("wire_money", {"amount": 5}), "Not sent."])
+    agent = _agent(client, clock, ids, ran)
+    session = agent.create_session()
+    paused = await agent.run("send 5", session=session)
+    [request] = paused.user_input_requests
+    answer = request.to_approval_response(False, reason="wrong account")
+    resumed = await agent.run(Message("user", (answer,)), session=session)
+    assert ran == []
+    [resolved] = [e for e in resumed.events if isinstance(e, ApprovalResolved)]
+    assert (resolved.approved, resolved.reason) == (False, "wrong account")
+    [result] = client.requests[1].messages[-1].contents
+    assert "wrong account" not in str(result.result)
