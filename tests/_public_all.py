@@ -63,6 +63,7 @@ PINNED: dict[str, tuple[str, ...]] = {
     "agentledger.adapters.prices": (
         "available", "genai_price"
     ),
+    "agentledger.adapters.serve": ("AgentFor", "create_app", "host_is_loopback", "new_token", "serve"),
     "agentledger.adapters.stores.jsonl": (
         "JsonlEventStore", "TornTailWarning"
     ),

@@ -13,8 +13,8 @@ from collections.abc import Callable
 
 from agentledger.store import EventStore
 
+from ._app import AgentFor, create_app
 from ._guard import host_is_loopback
-from .app import AgentFor, create_app
 
 __all__ = ("AgentFor", "create_app", "host_is_loopback", "new_token", "serve")
 

@@ -43,10 +43,10 @@ from agentledger.errors import (
 from agentledger.replay import load
 from agentledger.store import EventStore
 
-from . import _pages
 from ._diff import diff_rows
 from ._guard import refuse_read, refuse_write
 from ._live import ChangeFeed, watching
+from ._pages import approvals_page, diff_page, error_page, policy, runs_page_html
 from ._queries import FilterError, Filters, runs_page
 
 __all__ = ("AgentFor", "create_app")
@@ -100,7 +100,7 @@ class _Guard:
 
 
 def _page(text: str, status: int = 200) -> HTMLResponse:
-    return HTMLResponse(text, status_code=status, headers={"content-security-policy": _pages.policy()})
+    return HTMLResponse(text, status_code=status, headers={"content-security-policy": policy()})
 
 
 class _Handlers:
@@ -121,10 +121,10 @@ class _Handlers:
             filters = Filters.parse(params)
         except (ValueError, FilterError) as exc:
             return _page(
-                _pages.runs_page_html(None, params, 1, decisions=self.decisions, error=str(exc)), 400
+                runs_page_html(None, params, 1, decisions=self.decisions, error=str(exc)), 400
             )
         listing = await runs_page(self.store, filters, offset=(page - 1) * PAGE_SIZE, size=PAGE_SIZE)
-        return _page(_pages.runs_page_html(listing, params, page, decisions=self.decisions))
+        return _page(runs_page_html(listing, params, page, decisions=self.decisions))
 
     async def runs_json(self, request: Request) -> Response:
         params = dict(request.query_params.items())
@@ -142,13 +142,13 @@ class _Handlers:
             recorded = await load(self.store, run_id)
         except RunNotFoundError:
             return _page(
-                _pages.error_page(
+                error_page(
                     "No such run", f"the store has no run {run_id!r}", decisions=self.decisions
                 ),
                 404,
             )
         except LogCorruptError as exc:
-            return _page(_pages.error_page("Unreadable run", str(exc), decisions=self.decisions), 500)
+            return _page(error_page("Unreadable run", str(exc), decisions=self.decisions), 500)
         events: list[Event] = [e for _, run in recorded.walk() for e in run.events]
         diff = "/diff?" + urlencode({"a": run_id})
         nav = [("/", "← Runs"), ("/approvals", "Approvals"), (diff, "Diff with…")]
@@ -157,24 +157,24 @@ class _Handlers:
 
     async def approvals(self, request: Request) -> Response:
         calls = await waiting_calls(self.store, limit=200)
-        return _page(_pages.approvals_page(calls, decisions=self.decisions))
+        return _page(approvals_page(calls, decisions=self.decisions))
 
     async def diff(self, request: Request) -> Response:
         a, b = request.query_params.get("a", "").strip(), request.query_params.get("b", "").strip()
         if not (a and b):
-            return _page(_pages.diff_page(a, b, None, decisions=self.decisions))
+            return _page(diff_page(a, b, None, decisions=self.decisions))
         logs = []
         for run_id in (a, b):
             events = await self.store.read(run_id)
             if not events:
                 return _page(
-                    _pages.diff_page(
+                    diff_page(
                         a, b, None, decisions=self.decisions, error=f"the store has no run {run_id!r}"
                     ),
                     404,
                 )
             logs.append(events)
-        return _page(_pages.diff_page(a, b, diff_rows(logs[0], logs[1]), decisions=self.decisions))
+        return _page(diff_page(a, b, diff_rows(logs[0], logs[1]), decisions=self.decisions))
 
     async def events(self, request: Request) -> Response:
         async def stream() -> AsyncIterator[str]:
