@@ -367,3 +367,59 @@ def test_values_compare_as_the_log_tells_them_apart() -> None:
     assert [f.field for f in differences(write(1), write(1.5))] == ["changes[0].value"]  # type: ignore[arg-type]
     # a key the log does not have is a change, whatever its value
     assert [f.field for f in differences(write({}), write({"max": math.inf}))] == ["changes[0].value.max"]  # type: ignore[arg-type]
+
+
+GATED_TEST = '''
+import os
+
+import pytest
+
+from agentledger import Agent, BaseChatClient, Message, tool
+from agentledger.adapters.chat.scripted import Call, ScriptedChatClient
+
+pytestmark = pytest.mark.anyio
+REFUNDS = []
+
+
+class Refuses(BaseChatClient):
+    provider_name = "scripted"
+
+    async def get_response(self, messages, **kwargs):
+        raise AssertionError("the real client was called")
+
+
+@tool(approval_mode="always_require")
+def refund(amount: int) -> str:
+    """Give money back (a person approves)."""
+    REFUNDS.append(amount)
+    return os.environ.get("REFUND_WORD", "refunded") + f" {amount} EUR"
+
+
+async def test_refund(agent_cassette):
+    live = os.environ.get("LIVE_MODEL") == "1"
+    script = [Call("refund", {"amount": 5}), "Done."]
+    agent = Agent(client=ScriptedChatClient(script) if live else Refuses(), name="till", tools=[refund])
+    session = agent.create_session()
+    paused = await agent_cassette.run(agent, "Refund 5 EUR.", session=session)
+    answers = [request.to_approval_response(True) for request in paused.user_input_requests]
+    assert len(answers) == 1
+    resumed = await agent_cassette.run(agent, Message("user", answers), session=session)
+    assert resumed.text == "Done."
+    assert REFUNDS == [5]  # the approved call ran once, in the replay as when it was recorded
+'''
+
+
+def test_a_changed_approval_gated_tool_fails_its_cassette_test(tmp_path: Path) -> None:
+    """The approved call of a gated tool runs its current code when the cassette replays: the
+    unchanged tool passes, a changed one fails the test and names the call's result."""
+    (tmp_path / "test_refund.py").write_text(GATED_TEST)
+    (tmp_path / "conftest.py").write_text(
+        "import pytest\n\n\n@pytest.fixture\ndef anyio_backend():\n    return 'asyncio'\n"
+    )
+    recorded = _pytest(tmp_path, "--agentledger-record", LIVE_MODEL="1")
+    assert recorded.returncode == 0, recorded.stdout + recorded.stderr
+    replayed = _pytest(tmp_path)
+    assert replayed.returncode == 0, replayed.stdout + replayed.stderr
+    changed = _pytest(tmp_path, REFUND_WORD="gave back")
+    assert changed.returncode == 1, changed.stdout + changed.stderr
+    assert "ToolReturned.result: 'refunded 5 EUR' -> 'gave back 5 EUR'" in changed.stdout
