@@ -167,6 +167,7 @@ class SqliteEventStore(ThreadedStore):
         self.read_only = read_only
         self._connection: sqlite3.Connection | None = None
         self._immutable = False  # read as a file no one writes: reopened once a writer appears
+        self._immutable_stamp: tuple[int, int] | None = None
         self._identity: tuple[int, int] | None = None  # the file the connection opened (device, inode)
         self._lock = threading.Lock()
         self._versions = StreamVersions()  # what this connection committed last, per stream
@@ -340,14 +341,26 @@ class SqliteEventStore(ThreadedStore):
         self._check_open()
         if self._connection is not None and self._identity != self._path_identity():
             self._replaced()
-        if self._immutable and self._connection is not None and self._wal().exists():
-            self._connection.close()  # a writer opened the database since: read through its files
+        if self._immutable and self._connection is not None and (
+            self._wal().exists() or self._stamp() != self._immutable_stamp
+        ):
+            # A writer opened the database since (read through its files), or wrote and closed
+            # it again (an immutable connection would go on reading what it cached).
+            self._connection.close()
             self._connection = None
         if self._connection is None:
             with self._errors("opening the event database"):
                 self._connection = self._open()
                 self._identity = self._path_identity()  # after: opening may create the file
         return self._connection
+
+    def _stamp(self) -> tuple[int, int] | None:
+        """When the database file was last written, and its size (None: no file there)."""
+        try:
+            stat = os.stat(self.path)
+        except OSError:
+            return None
+        return stat.st_mtime_ns, stat.st_size
 
     def _path_identity(self) -> tuple[int, int] | None:
         """The device and inode the path names now (None: no file there)."""
@@ -436,6 +449,7 @@ class SqliteEventStore(ThreadedStore):
             raise StoreError(f"{self.path}: no event database there")
         uri = f"file:{quote(str(self.path.absolute()))}?mode=ro"
         self._immutable = not self._wal().exists()
+        self._immutable_stamp = self._stamp()
         connection = _connect_read_only(uri + ("&immutable=1" if self._immutable else ""), self.busy_timeout)
         try:
             version = connection.execute("PRAGMA user_version").fetchone()[0]

@@ -527,3 +527,24 @@ def test_sqlite_read_many_equals_reading_each_stream_alone_on_hostile_rows(
             assert (str(many.value), many.value.where) == (str(failure), failure.where)
     finally:
         reader.close()
+
+
+def test_sqlite_reader_sees_what_a_writer_appended_and_closed_since(tmp_path: Path) -> None:
+    """A read-only store opened while no writer had the database open reads it as immutable; a
+    writer that then opens, appends and closes again (leaving no ``-wal`` file) is still seen:
+    the new stream is listed, read and counted as a run."""
+    path = tmp_path / "runs.sqlite"
+    writer = SqliteEventStore(path)
+    writer.append_sync("first", make_events("first", 0, 2, "a"), 0)
+    writer.close()
+    reader = SqliteEventStore(path, read_only=True)
+    assert reader.streams_sync() == ["first"]
+    assert not path.with_name(path.name + "-wal").exists()
+    writer = SqliteEventStore(path)
+    writer.append_sync("second", run_events("second"), 0)
+    writer.close()
+    assert not path.with_name(path.name + "-wal").exists()
+    assert reader.streams_sync() == ["first", "second"]
+    assert reader.read_sync("second") == run_events("second")
+    assert [run.run_id for run in anyio.run(reader.list_runs, RunQuery())] == ["second"]
+    reader.close()
