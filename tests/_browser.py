@@ -18,7 +18,7 @@ import json
 import shutil
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -226,15 +226,15 @@ class Page:
 
 
 @contextmanager
-def launch(executable: str, profile: Path) -> Iterator[Browser]:
-    """Start headless Chromium with a fresh profile folder; stop it on exit."""
+def launch(executable: str, profile: Path, extra: Sequence[str] = ()) -> Iterator[Browser]:
+    """Start headless Chromium with a fresh profile folder (and ``extra`` flags); stop it on exit."""
     from websockets.sync.client import connect
 
     profile.mkdir(parents=True, exist_ok=True)
     (profile / "DevToolsActivePort").unlink(missing_ok=True)  # a stale one would name a dead port
     with (profile.parent / "chromium.log").open("wb") as log:
         process = subprocess.Popen(
-            [executable, *FLAGS, f"--user-data-dir={profile}", "about:blank"],
+            [executable, *FLAGS, *extra, f"--user-data-dir={profile}", "about:blank"],
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
