@@ -76,6 +76,8 @@ def add_serve(
                 on_ready=ready,
                 poll_interval=args.poll_interval,
             )
+        except KeyboardInterrupt:  # Ctrl-C (or SIGINT), after uvicorn has shut down gracefully
+            print("agentledger serve: stopped", flush=True)
         except OSError as exc:
             raise UsageError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from exc
         return 0
