@@ -228,3 +228,57 @@ def test_a_torn_last_record_is_left_out_of_a_directory_listing(tmp_path: Path) -
     runs = anyio.run(list_runs, JsonlEventStore(tmp_path / "runs", read_only=True), RunQuery(limit=None))
     c = next(run for run in runs if run.run_id == "run_c")
     assert (c.outcome, c.events) == ("incomplete", 2)
+
+
+def _paused_and_resumed() -> dict[str, list[Event]]:
+    """Logs of real runs: one paused for approval, one paused and then claimed by the run that
+    resumed it, that resuming run, and a completed run whose answer names other outcomes."""
+    from agentledger import AgentSession, Message
+    from agentledger.adapters.chat.scripted import Call, ScriptedChatClient
+    from tests import cli_agents
+
+    async def go() -> dict[str, list[Event]]:
+        memory = MemoryEventStore()
+        agent = cli_agents.bank_agent()
+        agent.client = ScriptedChatClient([Call("wire", {"amount": 1}), Call("wire", {"amount": 2}), "Sent."])
+        agent.store = memory
+        waiting = await agent.run("Send 1.", session=AgentSession("s-wait"))
+        session = AgentSession("s-claim")
+        paused = await agent.run("Send 2.", session=session)
+        answers = [request.to_approval_response(True) for request in paused.user_input_requests]
+        await agent.run(Message("user", answers), session=session)
+        talker = cli_agents.bank_agent()
+        talker.client = ScriptedChatClient(["RunFailed? awaiting_approval? BatchClaimed? No: done."])
+        talker.store = memory
+        await talker.run("Say the outcome names.", session=AgentSession("s-talk"))
+        assert waiting.run_id != paused.run_id
+        return {stream: await memory.read(stream) for stream in await memory.streams()}
+
+    return anyio.run(go)
+
+
+@pytest.mark.parametrize("name", list(STORES))
+def test_an_outcome_filter_agrees_with_the_summaries(name: str, tmp_path: Path) -> None:
+    """For each outcome, the store's filtered listing is exactly the unfiltered listing's runs of
+    that outcome: a paused run, a run claimed by its resume, and a run whose answer merely names
+    other outcomes are each listed under their own outcome only."""
+    store = STORES[name](tmp_path)
+    logs = _paused_and_resumed()
+
+    async def go() -> None:
+        for stream, events in logs.items():
+            for event in events:  # one record each: a store sees the last event's own record
+                await store.append(stream, [event], event.seq)
+        for events in RUNS:
+            await record(store, events)
+        everything = await list_runs(store, RunQuery(limit=None))
+        outcomes = {run.outcome for run in everything}
+        assert outcomes == {"completed", "failed", "incomplete", "awaiting_approval"}
+        for outcome in ("completed", "failed", "incomplete", "awaiting_approval"):
+            filtered = await list_runs(store, RunQuery(limit=None, outcome=outcome))
+            assert filtered == [run for run in everything if run.outcome == outcome], outcome
+
+    try:
+        anyio.run(go)
+    finally:
+        _close(store)

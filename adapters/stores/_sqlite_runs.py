@@ -4,8 +4,11 @@ One query a page: streams in reverse creation order, each joined with its first 
 lookup in the ``(stream, seq)`` index) and its last row (the greatest seq, the same index),
 filtered on the first event's JSON (agent, session, start time) with SQLite's JSON functions. A
 first record that is not JSON passes the filters, so that decoding reports it rather than hiding
-it. The outcome is read from the last record once decoded; pages follow one another until the
-limit is reached.
+it. The outcome is read from the last record once decoded; asked for one outcome, the query
+first keeps only streams whose last row holds the name that outcome's last event must carry
+(``RunFailed``, ``awaiting_approval``, ``RunCompleted`` or ``BatchClaimed``), so a store of many
+runs is not decoded run by run to find a few. Pages follow one another until the limit is
+reached.
 """
 
 from __future__ import annotations
@@ -36,7 +39,12 @@ WHERE h.first_row IS NULL OR NOT json_valid(h.head) OR (
     (:agent IS NULL
         OR coalesce(json_extract(h.head, '$.agent_name'), json_extract(h.head, '$.agent_id')) = :agent)
     AND (:session IS NULL OR json_extract(h.head, '$.session_id') = :session)
-    AND (:since IS NULL OR json_extract(h.head, '$.at') >= :since))
+    AND (:since IS NULL OR json_extract(h.head, '$.at') >= :since)
+    AND (:outcome IS NULL OR typeof(l.data) NOT IN ('blob', 'text') OR CASE :outcome
+        WHEN 'completed' THEN instr(l.data, 'RunCompleted') > 0 OR instr(l.data, 'BatchClaimed') > 0
+        WHEN 'awaiting_approval' THEN instr(l.data, 'awaiting_approval') > 0
+        WHEN 'failed' THEN instr(l.data, 'RunFailed') > 0
+        ELSE 1 END))
 ORDER BY h.id DESC
 LIMIT :page
 """
@@ -57,6 +65,7 @@ def _candidates(fetch: Fetch, path: Path, query: RunQuery) -> Iterator[Edges | U
         "agent": query.agent,
         "session": query.session,
         "since": query.since,
+        "outcome": query.outcome,
         "page": page,
     }
     while True:
