@@ -2,8 +2,9 @@
 
 A PostgreSQL store is followed with its ``tail()`` (LISTEN/NOTIFY, with its own polling as a
 fallback): a run starting, ending or being claimed changes what the pages show. Any other store
-is polled: every ``interval`` seconds the newest page of the listing (and of the waiting runs)
-is read, and a change of its summary is a change. The watcher runs only while some page listens.
+is polled: every ``interval`` seconds the newest page of the listing is read (one indexed page,
+never a scan of the store), and a change of its summary is a change. The watcher runs only
+while some page listens.
 
 Each subscriber holds at most one pending ping (``changed`` carries only a version number, and
 pages read what changed themselves), so a slow page costs one slot, never a growing queue.
@@ -111,9 +112,10 @@ class ChangeFeed:
                 self.changed()
 
     async def _summary(self) -> tuple[Any, ...]:
+        # The newest runs only: one indexed page, however large the store. A paused run that is
+        # decided or resumed anywhere starts the run that carries it on, which is the newest.
         runs = await list_runs(self.store, RunQuery(limit=self.page))
-        waiting = await list_runs(self.store, RunQuery(limit=self.page, outcome="awaiting_approval"))
-        return tuple((r.run_id, r.events, r.outcome, r.resumed_by) for r in [*runs, *waiting])
+        return tuple((r.run_id, r.events, r.outcome, r.resumed_by) for r in runs)
 
 
 @contextlib.asynccontextmanager
