@@ -4,6 +4,7 @@ may write (the token, a loopback origin, decisions allowed at start)."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -178,6 +179,8 @@ def test_a_change_is_pushed_as_an_event(tmp_path: Path) -> None:
         lines = stream.iter_lines()
         assert "event: hello" in [next(lines) for _ in range(3)]
         record(path, ["Sent."], ["second"])
+        deadline = time.monotonic() + 30  # keepalives every 15 s bound each wait for a line
         for line in lines:
             if line == "event: changed":
                 break
+            assert time.monotonic() < deadline, "no change was pushed within 30 s"
