@@ -49,6 +49,7 @@ def serve(
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
+    sock.listen(128)  # connections made once the address is printed wait for uvicorn to take them
     bound = sock.getsockname()[1]
     shown = f"[{host}]" if ":" in host else host
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on", access_log=False))
