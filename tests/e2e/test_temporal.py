@@ -15,6 +15,7 @@ is tested here too: it needs PostgreSQL as well.
 from __future__ import annotations
 
 import collections
+import os
 import signal
 import subprocess
 import sys
@@ -67,16 +68,25 @@ def schema() -> Iterator[tuple[str, str]]:
 class Workers:
     """The worker processes, their execution log, and ways to wait for them."""
 
-    def __init__(self, server: TemporalServer, dsn: str, schema: str, tmp_path: Path) -> None:
+    def __init__(
+        self, server: TemporalServer, dsn: str, schema: str, tmp_path: Path, hold: str | None = None
+    ) -> None:
         self.queue = f"e2e-{uuid.uuid4().hex}"
         self.executions = tmp_path / "executions.log"
         self.executions.touch()
         args = [server.address, self.queue, dsn, schema, str(self.executions)]
         command = [sys.executable, "-m", "tests._temporal_worker", *args]
         self.logs = [(tmp_path / f"worker-{i}.log").open("w") for i in range(2)]
+        env = {**os.environ, **({"AGENTLEDGER_E2E_HOLD": hold} if hold else {})}
         self.processes = [
             subprocess.Popen(
-                command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, cwd=ROOT, text=True
+                command,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                cwd=ROOT,
+                text=True,
+                env=env,
             )
             for log in self.logs
         ]
@@ -195,19 +205,21 @@ async def _resume_with_a_killed_worker(
     temporal: TemporalServer, schema: tuple[str, str], tmp_path: Path, point: str
 ) -> tuple[list[Any], Any, Workers]:
     """Pause a run of the ``approved`` agent, resume it, and kill the worker that holds it at
-    ``point`` (``tool``: inside the approved tool; ``model``: the tool's result returned to the
-    workflow, the model call after it not yet answered); the other worker finishes the run.
-    Returns the resumed run's log, its response and the workers (stopped)."""
+    ``point`` (``before-claim``, ``after-claim``: the resume's start step, just before or just
+    after its ``BatchClaimed`` is stored; ``tool``: inside the approved tool; ``model``: the
+    tool's result returned to the workflow, the model call after it not yet answered); the other
+    worker finishes the run. Returns the resumed run's log, its response and the workers (stopped)."""
     from agentledger import Message
     from agentledger.adapters.stores.postgres import PostgresEventStore
     from agentledger.adapters.temporal import TemporalRunner, Timeouts, connect
 
     dsn, name = schema
-    workers = Workers(temporal, dsn, name, tmp_path)
+    claim = point.endswith("-claim")
+    workers = Workers(temporal, dsn, name, tmp_path, hold=point if claim else None)
     try:
         with anyio.fail_after(HANG_GUARD):
             await workers.ready()
-            if point == "model":
+            if point == "model" or claim:
                 for index in (0, 1):
                     workers.open_gate(index)  # the tool runs at once; the model call waits
             async with PostgresEventStore(dsn, schema=name) as store:
@@ -221,7 +233,7 @@ async def _resume_with_a_killed_worker(
                 assert paused.finish_reason == "awaiting_approval"
                 answers = tuple(r.to_approval_response(True) for r in paused.user_input_requests)
                 handle = await runner.start("approved", Message("user", answers), session=session)
-                wanted = "approved_lookup" if point == "tool" else "model"
+                wanted = {"tool": "approved_lookup", "model": "model"}.get(point, f"held-{point}")
                 await workers.wait_until(lambda rows: any(r[3] == wanted for r in rows))
                 holder = next(r[0] for r in workers.rows() if r[3] == wanted)
                 victim = next(i for i, p in enumerate(workers.processes) if p.pid == holder)
@@ -266,6 +278,35 @@ async def test_an_approved_call_whose_result_reached_the_workflow_is_not_run_aga
     assert [e.call_id for e in log if type(e) is ToolReturned] == ["a1"]
     assert type(log[-1]) is RunCompleted
     assert response.text == "Looked up: value of key-k"
+
+
+@pytest.mark.parametrize("point", ["before-claim", "after-claim"])
+async def test_an_approved_call_whose_resume_was_killed_around_its_claim_runs_once(
+    temporal: TemporalServer, schema: tuple[str, str], tmp_path: Path, point: str
+) -> None:
+    """The worker running the resume's start step is killed with SIGKILL just before, or just
+    after, the claim on the paused batch is stored: the start step retried on the other worker
+    claims (or finds its own claim) and the approved call runs exactly once."""
+    from agentledger.core.events import BatchClaimed
+
+    log, response, workers = await _resume_with_a_killed_worker(temporal, schema, tmp_path, point)
+    rows = workers.rows()
+    assert [r[3] for r in rows].count(f"held-{point}") == 1
+    assert [r[3] for r in rows].count("approved_lookup") == 1
+    assert [e.call_id for e in log if type(e) is ToolReturned] == ["a1"]
+    assert type(log[-1]) is RunCompleted
+    assert response.text == "Looked up: value of key-k"
+    [paused_run] = {r[1] for r in rows if r[3] == f"held-{point}"}
+    claims = [e for e in await _read(schema, paused_run) if type(e) is BatchClaimed]
+    assert [c.by_run_id for c in claims] == [log[0].run_id]
+
+
+async def _read(schema: tuple[str, str], stream: str) -> list[Any]:
+    from agentledger.adapters.stores.postgres import PostgresEventStore
+
+    dsn, name = schema
+    async with PostgresEventStore(dsn, schema=name) as store:
+        return await store.read(stream)
 
 
 def _worker_command(address: str, queue: str, dsn: str, schema: str) -> subprocess.Popen[str]:
