@@ -90,8 +90,8 @@ class ToolRegistry:
             if names:
                 self.recorder.record(ToolsRemoved, by_call_id=by_call_id, names=tuple(names))
                 by_name = self._own()
-                for name in names:
-                    del by_name[name]
+                for name in names:  # recording may have settled the removal already (a replay)
+                    by_name.pop(name, None)
 
     def settle(self, event: ToolsAdded | ToolsRemoved) -> None:
         """Follow the log: apply a kept change again, so the live tools are the log's. Changes
