@@ -53,6 +53,7 @@ from .errors import (
     TornTailWarning,
     TransitionError,
     UnknownToolError,
+    UnpricedCallError,
     UnreadableStreamWarning,
     UnrecordableError,
 )
@@ -134,6 +135,7 @@ __all__ = (
     "TornTailWarning",
     "TransitionError",
     "UnknownToolError",
+    "UnpricedCallError",
     "UnreadableStreamWarning",
     "UnrecordableError",
     "Usage",

@@ -95,6 +95,7 @@ __all__ = (
     "TornTailWarning",
     "TransitionError",
     "UnknownToolError",
+    "UnpricedCallError",
     "UnreadableStreamWarning",
     "UnrecordableError",
 )
@@ -194,6 +195,13 @@ class UnknownToolError(RunError, KeyError):
     (``terminate_on_unknown_calls=True``); no call of that batch ran."""
 
     __str__ = Exception.__str__  # the message as it is, not quoted as KeyError would
+
+
+class UnpricedCallError(RunError):
+    """A run with ``max_cost`` made a model call its price table could not price (a model the
+    table does not know, or an answer without a model name or usage): the limit cannot be kept,
+    so the run ends there with ``RunFailed`` instead of going on without one. The answer is
+    recorded (``ModelResponded`` with ``cost=None``); no call of it ran."""
 
 
 class StoreError(AgentLedgerError):

@@ -17,7 +17,8 @@ PINNED: dict[str, tuple[str, ...]] = {
         "RunCycleError", "RunError", "RunEvictedError", "RunIdTakenError", "RunNotFoundError", "RunStream",
         "SessionContext", "SessionState", "SessionStateError", "StoreError", "StructuredOutputError",
         "SubAgentApprovalError", "SubAgentDepthError", "ToolDefinitionError", "ToolMode", "ToolSpec",
-        "TornTailWarning", "TransitionError", "UnknownToolError", "UnreadableStreamWarning",
+        "TornTailWarning", "TransitionError", "UnknownToolError", "UnpricedCallError",
+        "UnreadableStreamWarning",
         "UnrecordableError", "Usage", "__version__", "agent_middleware", "chat_middleware",
         "current_run_context", "default_redactor", "function_middleware", "normalize_messages",
         "redact_all", "redact_keys", "timeline", "tool"
@@ -227,7 +228,8 @@ PINNED: dict[str, tuple[str, ...]] = {
         "ReplayRefusedError", "RunCycleError", "RunError", "RunEvictedError", "RunIdTakenError",
         "RunNotFoundError",
         "SessionStateError", "StoreError", "StructuredOutputError", "ToolDefinitionError",
-        "TornTailWarning", "TransitionError", "UnknownToolError", "UnreadableStreamWarning",
+        "TornTailWarning", "TransitionError", "UnknownToolError", "UnpricedCallError",
+        "UnreadableStreamWarning",
         "UnrecordableError"
     ),
     "agentledger.listing": (

@@ -46,7 +46,7 @@ EXPECTED = {
     "SubAgentApprovalError",
     "SubAgentDepthError",
     "ToolDefinitionError",
-    "ToolMode", "ToolSpec", "TornTailWarning", "TransitionError", "UnknownToolError",
+    "ToolMode", "ToolSpec", "TornTailWarning", "TransitionError", "UnknownToolError", "UnpricedCallError",
     "UnreadableStreamWarning", "UnrecordableError",
     "Usage", "__version__",
     "agent_middleware", "chat_middleware", "current_run_context", "default_redactor",

@@ -30,6 +30,7 @@ from agentledger.errors import (
     ModelResponseError,
     RunError,
     UnknownToolError,
+    UnpricedCallError,
 )
 from agentledger.response import AgentResponse
 from agentledger.run import check_approvals
@@ -294,8 +295,9 @@ _APPROVAL_ERRORS: dict[str, type[ApprovalError]] = {
 
 def _run_error(result: RunResult, events: Sequence[Event]) -> RunError:
     failed = next((e for e in reversed(events) if type(e) is ModelFailed), None)
-    if result.error_type == "UnknownToolError":
-        return UnknownToolError(result.error_message or "", run_id=result.run_id, seq=len(events) - 1)
+    if result.error_type in ("UnknownToolError", "UnpricedCallError"):
+        typed = UnknownToolError if result.error_type == "UnknownToolError" else UnpricedCallError
+        return typed(result.error_message or "", run_id=result.run_id, seq=len(events) - 1)
     kind = {"ModelCallError": ModelCallError, "ModelResponseError": ModelResponseError}.get(
         result.error_type or "", RunError
     )

@@ -721,6 +721,11 @@ class RunMachine:
             self._usage = self._usage + event.usage
         if event.cost is not None:
             self._cost += event.cost
+        elif self._config.max_cost is not None and self._failure is None:
+            # A limit on money with a call it cannot count would be no limit: the run ends here.
+            self._failure = ("UnpricedCallError", _unpriced(event))
+            self._finish("failed")
+            return
         if event.conversation_id:
             self._continue_conversation(event.conversation_id)
         calls = event.message.function_calls
@@ -965,3 +970,14 @@ def __getattr__(name: str) -> Any:
         warnings.warn("agentledger.core.Step is now Reaction", DeprecationWarning, stacklevel=2)
         return Reaction
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _unpriced(event: ModelResponded) -> str:
+    """Why a call under ``max_cost`` has no price, as ``RunFailed`` says it."""
+    if event.model is None:
+        why = "its answer names no model"
+    elif event.usage is None:
+        why = "its answer reports no usage"
+    else:
+        why = f"the price table has no price for model {event.model!r}"
+    return f"model call {event.iteration} cannot be priced ({why}): max_cost cannot be kept, so the run ends"

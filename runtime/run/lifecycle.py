@@ -40,7 +40,14 @@ from ..core.events import (
 from ..core.machine import RunMachine
 from ..core.messages import Content, Message, result_text
 from ..core.projections import LIMIT_REACHED, error_text
-from ..errors import MiddlewareError, MiddlewareTermination, RunError, StoreError, UnknownToolError
+from ..errors import (
+    MiddlewareError,
+    MiddlewareTermination,
+    RunError,
+    StoreError,
+    UnknownToolError,
+    UnpricedCallError,
+)
 from ..middleware import run_chain
 from ..providers import provide_after, provide_before
 from ..response import AgentResponse, AgentResponseUpdate
@@ -312,7 +319,8 @@ class AgentRun:
             with anyio.CancelScope(shield=True), contextlib.suppress(StoreError):
                 await driver.flush()
             seq = recorder.log[-1].seq
-            raise binding.raised_error() or UnknownToolError(failure[1], run_id=self.run_id, seq=seq)
+            kind = UnpricedCallError if failure[0] == "UnpricedCallError" else UnknownToolError
+            raise binding.raised_error() or kind(failure[1], run_id=self.run_id, seq=seq)
         response = result if isinstance(result, AgentResponse) else self._coerce(recorder, result)
         if response is own:
             recorder.finish()

@@ -9,9 +9,25 @@ from collections.abc import Sequence
 import msgspec
 import pytest
 
-from agentledger import Agent, MemoryEventStore, ModelResponseError, OptionsError, Usage, tool
+from agentledger import (
+    Agent,
+    MemoryEventStore,
+    ModelResponseError,
+    OptionsError,
+    UnpricedCallError,
+    Usage,
+    tool,
+)
 from agentledger.adapters.chat.scripted import Call, ScriptedChatClient, ScriptEntry
-from agentledger.core import CallsSkipped, Event, IterationLimitReached, ModelResponded, RunConfig, RunStarted
+from agentledger.core import (
+    CallsSkipped,
+    Event,
+    IterationLimitReached,
+    ModelResponded,
+    RunConfig,
+    RunFailed,
+    RunStarted,
+)
 from agentledger.core.projections import LIMIT_REACHED
 from agentledger.cost import Price, cost_report
 from agentledger.replay import load, rerun
@@ -192,6 +208,45 @@ async def test_a_model_the_table_does_not_know_costs_nothing_recorded() -> None:
     agent.config = msgspec.structs.replace(agent.config, max_iterations=3)
     response = await agent.run("keep going")
     assert {e.cost for e in response.events if isinstance(e, ModelResponded)} == {None}
+
+
+async def test_a_cost_limit_with_a_model_the_table_does_not_know_ends_the_run() -> None:
+    """Under ``max_cost``, a call the table cannot price would make the limit no limit: the run
+    ends at that answer with ``UnpricedCallError`` and ``RunFailed``, none of its calls run, and
+    a rerun of the log ends alike."""
+    calls: list[str] = []
+
+    @tool
+    def counted() -> str:
+        """Count a call."""
+        calls.append("ran")
+        return "more"
+
+    client = ScriptedChatClient([Call("counted")], repeat=True, model="unknown-model-9")
+    store = MemoryEventStore()
+    agent = Agent(
+        client=client,
+        tools=[counted],
+        clock=FixedClock(),
+        ids=SequentialIds(),
+        store=store,
+        max_iterations=10_000,
+        max_cost=0.05,
+        price=_cent,
+    )
+    with pytest.raises(UnpricedCallError, match="'unknown-model-9'") as raised:
+        await agent.run("keep going")
+    assert calls == []
+    assert len(client.requests) == 1
+    events = await store.read(raised.value.run_id)
+    assert event_types(events)[-2:] == ["ModelResponded", "RunFailed"]
+    assert isinstance(events[-1], RunFailed)
+    assert events[-1].error_type == "UnpricedCallError"
+    assert raised.value.seq == events[-1].seq
+    recorded = await load(store, raised.value.run_id)
+    agent.client = ScriptedChatClient([])
+    assert await rerun(recorded, agent) is None  # ended alike: no difference, no answer
+    assert calls == []
 
 
 async def test_a_price_table_that_answers_nonsense_fails_the_call() -> None:
