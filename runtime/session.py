@@ -317,6 +317,29 @@ class _SavedSession(msgspec.Struct, frozen=True, kw_only=True):
     rerun_allowed: tuple[str, ...] = ()
 
 
+def _framework_history(state: dict[str, Any]) -> list[Message]:
+    """Take the conversation out of a reference framework session's ``state``, where its
+    in-memory history provider keeps it (``{source_id: {"messages": [...]}}``, ``"in_memory"``
+    by default): here the history is the session's own, so the entry leaves ``state``."""
+    found = [key for key, value in state.items() if _is_saved_history(value)]
+    key = "in_memory" if "in_memory" in found else (found[0] if len(found) == 1 else None)
+    if key is None:
+        return []
+    try:
+        messages = msgspec.convert(state[key]["messages"], list[Message], strict=False)
+    except msgspec.ValidationError as exc:
+        raise ValueError(f"not a saved session: the messages under state[{key!r}]: {exc}") from exc
+    del state[key]
+    return messages
+
+
+def _is_saved_history(value: Any) -> bool:
+    messages = value.get("messages") if isinstance(value, dict) and len(value) == 1 else None
+    return isinstance(messages, list) and all(
+        isinstance(m, dict) and "role" in m and "contents" in m for m in messages
+    )
+
+
 class AgentSession:
     """A conversation: its id, its state (``.state``) and its message history (``.history``).
 
@@ -540,9 +563,12 @@ class AgentSession:
             raise ValueError(f"not a saved session: {exc}") from exc
         if saved.type != "session":
             raise ValueError(f"not a saved session: its type is {saved.type!r}, not 'session'")
+        state, history = dict(saved.state), list(saved.history)
+        if isinstance(data, dict) and "history" not in data:
+            history = _framework_history(state)
         session = cls(saved.session_id, service_session_id=saved.service_session_id)
-        session._state.reset(saved.state)
-        session.history = list(saved.history)
+        session._state.reset(state)
+        session.history = history
         for pending in saved.pending:
             session.add_pending(pending.by, pending.changes)
         session.paused_runs = dict(saved.paused_runs)
