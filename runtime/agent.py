@@ -354,8 +354,10 @@ class Agent:
         if options:
             check_option_names(options)
         own = given_options(options)
-        merged = merge_options(self.default_options, self.instructions, own)
         given = normalize_tools(tools) if tools is not None else []
+        if "tools" in own:  # the reference's way to give a run more tools: as run(tools=...)
+            given = [*normalize_tools(own.pop("tools")), *given]
+        merged = merge_options(self.default_options, self.instructions, own)
         offered = tuple(self.tools + given) if given else tuple(self.tools)
         if offered == self._offered:  # the same tools as the last run: one tuple for all of them
             offered = self._offered

@@ -11,7 +11,7 @@ import pytest
 
 from agentledger import Agent, FunctionInvocationContext, tool
 from agentledger.adapters.chat.scripted import Call, ScriptedChatClient, ScriptEntry
-from agentledger.core.events import ToolNotFound, ToolReturned, ToolsRemoved
+from agentledger.core.events import RunStarted, ToolNotFound, ToolReturned, ToolsRemoved
 from agentledger.replay import RecordedRun, rerun
 from agentledger.testing import capture_events
 
@@ -74,3 +74,27 @@ async def test_removing_a_name_the_run_does_not_have_is_no_error() -> None:
         response = await agent.run("go")
     results = [c.result for m in response.messages for c in m.contents if c.type == "function_result"]
     assert results == ["no error"]
+
+
+@tool
+def add(a: int, b: int) -> int:
+    """Add two numbers."""
+    return a + b
+
+
+async def test_tools_given_in_a_runs_options_are_offered_and_run() -> None:
+    """The reference offered ``options={"tools": [add]}`` to the model and ran the call (result
+    ``"3"``); agentledger ignored it (the call was "not found"). Now they are the run's tools, as
+    ``run(tools=...)``: offered, run, recorded in ``RunStarted``, and the run replays."""
+    script: list[ScriptEntry] = [Call("add", {"a": 1, "b": 2}, call_id="c1"), "three"]
+    agent = Agent(client=ScriptedChatClient(script))
+    with capture_events() as events:
+        response = await agent.run("1 + 2?", options={"tools": [add]})
+    results = [c.result for m in response.messages for c in m.contents if c.type == "function_result"]
+    assert results == ["3"]
+    assert not any(isinstance(e, ToolNotFound) for e in events)
+    [started] = [e for e in events if isinstance(e, RunStarted)]
+    assert "add" in [getattr(t, "name", t) for t in started.tools]
+    again = await rerun(RecordedRun(list(events)), Agent(client=ScriptedChatClient([])))
+    assert again is not None
+    assert again.text == "three"
