@@ -33,7 +33,7 @@ from .core.messages import Message
 from .core.projections import SessionProjection, apply_changes, conversation_after
 from .errors import ApprovalError, SessionStateError
 
-__all__ = ("AgentSession", "SessionState")
+__all__ = ("MAX_SESSION_ID", "AgentSession", "SessionState")
 
 _SCALARS = (str, int, float, bool, type(None))
 _encoder = msgspec.json.Encoder(order="deterministic")
@@ -64,8 +64,15 @@ def _encode(key: str, value: Any) -> bytes:
             f"({kind}): {safe_text(str(exc))}{hint}"
         ) from exc
     except RecursionError as exc:
-        encoded = b"[" * (MAX_DEPTH + 1)  # too deep to encode: refused below
         del exc
+        if _contains_itself(value):
+            raise SessionStateError(
+                f"session state value for {safe_text(key)!r} contains itself (a cycle): "
+                "the log can only hold a value that ends"
+            ) from None
+        raise SessionStateError(
+            f"session state value for {safe_text(key)!r} is nested deeper than {MAX_DEPTH - 3} levels"
+        ) from None
     if too_deep(encoded, MAX_DEPTH - 3):  # an event holds the value three levels down
         raise SessionStateError(
             f"session state value for {safe_text(key)!r} is nested deeper than {MAX_DEPTH - 3} levels"
@@ -88,6 +95,25 @@ def _recordable(key: Any, value: Any) -> tuple[bytes, Any]:
             f"log as {recorded!r}: store JSON values (str, int, float, bool, None, list, dict)"
         )
     return encoded, recorded
+
+
+def _contains_itself(value: Any) -> bool:
+    """Whether a list or dict in ``value`` holds itself, directly or further down."""
+    path: set[int] = set()
+    stack: list[tuple[Any, bool]] = [(value, False)]
+    while stack:
+        item, leaving = stack.pop()
+        if leaving:
+            path.discard(id(item))
+            continue
+        if not isinstance(item, dict | list):
+            continue
+        if id(item) in path:
+            return True
+        path.add(id(item))
+        stack.append((item, True))
+        stack.extend((child, False) for child in (item.values() if isinstance(item, dict) else item))
+    return False
 
 
 def _has_big_int(value: Any) -> bool:
@@ -315,6 +341,11 @@ class _SavedSession(msgspec.Struct, frozen=True, kw_only=True):
     pending: tuple[_SavedChanges, ...] = ()
     paused_runs: dict[str, str] = msgspec.field(default_factory=dict)
     rerun_allowed: tuple[str, ...] = ()
+
+
+_SAVED_KEYS = frozenset(_SavedSession.__struct_fields__)
+MAX_SESSION_ID = 4096
+"""The longest ``session_id`` (and ``service_session_id``) ``from_dict`` reads, in characters."""
 
 
 def _framework_history(state: dict[str, Any]) -> list[Message]:
@@ -553,6 +584,20 @@ class AgentSession:
     def from_dict(cls, data: Any) -> AgentSession:
         """The session ``to_dict`` gave (also one of the reference framework's, which has no
         history). ``ValueError`` naming the first problem for anything else."""
+        if isinstance(data, dict):
+            unknown = sorted(str(k) for k in data if k not in _SAVED_KEYS)
+            if unknown:
+                raise ValueError(
+                    f"not a saved session: unknown keys {unknown[:5]} (a saved session has "
+                    f"{', '.join(sorted(_SAVED_KEYS))})"
+                )
+            for name in ("session_id", "service_session_id"):
+                given = data.get(name)
+                if isinstance(given, str) and len(given) > MAX_SESSION_ID:
+                    raise ValueError(
+                        f"not a saved session: its {name} is {len(given)} characters long, more than"
+                        f" {MAX_SESSION_ID}"
+                    )
         raw_state = data.get("state") if isinstance(data, dict) else None
         if isinstance(raw_state, dict):
             for key, value in raw_state.items():  # as given: a set is refused, not made a list

@@ -332,7 +332,7 @@ PINNED: dict[str, tuple[str, ...]] = {
         "check_run_tree", "group_runs"
     ),
     "agentledger.session": (
-        "AgentSession", "SessionState"
+        "MAX_SESSION_ID", "AgentSession", "SessionState"
     ),
     "agentledger.store": (
         "DEFAULT_MAX_EVENTS", "DEFAULT_MAX_RUNS", "EventStore", "MemoryEventStore", "RunQuery",

@@ -250,3 +250,34 @@ async def test_a_write_in_place_after_a_rebuild_leaves_the_log_as_it_was() -> No
     assert written == [1]
     assert [c.value for e in second.events if isinstance(e, SessionUpdated) for c in e.changes] == [[1, 2]]
     assert rebuilt.state["cart"] == [1, 2]
+
+
+def test_from_dict_bounds_what_it_reads() -> None:
+    """A saved session with a session id of megabytes, keys a saved session never has, or a
+    state that contains itself is refused with a ValueError that names the problem."""
+    from agentledger.errors import SessionStateError
+    from agentledger.session import MAX_SESSION_ID
+
+    with pytest.raises(ValueError, match="session_id is 10000000 characters long"):
+        AgentSession.from_dict({"type": "session", "session_id": "x" * 10_000_000, "state": {}})
+    with pytest.raises(ValueError, match="service_session_id is"):
+        AgentSession.from_dict(
+            {"type": "session", "session_id": "s", "service_session_id": "y" * (MAX_SESSION_ID + 1)}
+        )
+    assert (
+        AgentSession.from_dict({"type": "session", "session_id": "x" * MAX_SESSION_ID}).session_id
+        == "x" * MAX_SESSION_ID
+    )
+    with pytest.raises(ValueError, match=r"unknown keys \['bogus'\]"):
+        AgentSession.from_dict({"type": "session", "session_id": "s", "bogus": 1})
+    looped: dict[str, object] = {}
+    looped["me"] = [looped]
+    with pytest.raises(SessionStateError, match="contains itself"):
+        AgentSession.from_dict({"type": "session", "session_id": "s", "state": {"loop": looped}})
+    with pytest.raises(SessionStateError, match="contains itself"):
+        AgentSession("s").state["loop"] = looped
+    deep: list[object] = []
+    for _ in range(5000):
+        deep = [deep]
+    with pytest.raises(SessionStateError, match="nested deeper"):
+        AgentSession("s").state["deep"] = deep
