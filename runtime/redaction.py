@@ -30,6 +30,7 @@ __all__ = (
     "mask_values",
     "redact_all",
     "redact_keys",
+    "scrub_shapes",
     "scrub_text",
     "wire_forms",
 )
@@ -39,7 +40,9 @@ Redactor = Callable[[Mapping[str, Any]], dict[str, Any]]
 _SECRET_WORDS = frozenset(
     {"password", "passwd", "pass", "passphrase", "pwd", "secret", "secrets", "token", "tokens", "apikey",
      "auth", "authorization", "credential", "credentials", "cookie", "cookies", "private", "signature",
-     "key", "keys", "sk", "bearer", "creds", "cred", "jwt", "dsn"}
+     "key", "keys", "sk", "bearer", "creds", "cred", "jwt", "dsn", "passcode", "otp", "totp", "mfa",
+     "connectionstring", "connstr", "sas", "pem", "hmac", "accesstoken", "authtoken", "apitoken",
+     "bearertoken", "refreshtoken", "idtoken"}
 )  # fmt: skip
 _WORDS = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+")
 _MAX_DEPTH = 64  # deeper values are recorded as a marker, not walked
@@ -55,10 +58,32 @@ _KEYED = re.compile(
 )
 
 
+# Credentials recognisable by their shape alone, wherever they appear: OpenAI and Anthropic API
+# keys (sk-..., sk-proj-..., sk-ant-...), JSON Web Tokens (three base64url parts, the first two
+# JSON objects: eyJ...), GitHub tokens (ghp_, gho_, ghu_, ghs_, ghr_, github_pat_), AWS access key
+# ids (AKIA...), Slack tokens (xox?-), and the key of an Azure connection string or SAS URL.
+_SHAPES = re.compile(
+    r"(?<![A-Za-z0-9_\-])(?:sk-(?:ant-|proj-|svcacct-|admin-)?[A-Za-z0-9_\-]{20,}"
+    r"|eyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}"
+    r"|(?:gh[pousr]_|github_pat_)[A-Za-z0-9_]{30,}"
+    r"|AKIA[0-9A-Z]{16}"
+    r"|xox[abposr]-[A-Za-z0-9\-]{10,})"
+    r"|(?<=AccountKey=)[^;\s\"']+|(?<=SharedAccessKey=)[^;\s\"']+|(?<=[?&]sig=)[^&\s\"'#]+"
+)
+
+
+def scrub_shapes(text: str) -> str:
+    """``text`` with every credential recognisable by its shape (see ``scrub_text``) replaced."""
+    return _SHAPES.sub(REDACTED, text) if _SHAPES.search(text) else text
+
+
 def scrub_text(text: str) -> str:
     """``text`` with credentials hidden: the password of ``scheme://user:password@``, a bearer or
-    basic token, the query string of a URL (where API keys travel) and the value of a
-    secret-named key (``password=...``, ``"api_key": "..."``) become ``[redacted]``."""
+    basic token, the query string of a URL (where API keys travel), the value of a secret-named
+    key (``password=...``, ``"api_key": "..."``) and any credential of a known shape (OpenAI and
+    Anthropic keys, JWTs, GitHub, AWS and Slack tokens, Azure account keys and SAS signatures)
+    become ``[redacted]``."""
+    text = scrub_shapes(text)
     keyed = _KEYED.search(text) is not None
     if not keyed and "://" not in text and not _BEARER.search(text):
         return text
@@ -148,6 +173,7 @@ def _scrub(key: str, value: Any, secret: Callable[[str], bool], depth: int = 0) 
     if secret(key):
         return REDACTED
     if isinstance(value, str):
+        value = scrub_shapes(value)
         return _URL_CREDENTIALS.sub(rf"\1{REDACTED}@", value) if "://" in value else value
     if isinstance(value, _JSON):
         return value
@@ -176,8 +202,9 @@ def redact_keys(*patterns: str) -> Redactor:
 
 default_redactor: Redactor = redact_keys()
 """Keys with a word like password, secret, token, key, auth, credential, cookie, private, bearer,
-jwt or dsn are redacted (``passenger_count`` and ``author`` are not: words, not substrings), and
-so is the password of every ``scheme://user:password@`` in a string value."""
+jwt, dsn, passcode, otp or connection string are redacted (``passenger_count`` and ``author`` are
+not: words, not substrings), and so are the password of every ``scheme://user:password@`` and
+every credential of a known shape (``scrub_shapes``) in a string value."""
 
 
 def redact_all(kwargs: Mapping[str, Any]) -> dict[str, Any]:

@@ -256,7 +256,7 @@ PINNED: dict[str, tuple[str, ...]] = {
     ),
     "agentledger.redaction": (
         "REDACTED", "Redactor", "default_redactor", "hidden_values", "mask_values", "redact_all",
-        "redact_keys", "scrub_text", "wire_forms"
+        "redact_keys", "scrub_shapes", "scrub_text", "wire_forms"
     ),
     "agentledger.render": (
         "plain_run", "render_run", "run_document"

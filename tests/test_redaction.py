@@ -9,7 +9,7 @@ import pytest
 from agentledger import Agent, redact_all, redact_keys
 from agentledger.adapters.chat.scripted import ScriptedChatClient
 from agentledger.core import RunStarted, encode_event
-from agentledger.redaction import REDACTED, default_redactor
+from agentledger.redaction import REDACTED, default_redactor, scrub_text
 
 
 @pytest.mark.parametrize(
@@ -58,3 +58,49 @@ async def test_secrets_never_reach_the_log() -> None:
     assert isinstance(started, RunStarted)
     assert started.function_invocation_kwargs == {"api_key": REDACTED, "user_id": "u-1"}
     assert started.client_kwargs_keys == ("headers",)
+
+
+@pytest.mark.parametrize(
+    "secret",
+    [
+        "sk-proj-abcdefghijklmnopqrstuvwx12",
+        "sk-ant-api03-AAAAAAAAAAAAAAAAAAAAAAAAAAAA",
+        "sk-abcdefghijklmnopqrstuvwxyz0123",
+        "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c",
+        "ghp_" + "a1B2" * 9,
+        "AKIAIOSFODNN7EXAMPLE",
+        "xoxb-123456789012-abcdefghij",
+    ],
+)
+def test_credentials_are_hidden_by_their_shape(secret: str) -> None:
+    """A bare key in an error message or a kwargs string value goes, whatever the key's name."""
+    from agentledger.redaction import scrub_shapes
+
+    text = f"request failed (credential {secret}); retry later"
+    assert secret not in scrub_text(text)
+    assert scrub_text(text) == "request failed (credential [redacted]); retry later"
+    assert scrub_shapes(secret) == "[redacted]"
+    assert default_redactor({"note": f"use {secret}"}) == {"note": "use [redacted]"}
+
+
+def test_azure_keys_go_by_their_labels_and_lookalikes_stay() -> None:
+    """Azure keys have no shape of their own: the account key of a connection string and a SAS
+    signature go by their labels; words that merely contain ``sk-`` or ids of 32 hex digits stay."""
+    connection = "DefaultEndpointsProtocol=https;AccountName=a;AccountKey=abc123+/==;EndpointSuffix=core"
+    assert scrub_text(connection) == connection.replace("abc123+/==", "[redacted]")
+    assert "abcDEF" not in scrub_text("https://x.blob.core.windows.net/c?sv=1&sig=abcDEF%2B")
+    plain = "a risk-assessment-of-the-whole-budget, trace 4bf92f3577b34da6a3ce929d0e0e4736"
+    assert scrub_text(plain) == plain
+
+
+def test_more_credential_names_are_secret() -> None:
+    """Names for one-time codes, connection strings and joined token names are secret keys."""
+    kwargs = {
+        "passcode": "1",
+        "otp": 2,
+        "apitoken": "x",
+        "connection_string": "y",
+        "conn_str": "z",
+        "author": "a",
+    }
+    assert default_redactor(kwargs) == {**dict.fromkeys(kwargs, "[redacted]"), "author": "a"}
