@@ -2,3 +2,6 @@
 
 Optional dependencies are imported only inside the adapter that needs them.
 """
+
+__all__: tuple[str, ...] = ()
+"""The adapters are in the packages below: chat, stores, export, mcp, serve, temporal."""

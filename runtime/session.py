@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextvars
 import threading
-import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -300,12 +299,6 @@ class SessionState(dict[str, Any]):
             self._encoded.clear()
             self._watched.clear()
             self._touched.clear()
-            self._load(values)
-
-    def load(self, values: dict[str, Any]) -> None:
-        """The old way to set values without recording them: ``reset`` now (kept for one release)."""
-        warnings.warn("SessionState.load is deprecated: use reset", DeprecationWarning, stacklevel=2)
-        with self._lock:
             self._load(values)
 
     def _load(self, values: dict[str, Any]) -> None:

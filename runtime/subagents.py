@@ -14,7 +14,6 @@ import contextlib
 import contextvars
 import inspect
 import re
-import warnings
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple, Protocol
 
@@ -305,12 +304,3 @@ def agent_tool(
         propagate_session=propagate_session,
         stream_callback=stream_callback,
     )
-
-
-def __getattr__(name: str) -> Any:
-    if name == "MAX_DEPTH":  # the old name, kept for one release
-        warnings.warn(
-            "agentledger.subagents.MAX_DEPTH is now MAX_AGENT_DEPTH", DeprecationWarning, stacklevel=2
-        )
-        return MAX_AGENT_DEPTH
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -134,25 +134,15 @@ PINNED: dict[str, tuple[str, ...]] = {
         "SessionSink", "current_run_context", "enter_run", "leave_run", "running"
     ),
     "agentledger.core": (
-        "approval_requests", "approval_responses", "conversation", "paused_calls", "resumed_batch",
-        "unmatched_approvals", "ClaimDecision", "HistoryGrowth", "PausedBatch", "arguments_digest",
-        "decide_claim", "history_growth", "paused_batch", "PROMOTE_AT", "PROMOTE_BUDGET", "collector_paused",
-        "CallModel", "Command",
-        "FinishRun", "InvokeTools", "Phase", "AgentLedgerError", "TransitionError", "UnrecordableError",
-        "MAX_DEPTH", "too_deep", "ALWAYS_REQUIRE", "APPROVAL_MODES", "NEVER_REQUIRE", "SCHEMA_VERSION",
-        "ApprovalRequested", "ApprovalResolved", "ArgumentsRejected", "BatchClaimed", "BatchResumed",
-        "CallsSkipped", "ChildRunStarted", "ClaimedAnswer", "ContextProvided", "Event", "EventBase",
-        "IterationLimitReached", "MiddlewareShortCircuit", "ModelCalled", "ModelFailed",
-        "ModelRequestRewritten", "ModelResponded", "RunCompleted", "RunConfig", "RunFailed",
-        "RunInputRewritten", "RunStarted", "RunTerminated", "SessionUpdated", "StateChange", "ToolCalled",
-        "ToolChoice", "ToolChoiceReset", "ToolFailed", "ToolNotFound", "ToolReturned", "ToolSpec",
-        "ToolsAdded", "ToolsRemoved", "decode_event", "decode_events", "encode_event", "to_plain",
-        "INT64_MAX", "INT64_MIN", "check_event", "checked_bytes", "keep_checked_bytes", "may_overflow",
-        "safe_text", "Executor", "RunLoop", "StepLog", "DERIVED", "TRANSITIONS", "Begin", "Fail", "Finish",
-        "Reaction", "RunMachine", "Transition", "transition_table", "Content", "ContentType", "Message",
-        "MessageView", "Usage", "malformed_calls", "result_text", "LIMIT_REACHED", "REJECTED_BY_USER",
-        "ModelCall", "SessionProjection", "ToolsProjection", "TranscriptProjection", "Views",
-        "apply_changes", "conversation_after", "error_text"
+        "ApprovalRequested", "ApprovalResolved", "ArgumentsRejected", "BatchClaimed",
+        "BatchResumed", "Begin", "CallModel", "CallsSkipped", "ChildRunStarted", "Command",
+        "ContextProvided", "Event", "EventBase", "Executor", "Fail", "Finish", "FinishRun",
+        "InvokeTools", "IterationLimitReached", "MiddlewareShortCircuit", "ModelCalled",
+        "ModelFailed", "ModelRequestRewritten", "ModelResponded", "Phase", "Reaction",
+        "RunCompleted", "RunFailed", "RunInputRewritten", "RunLoop", "RunMachine", "RunStarted",
+        "RunTerminated", "SessionUpdated", "ToolCalled", "ToolChoiceReset", "ToolFailed",
+        "ToolNotFound", "ToolReturned", "ToolsAdded", "ToolsRemoved", "TransitionError",
+        "decode_event", "decode_events", "encode_event"
     ),
     "agentledger.core.approvals": (
         "approval_requests", "approval_responses", "conversation", "paused_calls", "resumed_batch",
@@ -368,5 +358,17 @@ PINNED: dict[str, tuple[str, ...]] = {
     "agentledger.tools": (
         "ApprovalMode", "ArgumentsError", "FunctionTool", "ReplayRule", "ToolParameters", "arguments_valid",
         "normalize_tools", "tool"
+    ),
+    "agentledger.adapters": (),
+    "agentledger.adapters.chat": (
+        "AnthropicClient", "AzureOpenAIChatClient", "AzureOpenAIResponsesClient", "Call",
+        "OpenAIChatClient", "OpenAIResponsesClient", "ScriptedChatClient"
+    ),
+    "agentledger.adapters.stores": (
+        "JsonlEventStore", "PostgresEventStore", "SqliteEventStore"
+    ),
+    "agentledger.adapters.export": (
+        "OtelBridge", "StructlogSink", "export_otlp", "render_html", "spans_from_events",
+        "write_html"
     ),
 }

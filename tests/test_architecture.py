@@ -64,7 +64,9 @@ def _imports(module: str) -> Iterator[tuple[str, list[str]]]:
         elif isinstance(node, ast.ImportFrom):
             target = _resolve(module, node)
             names = [alias.name for alias in node.names]
-            yield target, [n for n in names if f"{target}.{n}" not in MODULES]
+            taken = [n for n in names if f"{target}.{n}" not in MODULES]
+            if taken or target not in MODULES or not _is_package(target):
+                yield target, taken  # ``from . import sibling`` takes nothing of the package's own
             for name in names:
                 if f"{target}.{name}" in MODULES:
                     yield f"{target}.{name}", []
@@ -209,13 +211,30 @@ def floors() -> dict[str, int]:
     return found
 
 
+def _members(room: str) -> list[str]:
+    """The files a room holds, by name: a package's modules (its ``__init__.py`` first), else
+    the room's own file."""
+    if not _is_package(room) or room in ("agentledger", "agentledger.adapters"):
+        return []
+    folder = MODULES[room].parent
+    inside = sorted(
+        MODULES[m].relative_to(folder).as_posix()
+        for m in MODULES
+        if _room(m) == room and MODULES[m] != MODULES[room]
+    )
+    return ["__init__.py", *inside]
+
+
 def module_map() -> str:
-    """The module map docs/architecture.md embeds: every room by floor, the top floor first."""
+    """The module map docs/architecture.md embeds: every room by floor, the top floor first, a
+    package's room with every file it holds."""
     by_floor = floors()
-    rows = ["| floor | modules (each imports only from the floors below it) |", "|---|---|"]
+    rows = ["| floor | room | its files |", "|---|---|---|"]
     for level in sorted(set(by_floor.values()), reverse=True):
-        rooms = sorted(_room_name(r) for r, f in by_floor.items() if f == level)
-        rows.append(f"| {level} | {', '.join(rooms)} |")
+        for room in sorted(by_floor, key=_room_name):
+            if by_floor[room] == level:
+                files = ", ".join(f"`{f}`" for f in _members(room))
+                rows.append(f"| {level} | {_room_name(room)} | {files} |")
     return "\n".join(rows)
 
 
@@ -227,6 +246,24 @@ def test_the_module_map_is_drawn_from_the_import_graph() -> None:
     page = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
     embedded = page.split(MAP_START, 1)[1].split(MAP_END, 1)[0]
     assert embedded.strip("\n") == module_map()
+
+
+def test_every_file_of_the_tree_is_on_the_map() -> None:
+    """Each ``.py`` file under ``runtime/`` and ``adapters/`` is named on the embedded map, as a
+    room of its own or as a file of its package's room."""
+    page = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    embedded = page.split(MAP_START, 1)[1].split(MAP_END, 1)[0]
+    named: set[Path] = set()
+    for row in embedded.strip().splitlines()[2:]:
+        _, _, room, files, _ = (cell.strip() for cell in row.split("|"))
+        path = ROOT / room.strip("`")
+        if files:
+            named.update(path / f.strip().strip("`") for f in files.split(","))
+        else:
+            named.add(path)
+    tree = {p for folder in SOURCES.values() for p in folder.rglob("*.py")}
+    assert tree - named == set()
+    assert len(tree) > 100  # the walk saw the package
 
 
 def test_modules_are_found() -> None:

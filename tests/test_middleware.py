@@ -30,7 +30,7 @@ from agentledger import (
     tool,
 )
 from agentledger.adapters.chat.scripted import Call, ScriptedChatClient, ScriptedRequest
-from agentledger.core import ModelRequestRewritten, RunInputRewritten, TranscriptProjection
+from agentledger.core import ModelRequestRewritten, RunInputRewritten
 from agentledger.core.events import (
     MiddlewareShortCircuit,
     ModelCalled,
@@ -39,6 +39,7 @@ from agentledger.core.events import (
     ToolCalled,
     ToolReturned,
 )
+from agentledger.core.projections import TranscriptProjection
 from agentledger.redaction import REDACTED
 from agentledger.testing import FixedClock, SequentialIds, event_types, events_of
 

@@ -76,50 +76,47 @@ def test_every_public_all_is_pinned() -> None:
     assert found == PINNED
 
 
-def test_names_that_left_the_core_warn_for_one_release() -> None:
-    """A helper the core now keeps to itself is still reachable under its old name, with a warning."""
-    with pytest.warns(DeprecationWarning, match="answered_calls is no longer public"):
-        old = agentledger.core.answered_calls
-    assert old.__name__ == "_answered_calls"
-    assert "answered_calls" not in agentledger.core.__all__
+def test_the_core_exports_what_a_driver_needs_and_no_more() -> None:
+    """agentledger.core is the log's events, the machine with its inputs and commands, the loop:
+    45 names at most; each of the rest is public in its own module."""
+    assert len(agentledger.core.__all__) <= 45
+    for name in agentledger.core.__all__:
+        assert getattr(agentledger.core, name) is not None
+    for plumbing in ("INT64_MAX", "PROMOTE_AT", "checked_bytes", "Views", "decide_claim"):
+        assert plumbing not in agentledger.core.__all__
+        assert not hasattr(agentledger.core, plumbing), plumbing
+
+
+@pytest.mark.parametrize(
+    ("owner", "name"),
+    [
+        ("agentledger.core", "Step"),
+        ("agentledger.core", "refold"),
+        ("agentledger.core", "fold_views"),
+        ("agentledger.core", "answered_calls"),
+        ("agentledger.core.projections.ToolsProjection", "rebuild"),
+        ("agentledger.subagents", "MAX_DEPTH"),
+        ("agentledger.run", "to_json"),
+        ("agentledger.replay.findings.Finding", "to_json"),
+        ("agentledger.adapters.temporal.types.StepOutcome", "held"),
+        ("agentledger.session.SessionState", "load"),
+    ],
+)
+def test_names_renamed_before_the_first_release_are_gone(owner: str, name: str) -> None:
+    """No name answers twice: the old spelling of a renamed name is an AttributeError, not a shim."""
+    parts = owner.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            target: Any = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for part in parts[cut:]:
+            target = getattr(target, part)
+        break
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         with pytest.raises(AttributeError):
-            agentledger.core.never_was  # noqa: B018
-
-
-def _old_names() -> list[tuple[str, Any, Any]]:
-    """(old name, how it is reached, what it is now) for every name renamed in this release."""
-    from agentledger.adapters.temporal.types import StepOutcome
-    from agentledger.core import RunMachine, Views
-    from agentledger.replay.findings import Finding
-
-    finding = Finding(kind="drift", run_id="r", path=("r",), seq=1, rerun_seq=1, field="x")
-    return [
-        ("Step", lambda: agentledger.core.Step, agentledger.core.Reaction),
-        ("refold", lambda: agentledger.core.refold([]).phase, RunMachine.from_events([]).phase),
-        ("fold_views", lambda: len(agentledger.core.fold_views([])), len(Views.from_events([]))),
-        ("rebuild", lambda: agentledger.core.ToolsProjection.rebuild([]).names, ()),
-        ("MAX_DEPTH", lambda: agentledger.subagents.MAX_DEPTH, agentledger.subagents.MAX_AGENT_DEPTH),
-        ("to_json", lambda: agentledger.run.to_json(b"x"), agentledger.run.to_recorded(b"x")),
-        ("Finding.to_json", finding.to_json, finding.to_dict()),
-        ("StepOutcome.held", lambda: StepOutcome(awaits_approval=True).held, True),
-        ("SessionState.load", lambda: _loaded(), {"k": 1}),
-    ]
-
-
-def _loaded() -> dict[str, Any]:
-    state = agentledger.AgentSession("s").state
-    state.load({"k": 1})
-    return dict(state)
-
-
-@pytest.mark.parametrize("old", range(9))
-def test_renamed_names_answer_for_one_release_with_a_warning(old: int) -> None:
-    """Each renamed public name still gives what its new name gives, and warns that it moved."""
-    name, reach, now = _old_names()[old]
-    with pytest.warns(DeprecationWarning, match="is now|deprecated"):
-        assert reach() == now, name
+            getattr(target, name)
 
 
 def test_the_old_wire_name_of_a_waiting_call_is_kept() -> None:

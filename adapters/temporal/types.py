@@ -9,7 +9,6 @@ activity's or workflow's signature. This module imports only msgspec, temporalio
 
 from __future__ import annotations
 
-import warnings
 from typing import Any, Literal
 
 import msgspec
@@ -202,12 +201,6 @@ class StepOutcome(msgspec.Struct, frozen=True, kw_only=True):
     error_message: str | None = None
     awaits_approval: bool = msgspec.field(default=False, name="held")
     """A gated call with valid arguments: it waits for approval, not run (``held`` on the wire)."""
-
-    @property
-    def held(self) -> bool:
-        """The old name of ``awaits_approval``, kept for one release."""
-        warnings.warn("StepOutcome.held is now awaits_approval", DeprecationWarning, stacklevel=2)
-        return self.awaits_approval
 
 
 class AppendRequest(msgspec.Struct, frozen=True, kw_only=True):

@@ -22,7 +22,6 @@ outside through read-only properties; only the machine's transitions change it.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable, MutableSequence, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, TypeVar
@@ -947,12 +946,6 @@ DERIVED: tuple[type, ...] = (
 ``finish``/``fail``. Every other event is an input."""
 
 
-def refold(events: Sequence[Event], history: Sequence[Message] = ()) -> RunMachine:
-    """The old name of ``RunMachine.from_events``, kept for one release."""
-    warnings.warn("refold is now RunMachine.from_events", DeprecationWarning, stacklevel=2)
-    return RunMachine.from_events(events, history)
-
-
 def transition_table() -> str:
     """``TRANSITIONS`` as Markdown (docs/events.md embeds this, a test keeps it current)."""
     order = list(Phase)
@@ -963,13 +956,6 @@ def transition_table() -> str:
         leads = ", ".join(p.value for p in sorted(edge.leads_to, key=order.index))
         rows.append(f"| {phase.value} | {label} | {leads} | {edge.does} |")
     return "\n".join(rows)
-
-
-def __getattr__(name: str) -> Any:
-    if name == "Step":  # the old name of Reaction, kept for one release
-        warnings.warn("agentledger.core.Step is now Reaction", DeprecationWarning, stacklevel=2)
-        return Reaction
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _unpriced(event: ModelResponded) -> str:

@@ -7,7 +7,6 @@ Each projection has ``apply(event)``, which updates it in place in O(size of the
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Iterable, Sequence
 from collections.abc import Set as AbstractSet
 from typing import Any, NamedTuple
@@ -120,12 +119,6 @@ class ToolsProjection:
             view.apply(event)
         return view
 
-    @classmethod
-    def rebuild(cls, events: Iterable[Event]) -> ToolsProjection:
-        """The old name of ``from_events``, kept for one release."""
-        warnings.warn("rebuild is now from_events", DeprecationWarning, stacklevel=2)
-        return cls.from_events(events)
-
 
 _TOOL_EVENTS = frozenset({RunStarted, ToolsAdded, ToolsRemoved, ContextProvided})
 _NO_CALLS: frozenset[str] = frozenset()
@@ -168,12 +161,6 @@ class SessionProjection:
         for event in events:
             view.apply(event)
         return view
-
-    @classmethod
-    def rebuild(cls, events: Iterable[Event], session_id: str | None = None) -> SessionProjection:
-        """The old name of ``from_events``, kept for one release."""
-        warnings.warn("rebuild is now from_events", DeprecationWarning, stacklevel=2)
-        return cls.from_events(events, session_id)
 
 
 class ModelCall(msgspec.Struct, frozen=True, gc=False):
@@ -387,12 +374,6 @@ class TranscriptProjection:
             view.apply(event)
         return view
 
-    @classmethod
-    def rebuild(cls, events: Iterable[Event]) -> TranscriptProjection:
-        """The old name of ``from_events``, kept for one release."""
-        warnings.warn("rebuild is now from_events", DeprecationWarning, stacklevel=2)
-        return cls.from_events(events)
-
 
 TRANSCRIPT_FOLDS: dict[type, Any] = {
     RunStarted: TranscriptProjection._started,
@@ -448,9 +429,3 @@ class Views(NamedTuple):
                 elif kind is SessionUpdated:
                     apply_session(event)
         return views
-
-
-def fold_views(events: Iterable[Event], session_id: str | None = None) -> Views:
-    """The old name of ``Views.from_events``, kept for one release."""
-    warnings.warn("fold_views is now Views.from_events", DeprecationWarning, stacklevel=2)
-    return Views.from_events(events, session_id)

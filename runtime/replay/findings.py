@@ -15,7 +15,6 @@ field and both values.
 from __future__ import annotations
 
 import difflib
-import warnings
 from collections.abc import Iterable, Sequence
 from typing import Any, Literal
 
@@ -96,11 +95,6 @@ class Finding(msgspec.Struct, frozen=True, kw_only=True):
         data: dict[str, Any] = msgspec.to_builtins(self)
         data["where"] = self.where
         return data
-
-    def to_json(self) -> dict[str, Any]:
-        """The old name of ``to_dict``, kept for one release."""
-        warnings.warn("Finding.to_json is now to_dict", DeprecationWarning, stacklevel=2)
-        return self.to_dict()
 
 
 def _short(value: Any, limit: int = 80) -> str:

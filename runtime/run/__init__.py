@@ -26,7 +26,6 @@ from .tool_step import (
     invoke_call,
     record_outcome,
 )
-from .values import to_json as to_json  # the old name of to_recorded, for one release
 from .values import to_recorded
 
 __all__ = (

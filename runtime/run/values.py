@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 import msgspec
@@ -40,9 +39,3 @@ def _json_form(value: Any) -> Any:
     if callable(dump) and hasattr(type(value), "model_fields"):
         return dump(mode="json")
     raise TypeError(f"{type(value).__name__} has no JSON form")
-
-
-def to_json(value: Any) -> Any:
-    """The old name of ``to_recorded``, kept for one release."""
-    warnings.warn("agentledger.run.to_json is now to_recorded", DeprecationWarning, stacklevel=2)
-    return to_recorded(value)

@@ -12,8 +12,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from agentledger.core import PROMOTE_AT, PROMOTE_BUDGET, Views, collector_paused
+from agentledger.core.collector import PROMOTE_AT, PROMOTE_BUDGET, collector_paused
 from agentledger.core.events import RunStarted
+from agentledger.core.projections import Views
 
 
 @pytest.fixture(autouse=True)

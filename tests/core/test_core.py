@@ -12,8 +12,6 @@ import pytest
 from agentledger import Agent
 from agentledger.adapters.chat.scripted import Call, ScriptedChatClient
 from agentledger.core import (
-    DERIVED,
-    TRANSITIONS,
     ModelCalled,
     ModelResponded,
     Phase,
@@ -24,6 +22,7 @@ from agentledger.core import (
     TransitionError,
 )
 from agentledger.core.events import Event, ToolSpec
+from agentledger.core.machine import DERIVED, TRANSITIONS
 from agentledger.core.messages import Content, Message
 from agentledger.testing import FixedClock, SequentialIds
 

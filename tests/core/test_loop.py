@@ -16,24 +16,20 @@ from agentledger.core import (
     ApprovalRequested,
     CallModel,
     Command,
-    Content,
     Event,
     FinishRun,
     InvokeTools,
-    Message,
     ModelResponded,
-    RunConfig,
     RunMachine,
     RunStarted,
     SessionUpdated,
-    StateChange,
-    StepLog,
     ToolCalled,
     ToolReturned,
-    ToolSpec,
-    UnrecordableError,
 )
-from agentledger.core.loop import RunLoop
+from agentledger.core.errors import UnrecordableError
+from agentledger.core.events import RunConfig, StateChange, ToolSpec
+from agentledger.core.loop import RunLoop, StepLog
+from agentledger.core.messages import Content, Message
 
 pytestmark = pytest.mark.anyio
 

@@ -16,10 +16,6 @@ import msgspec
 import pytest
 
 from agentledger.core import (
-    DERIVED,
-    LIMIT_REACHED,
-    REJECTED_BY_USER,
-    TRANSITIONS,
     ApprovalRequested,
     ApprovalResolved,
     ArgumentsRejected,
@@ -28,16 +24,13 @@ from agentledger.core import (
     CallModel,
     CallsSkipped,
     ChildRunStarted,
-    ClaimedAnswer,
     Command,
-    Content,
     ContextProvided,
     Event,
     EventBase,
     FinishRun,
     InvokeTools,
     IterationLimitReached,
-    Message,
     MiddlewareShortCircuit,
     ModelCalled,
     ModelFailed,
@@ -46,26 +39,25 @@ from agentledger.core import (
     Phase,
     Reaction,
     RunCompleted,
-    RunConfig,
     RunFailed,
     RunInputRewritten,
     RunMachine,
     RunStarted,
     RunTerminated,
     SessionUpdated,
-    StateChange,
     ToolCalled,
     ToolChoiceReset,
     ToolFailed,
     ToolNotFound,
     ToolReturned,
     ToolsAdded,
-    ToolSpec,
     ToolsRemoved,
     TransitionError,
-    Usage,
 )
-from agentledger.core.machine import BY_PHASE, Begin, Fail, Finish
+from agentledger.core.events import ClaimedAnswer, RunConfig, StateChange, ToolSpec
+from agentledger.core.machine import BY_PHASE, DERIVED, TRANSITIONS, Begin, Fail, Finish
+from agentledger.core.messages import Content, Message, Usage
+from agentledger.core.projections import LIMIT_REACHED, REJECTED_BY_USER
 
 E = TypeVar("E", bound=EventBase)
 

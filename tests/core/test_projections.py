@@ -11,8 +11,9 @@ from hypothesis import strategies as st
 
 from agentledger import Agent, AgentSession, FunctionInvocationContext, tool
 from agentledger.adapters.chat.scripted import Call, ScriptedChatClient
-from agentledger.core import ModelCalled, RunMachine, RunStarted, ToolsProjection, TranscriptProjection
+from agentledger.core import ModelCalled, RunMachine, RunStarted
 from agentledger.core.events import Event
+from agentledger.core.projections import ToolsProjection, TranscriptProjection
 from agentledger.testing import FixedClock, SequentialIds
 
 

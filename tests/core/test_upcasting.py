@@ -8,8 +8,8 @@ from typing import Any
 import msgspec
 import pytest
 
-from agentledger.core import SCHEMA_VERSION, RunStarted, ToolReturned, decode_event
-from agentledger.core.events import Event
+from agentledger.core import RunStarted, ToolReturned, decode_event
+from agentledger.core.events import SCHEMA_VERSION, Event
 from agentledger.core.upcasting import (
     UPCASTERS,
     SchemaVersionError,

@@ -18,15 +18,8 @@ import pytest
 
 from agentledger import Agent, AgentSession, ApprovalError, MemoryEventStore, Message, tool
 from agentledger.adapters.chat.scripted import Call, ScriptedChatClient, ScriptEntry
-from agentledger.core import (
-    BatchClaimed,
-    Event,
-    RunCompleted,
-    ToolCalled,
-    arguments_digest,
-    decide_claim,
-    paused_batch,
-)
+from agentledger.core import BatchClaimed, Event, RunCompleted, ToolCalled
+from agentledger.core.claims import arguments_digest, decide_claim, paused_batch
 from agentledger.errors import ApprovalMismatchError, CallOutcomeUnknownError
 from agentledger.store import EventStore, SupportsAclose
 from tests._resume_child import bank_agent, open_store, session_of
@@ -327,7 +320,8 @@ async def test_a_session_holding_another_version_of_the_call_is_refused() -> Non
 
 def test_the_core_decides_claims_from_logs_alone() -> None:
     """decide_claim is pure: a first claim, a stray call, and the digest that binds an answer."""
-    from agentledger.core import ApprovalRequested, Content, ModelResponded, RunStarted
+    from agentledger.core import ApprovalRequested, ModelResponded, RunStarted
+    from agentledger.core.messages import Content
 
     call = Content.from_function_call("c1", "wire", arguments='{"amount": 1}')
     log: list[Event] = [

@@ -19,15 +19,8 @@ from agentledger import (
     tool,
 )
 from agentledger.adapters.chat.scripted import Call, ScriptedChatClient, ScriptEntry
-from agentledger.core import (
-    CallsSkipped,
-    Event,
-    IterationLimitReached,
-    ModelResponded,
-    RunConfig,
-    RunFailed,
-    RunStarted,
-)
+from agentledger.core import CallsSkipped, Event, IterationLimitReached, ModelResponded, RunFailed, RunStarted
+from agentledger.core.events import RunConfig
 from agentledger.core.projections import LIMIT_REACHED
 from agentledger.cost import Price, cost_report
 from agentledger.replay import load, rerun

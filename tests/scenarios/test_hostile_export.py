@@ -17,7 +17,6 @@ from agentledger import Agent, Message, tool
 from agentledger.adapters.chat.scripted import Call, ScriptedChatClient
 from agentledger.adapters.export.otel import OtelBridge
 from agentledger.adapters.export.otlp import encode_json, encode_protobuf, spans_from_events
-from agentledger.core import Usage
 from agentledger.core.events import (
     Event,
     ModelCalled,
@@ -26,6 +25,7 @@ from agentledger.core.events import (
     RunStarted,
     ToolCalled,
 )
+from agentledger.core.messages import Usage
 from agentledger.store import MemoryEventStore
 from agentledger.testing import FixedClock, SequentialIds, event_types
 
@@ -159,7 +159,7 @@ async def test_arguments_nested_past_the_depth_limit_export_and_bridge_with_cont
         document = json.loads(encode_json(spans))
         assert document["resourceSpans"]
     text = json.dumps(document)
-    assert '[[[[' in text  # the argument text is exported as the text it was
+    assert "[[[[" in text  # the argument text is exported as the text it was
 
 
 def test_export_include_content_of_deep_arguments_is_written(tmp_path: Any, capsys: Any) -> None:

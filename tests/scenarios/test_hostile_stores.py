@@ -21,7 +21,8 @@ from agentledger.adapters.chat.scripted import ScriptedChatClient
 from agentledger.adapters.stores.jsonl import JsonlEventStore
 from agentledger.adapters.stores.sqlite import SqliteEventStore
 from agentledger.cli import main
-from agentledger.core import MAX_DEPTH, decode_event, decode_events
+from agentledger.core import decode_event, decode_events
+from agentledger.core.depth import MAX_DEPTH
 from agentledger.core.events import Event
 from agentledger.store import EventStore
 from agentledger.testing import FixedClock, SequentialIds

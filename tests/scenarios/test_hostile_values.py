@@ -35,7 +35,7 @@ from agentledger.adapters.stores._codec import encode_records
 from agentledger.adapters.stores.jsonl import JsonlEventStore
 from agentledger.adapters.stores.sqlite import SqliteEventStore
 from agentledger.cli import main
-from agentledger.core import MAX_DEPTH, Usage, check_event, checked_bytes, keep_checked_bytes
+from agentledger.core.depth import MAX_DEPTH
 from agentledger.core.events import (
     ArgumentsRejected,
     MiddlewareShortCircuit,
@@ -47,6 +47,8 @@ from agentledger.core.events import (
     ToolFailed,
     ToolReturned,
 )
+from agentledger.core.limits import check_event, checked_bytes, keep_checked_bytes
+from agentledger.core.messages import Usage
 from agentledger.store import EventStore
 from agentledger.testing import FixedClock, SequentialIds, event_types
 
