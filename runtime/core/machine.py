@@ -127,6 +127,9 @@ class Transition(Generic[In]):
     """Every phase the run may be in once the handler is done (the machine holds itself to it)."""
     guard: Callable[[RunMachine, In], None] | None = None
     """A check the input must pass before anything changes (raises ``TransitionError``)."""
+    moves_to: Phase | None = None
+    """The one phase the transition leads to, where it leads to one other than its own: the
+    machine moves there once the handler is done, so that handler sets no phase."""
 
     @property
     def does(self) -> str:
@@ -380,7 +383,9 @@ class RunMachine:
             if fold is not None:
                 fold(self._transcript, event)
             edge.handler(self, event)
-            if self._phase not in edge.leads_to:
+            if edge.moves_to is not None:
+                self._phase_to(edge.moves_to)
+            elif self._phase not in edge.leads_to:
                 self._astray(edge, kind.__name__)
         except BaseException:  # a bug in a handler: the owner's log keeps no half of a reaction
             del log[kept:]
@@ -533,7 +538,9 @@ class RunMachine:
         if call.at is not None:
             self._at = call.at
         edge.handler(self, call)
-        if self._phase not in edge.leads_to:
+        if edge.moves_to is not None:
+            self._phase_to(edge.moves_to)
+        elif self._phase not in edge.leads_to:
             self._astray(edge, f"{call.verb}()")
         reaction = self._out, self._commands  # handed over, not kept (as in ``handle``)
         del self._out, self._commands
@@ -658,12 +665,10 @@ class RunMachine:
                 usage=self._usage if call.usage is None else call.usage,
                 reason=self._finish_reason,
             )
-        self._phase_to(Phase.DONE)
 
     def _on_fail(self, call: Fail) -> None:
         """Record RunFailed: the run cannot go on."""
         self._derive(RunFailed, error_type=call.error_type, message=call.message)
-        self._phase_to(Phase.DONE)
 
     def _on_started(self, event: RunStarted) -> None:
         """Take the run id, limits and tool_choice; wait for agent middleware to hand over."""
@@ -676,7 +681,6 @@ class RunMachine:
         if conversation_id:  # the service holds the history; the input is sent
             self._conversation_id = conversation_id
             self._held = self._transcript.history_length
-        self._phase_to(Phase.STARTED)
 
     def _on_rewritten(self, event: RunInputRewritten) -> None:
         """Agent middleware replaced the input; a new tool_choice takes effect."""
@@ -883,7 +887,8 @@ def _edge(
     *leads_to: Phase,
     guard: Callable[[RunMachine, In], None] | None = None,
 ) -> tuple[tuple[Phase, type], Transition[Any]]:
-    return (phase, kind), Transition(handler, frozenset(leads_to), guard)
+    moves_to = leads_to[0] if len(leads_to) == 1 and leads_to[0] is not phase else None
+    return (phase, kind), Transition(handler, frozenset(leads_to), guard, moves_to)
 
 
 def _table() -> dict[tuple[Phase, type], Transition[Any]]:

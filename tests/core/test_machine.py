@@ -1213,3 +1213,19 @@ def test_result_for_a_call_not_awaiting_one_is_refused(kind: str) -> None:
     with pytest.raises(TransitionError, match="not awaiting a result"):
         run.machine.handle(stray)
     assert snapshot(run.machine) == before
+
+
+def test_the_table_moves_the_phase_where_a_transition_has_one_destination() -> None:
+    """A transition that leads to one other phase is moved there by the table, not its handler;
+    one that may lead to several is checked against them."""
+    from agentledger.core.machine import TRANSITIONS
+
+    single = 0
+    for (phase, _kind), edge in TRANSITIONS.items():
+        (only,) = edge.leads_to if len(edge.leads_to) == 1 else (None,)
+        if only is not None and only is not phase:
+            assert edge.moves_to is only
+            single += 1
+        else:
+            assert edge.moves_to is None
+    assert single >= 8  # RunStarted, Finish, the four Fail edges, ModelFailed, ApprovalRequested...
