@@ -13,6 +13,7 @@ from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any, Literal, overload
 
 import anyio
+from typing_extensions import Unpack
 
 from ._sources import Clock, IdSource, RandomIds
 from .chat import ChatClient, ChatOptions
@@ -27,7 +28,9 @@ from .response import AgentResponse, AgentResponseUpdate
 from .run.lifecycle import AgentRun
 from .run.spec import (
     Layers,
+    RunArguments,
     RunSpec,
+    SpecArguments,
     check_option_names,
     check_run_limit,
     check_tool_choice,
@@ -42,14 +45,16 @@ from .structured import response_schema
 from .subagents import StreamCallback, agent_tool, take_child_link
 from .tools import FunctionTool, normalize_tools
 
-__all__ = ("Agent", "AgentResponse", "AgentResponseUpdate", "RunStream")
+__all__ = ("Agent", "AgentResponse", "AgentResponseUpdate", "RunArguments", "RunStream", "SpecArguments")
+
+RunInput = str | Content | Message | Sequence[Any] | None
+"""What a run is given as its input: text, a content, a message, or a list of them."""
 
 
+_SPEC_NAMES = tuple(SpecArguments.__annotations__)
 _CLIENT_PARAMETERS = frozenset({"messages", "options", "function_invocation_kwargs", "client_kwargs"})
 _OPTION_NAMES = frozenset(ChatOptions.__annotations__) - {"tools"}
-_RUN_PARAMETERS = (
-    "stream", "session", "options", "function_invocation_kwargs", "client_kwargs", "middleware", "tools",
-)  # fmt: skip
+_RUN_PARAMETERS = ("stream", *RunArguments.__annotations__, *_SPEC_NAMES)
 
 
 def _frozen_layers(layers: Mapping[str, list[Layer]]) -> dict[str, tuple[Layer, ...]]:
@@ -60,6 +65,7 @@ _NO_PRICE = (
     "max_cost needs prices: pass Agent(price=...), e.g. agentledger.adapters.prices.genai_price "
     "(pip install 'agentledger[prices]')"
 )
+
 
 class Agent:
     """An LLM agent: a chat client, instructions, tools and middleware.
@@ -187,60 +193,37 @@ class Agent:
     @overload
     def run(
         self,
-        messages: str | Content | Message | Sequence[Any] | None = None,
+        messages: RunInput = None,
         *,
         stream: Literal[False] = False,
-        session: AgentSession | None = None,
-        options: Mapping[str, Any] | None = None,
-        function_invocation_kwargs: Mapping[str, Any] | None = None,
-        client_kwargs: Mapping[str, Any] | None = None,
-        middleware: Sequence[Any] | None = None,
-        tools: Any = None,
-        **kwargs: Any,
+        **arguments: Unpack[RunArguments],
     ) -> Coroutine[Any, Any, AgentResponse]: ...
     @overload
     def run(
-        self,
-        messages: str | Content | Message | Sequence[Any] | None = None,
-        *,
-        stream: Literal[True],
-        session: AgentSession | None = None,
-        options: Mapping[str, Any] | None = None,
-        function_invocation_kwargs: Mapping[str, Any] | None = None,
-        client_kwargs: Mapping[str, Any] | None = None,
-        middleware: Sequence[Any] | None = None,
-        tools: Any = None,
-        **kwargs: Any,
+        self, messages: RunInput = None, *, stream: Literal[True], **arguments: Unpack[RunArguments]
     ) -> RunStream: ...
     def run(
-        self,
-        messages: str | Content | Message | Sequence[Any] | None = None,
-        *,
-        stream: bool = False,
-        session: AgentSession | None = None,
-        options: Mapping[str, Any] | None = None,
-        function_invocation_kwargs: Mapping[str, Any] | None = None,
-        client_kwargs: Mapping[str, Any] | None = None,
-        middleware: Sequence[Any] | None = None,
-        tools: Any = None,
-        **kwargs: Any,
+        self, messages: RunInput = None, *, stream: bool = False, **arguments: Any
     ) -> Coroutine[Any, Any, AgentResponse] | RunStream:
         """Run the agent once: model, tools, model... until it answers, and record every step.
 
         ``await agent.run(...)`` gives the ``AgentResponse``; ``agent.run(..., stream=True)`` is
-        ``agent.run_stream(...)``: iterate it for updates as they happen.
+        ``agent.run_stream(...)``: iterate it for updates as they happen. The keyword arguments
+        are ``RunArguments``; any other keyword is a runtime value for the tools and the client
+        (deprecated: ``function_invocation_kwargs=`` and ``client_kwargs=`` say which).
         """
-        tool_kwargs = self._legacy_kwargs(function_invocation_kwargs, kwargs)
+        session = arguments.pop("session", None)
+        given: dict[str, Any] = {k: arguments.pop(k) for k in _SPEC_NAMES if k in arguments}
+        kwargs = arguments  # what is left: runtime values given the deprecated way
+        given["function_invocation_kwargs"] = self._legacy_kwargs(
+            given.get("function_invocation_kwargs"), kwargs
+        )
         _check_session(session)
         link = take_child_link(self)  # this run answers a sub-agent call of another agent's run
         spec = self.run_spec(
-            options=options,
-            function_invocation_kwargs=tool_kwargs,
-            client_kwargs=client_kwargs,
-            middleware=middleware,
-            tools=tools,
             parent=link.parent if link else None,
             share_history=link.share_history if link else True,
+            **given,
         )
         if link is not None and link.store is not spec.store:  # recorded with its caller's run
             spec = spec.replace(store=link.store)
@@ -256,17 +239,7 @@ class Agent:
             return RunStream(run, messages)
         return run.execute(messages)
 
-    def run_sync(
-        self,
-        messages: str | Content | Message | Sequence[Any] | None = None,
-        *,
-        session: AgentSession | None = None,
-        options: Mapping[str, Any] | None = None,
-        function_invocation_kwargs: Mapping[str, Any] | None = None,
-        client_kwargs: Mapping[str, Any] | None = None,
-        middleware: Sequence[Any] | None = None,
-        tools: Any = None,
-    ) -> AgentResponse:
+    def run_sync(self, messages: RunInput = None, **arguments: Unpack[RunArguments]) -> AgentResponse:
         """``run`` for code that is not async (a script): it runs the event loop until the run
         ends. Inside a running event loop (an async function, a notebook cell) it refuses, with
         ``RuntimeError``: there, ``await agent.run(...)``."""
@@ -281,46 +254,17 @@ class Agent:
             )
 
         async def run() -> AgentResponse:
-            return await self.run(
-                messages,
-                session=session,
-                options=options,
-                function_invocation_kwargs=function_invocation_kwargs,
-                client_kwargs=client_kwargs,
-                middleware=middleware,
-                tools=tools,
-            )
+            return await self.run(messages, **arguments)
 
         return anyio.run(run)
 
-    def run_stream(
-        self,
-        messages: str | Content | Message | Sequence[Any] | None = None,
-        *,
-        session: AgentSession | None = None,
-        options: Mapping[str, Any] | None = None,
-        function_invocation_kwargs: Mapping[str, Any] | None = None,
-        client_kwargs: Mapping[str, Any] | None = None,
-        middleware: Sequence[Any] | None = None,
-        tools: Any = None,
-        **kwargs: Any,
-    ) -> RunStream:
+    def run_stream(self, messages: RunInput = None, **arguments: Unpack[RunArguments]) -> RunStream:
         """Run the agent, yielding model text deltas, calls and results as they happen.
 
         Returns a ``RunStream``: leaving early (``break``, or better ``aclose()``/``async with``)
         cancels the run, which is recorded as ``RunFailed`` with ``error_type="Cancelled"``.
         """
-        return self.run(
-            messages,
-            stream=True,
-            session=session,
-            options=options,
-            function_invocation_kwargs=function_invocation_kwargs,
-            client_kwargs=client_kwargs,
-            middleware=middleware,
-            tools=tools,
-            **kwargs,
-        )
+        return self.run(messages, stream=True, **arguments)
 
     @property
     def layers(self) -> Layers:
@@ -341,16 +285,17 @@ class Agent:
     def run_spec(
         self,
         *,
-        options: Mapping[str, Any] | None = None,
-        function_invocation_kwargs: Mapping[str, Any] | None = None,
-        client_kwargs: Mapping[str, Any] | None = None,
-        middleware: Sequence[Any] | None = None,
-        tools: Any = None,
         parent: tuple[str, str] | None = None,
         share_history: bool = True,
+        **arguments: Unpack[SpecArguments],
     ) -> RunSpec:
         """The specification of one run of this agent with these arguments (what ``run`` builds;
         drivers other than the local one start from it too)."""
+        options = arguments.get("options")
+        function_invocation_kwargs = arguments.get("function_invocation_kwargs")
+        client_kwargs = arguments.get("client_kwargs")
+        middleware = arguments.get("middleware")
+        tools = arguments.get("tools")
         if options:
             check_option_names(options)
         own = given_options(options)

@@ -14,15 +14,17 @@ import contextlib
 import contextvars
 import inspect
 import re
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import Any, NamedTuple, Protocol
+
+from typing_extensions import Unpack
 
 from ._sources import IdSource
 from .context import FunctionInvocationContext, SessionSink, current_run_context
 from .core.events import APPROVAL_MODES, ChildRunStarted
 from .errors import AgentLedgerError, RunIdTakenError
 from .response import AgentResponse, AgentResponseUpdate
-from .run.spec import RunSpec
+from .run.spec import RunArguments, RunSpec, SpecArguments
 from .session import AgentSession
 from .store import EventStore
 from .streaming import RunStream
@@ -111,20 +113,16 @@ class SubAgent(Protocol):
 
     def create_session(self, *, session_id: str | None = None) -> AgentSession: ...
 
-    def run(self, messages: Any = None, **options: Any) -> Any:
+    def run(self, messages: Any = None, *, stream: Any = False, **arguments: Unpack[RunArguments]) -> Any:
         """One run of the agent (``Agent.run``): awaited, or iterated with ``stream=True``."""
         ...
 
     def run_spec(
         self,
         *,
-        options: Mapping[str, Any] | None = None,
-        function_invocation_kwargs: Mapping[str, Any] | None = None,
-        client_kwargs: Mapping[str, Any] | None = None,
-        middleware: Sequence[Any] | None = None,
-        tools: Any = None,
         parent: tuple[str, str] | None = None,
         share_history: bool = True,
+        **arguments: Unpack[SpecArguments],
     ) -> RunSpec: ...
 
 

@@ -106,7 +106,8 @@ PINNED: dict[str, tuple[str, ...]] = {
         "AgentRunWorkflow",
     ),
     "agentledger.agent": (
-        "Agent", "AgentResponse", "AgentResponseUpdate", "RunStream"
+        "Agent", "AgentResponse", "AgentResponseUpdate", "RunArguments", "RunStream",
+        "SpecArguments"
     ),
     "agentledger.anthropic": (
         "ANTHROPIC_BASE_URL", "API_VERSION", "DEFAULT_MODEL", "APIConnectionError", "APIStatusError",
@@ -308,9 +309,9 @@ PINNED: dict[str, tuple[str, ...]] = {
         "ToolRegistry",
     ),
     "agentledger.run.spec": (
-        "RUN_LIMITS", "Layers", "RunSpec", "check_approvals", "check_option_names", "check_run_limit",
-        "check_tool_choice", "given_options", "merge_options", "middleware_names", "options_record",
-        "run_config"
+        "RUN_LIMITS", "Layers", "RunArguments", "RunSpec", "SpecArguments", "check_approvals",
+        "check_option_names", "check_run_limit", "check_tool_choice", "given_options",
+        "merge_options", "middleware_names", "options_record", "run_config"
     ),
     "agentledger.run.tool_step": (
         "CallOutcome", "arguments_valid", "invoke_call", "record_outcome"

@@ -346,7 +346,7 @@ async def test_legacy_run_kwargs_warn_and_become_function_invocation_kwargs(
     agent, client = agent_for([Call("whoami"), "done"], [whoami], clock, ids)
 
     with pytest.deprecated_call(match="function_invocation_kwargs"):
-        response = await agent.run("go", user_id="user-123", tenant="contoso")
+        response = await agent.run("go", user_id="user-123", tenant="contoso")  # type: ignore[call-overload]
 
     assert seen == [{"user_id": "user-123", "tenant": "contoso"}]
     started = only(response.events, RunStarted)[0]

@@ -92,16 +92,6 @@ class AgentRun:
         token = capture_sinks.set((*capture_sinks.get(), *spec.sinks)) if spec.sinks else None
         release: Callable[[], None] | None = None
         try:
-            self._machine = machine = RunMachine(history)
-            recorder = RunRecorder(
-                machine,
-                self.run_id,
-                spec.clock,
-                [self._stream_sink] if self.on_update else [],
-                session=session,
-                parent=self.parent_sink,
-            )
-            self._recorder = recorder
             inputs = normalize_messages(messages)
             # Locals that live as long as the run hold nothing when there is nothing to hold.
             answers = approval_responses(inputs) or ()
@@ -109,55 +99,14 @@ class AgentRun:
             claims: Claims | None = None
             if answers and session is not None and spec.share_history:
                 release = session.claim((c.call_id for c in answers), self.run_id)
-                # The store decides across processes: a claim on the paused run's own log.
-                claims = await claim_batches(
-                    spec.store,
-                    session.paused_runs,
-                    history,
-                    inputs,
-                    run_id=self.run_id,
-                    at=spec.clock(),
-                    rerun=session.rerun_allowed,
-                )
-                for claim in claims.claims:  # a permission to run again is used once
-                    session.rerun_allowed.difference_update(claim.rerun)
-                    if claims.continues is not None:
-                        session.rerun_allowed.difference_update(a.call_id for a in claim.answers)
-                for sink in capture_sinks.get():  # watchers see the paused run's log as stored
-                    for claim in claims.claims:
-                        sink(claim)
+                claims = await self._claim(session, history, inputs)
                 if claims.continues is not None:
                     return await self._continue(claims.continues, history)
-            session_id = session.session_id if session is not None else None
-            recorder.record(
-                RunStarted,
-                **spec.started_fields(messages=inputs, session_id=session_id, history_length=len(history)),
-            )
-            on_update = self._model_update if self.on_update is not None else None
-            binding = RunBinding(spec, recorder, session, on_update=on_update)
-            recorder.follow(binding.registry)
-            driver = LocalDriver(binding, recorder, spec.store)
+            driver = self._open(RunMachine(history))
+            self._start(driver.recorder, inputs, history)
             if claims is not None and claims.claims:
                 driver.write_ahead()  # a resume could repeat a call: each is stored before it runs
-            self._binding = binding
-            binding.enter()  # held for the whole run (``bound()`` without an object to keep)
-            try:
-                if spec.layers["agent"]:
-                    return await self._run_agent_layers(binding, driver, inputs, stream)
-                # The loop alone (no agent middleware): nothing can change the run's input.
-                try:
-                    provided = await provide_before(binding, inputs) if spec.context_providers else None
-                    del inputs  # recorded: a run waiting on its model keeps no list of its input
-                    recorder.begin()
-                    response = self._response(recorder, await driver.drive())
-                    if provided is not None:
-                        await provide_after(provided, response)
-                except BaseException as exc:
-                    await self._failed(driver, exc)
-                    raise
-                return await self._complete(binding, driver, response, response)
-            finally:
-                binding.leave()
+            return await self._run(driver, inputs, stream)
         finally:
             if release is not None:
                 release()
@@ -166,35 +115,92 @@ class AgentRun:
             if self._recorder is not None:
                 self._recorder.release()
 
+    async def _claim(
+        self, session: AgentSession, history: Sequence[Message], inputs: list[Message]
+    ) -> Claims:
+        """Claim the paused batches the input answers, in the store (which decides across
+        processes: a claim on the paused run's own log), before anything of this run is recorded."""
+        spec = self.spec
+        claims = await claim_batches(
+            spec.store,
+            session.paused_runs,
+            history,
+            inputs,
+            run_id=self.run_id,
+            at=spec.clock(),
+            rerun=session.rerun_allowed,
+        )
+        for claim in claims.claims:  # a permission to run again is used once
+            session.rerun_allowed.difference_update(claim.rerun)
+            if claims.continues is not None:
+                session.rerun_allowed.difference_update(a.call_id for a in claim.answers)
+        for sink in capture_sinks.get():  # watchers see the paused run's log as stored
+            for claim in claims.claims:
+                sink(claim)
+        return claims
+
+    def _open(self, machine: RunMachine, log: Sequence[Event] = ()) -> LocalDriver:
+        """The run's recorder around ``machine`` (holding ``log``, the run's stored events, when
+        it carries on), what its steps share, and the local driver that runs them."""
+        self._machine = machine
+        recorder = RunRecorder(
+            machine,
+            self.run_id,
+            self.spec.clock,
+            [self._stream_sink] if self.on_update else [],
+            session=self.session,
+            parent=self.parent_sink,
+            log=log,
+        )
+        self._recorder = recorder
+        on_update = self._model_update if self.on_update is not None else None
+        self._binding = binding = RunBinding(self.spec, recorder, self.session, on_update=on_update)
+        recorder.follow(binding.registry)
+        return LocalDriver(binding, recorder, self.spec.store, stored=len(log))
+
+    def _start(self, recorder: RunRecorder, inputs: list[Message], history: Sequence[Message]) -> None:
+        """Record ``RunStarted``, as the spec builds it."""
+        session_id = self.session.session_id if self.session is not None else None
+        fields = self.spec.started_fields(messages=inputs, session_id=session_id, history_length=len(history))
+        recorder.record(RunStarted, **fields)
+
+    async def _run(self, driver: LocalDriver, inputs: list[Message], stream: bool) -> AgentResponse:
+        """The run with its session and run context bound: agent middleware around the loop,
+        or the loop alone, then its end."""
+        binding, recorder = driver.binding, driver.recorder
+        binding.enter()  # held for the whole run (``bound()`` without an object to keep)
+        try:
+            if self.spec.layers["agent"]:
+                return await self._run_agent_layers(binding, driver, inputs, stream)
+            # The loop alone (no agent middleware): nothing can change the run's input.
+            try:
+                provided = await provide_before(binding, inputs) if self.spec.context_providers else None
+                del inputs  # recorded: a run waiting on its model keeps no list of its input
+                recorder.begin()
+                response = self._response(recorder, await driver.drive())
+                if provided is not None:
+                    await provide_after(provided, response)
+            except BaseException as exc:
+                await self._failed(driver, exc)
+                raise
+            return await self._complete(binding, driver, response, response)
+        finally:
+            binding.leave()
+
     async def _continue(self, run_id: str, history: Sequence[Message]) -> AgentResponse:
         """Finish the run ``run_id``, which holds the resumed batch and stopped part way, from
         its stored log: the machine folds the log and carries out what it waits on, every call
         the log has an outcome for is answered by it, and the first new append is made at the
         log's version (a run still appending refuses it). Agent middleware and context
         providers ran in that run already; they do not run again."""
-        spec, session = self.spec, self.session
-        assert spec.store is not None
-        log = await spec.store.read(run_id)
+        assert self.spec.store is not None
+        log = await self.spec.store.read(run_id)
         started = log[0]
         assert isinstance(started, RunStarted), started
         self.run_id = run_id
-        self._machine = machine = RunMachine.from_events(log, history[: started.history_length])
-        recorder = RunRecorder(
-            machine,
-            run_id,
-            spec.clock,
-            [self._stream_sink] if self.on_update else [],
-            session=session,
-            parent=self.parent_sink,
-            log=log,
-        )
-        self._recorder = recorder
-        on_update = self._model_update if self.on_update is not None else None
-        binding = RunBinding(spec, recorder, session, on_update=on_update)
-        recorder.follow(binding.registry)
-        driver = LocalDriver(binding, recorder, spec.store, stored=len(log))
+        driver = self._open(RunMachine.from_events(log, history[: started.history_length]), log)
         driver.write_ahead()
-        self._binding = binding
+        binding, recorder = driver.binding, driver.recorder
         binding.enter()
         try:
             try:

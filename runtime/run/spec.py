@@ -12,7 +12,7 @@ from __future__ import annotations
 import difflib
 import math
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypedDict
 
 import msgspec
 
@@ -25,6 +25,7 @@ from ..errors import ApprovalError, ArgumentsError, OptionsError
 from ..logs import warn
 from ..middleware import Layer
 from ..providers import provider_names
+from ..session import AgentSession
 from ..store import EventStore
 from ..structured import schema_option
 from ..tools import FunctionTool, arguments_valid
@@ -34,7 +35,9 @@ from .values import to_recorded
 __all__ = (
     "RUN_LIMITS",
     "Layers",
+    "RunArguments",
     "RunSpec",
+    "SpecArguments",
     "check_approvals",
     "check_option_names",
     "check_run_limit",
@@ -45,6 +48,30 @@ __all__ = (
     "options_record",
     "run_config",
 )
+
+
+class SpecArguments(TypedDict, total=False):
+    """What one run adds to the agent's own configuration (``Agent.run_spec`` takes these)."""
+
+    options: Mapping[str, Any] | None
+    """Chat options for this run, over the agent's ``default_options``."""
+    function_invocation_kwargs: Mapping[str, Any] | None
+    """Runtime values for the tools (``ctx.kwargs``)."""
+    client_kwargs: Mapping[str, Any] | None
+    """Keyword arguments for the chat client's calls in this run."""
+    middleware: Sequence[Any] | None
+    """Middleware for this run, inside the agent's."""
+    tools: Any
+    """More tools for this run: a tool, a function, an MCP server, or a list of them."""
+
+
+class RunArguments(SpecArguments, total=False):
+    """The keyword arguments of one run: what ``run``, ``run_sync`` and ``run_stream`` take
+    besides the input (and ``run``'s ``stream=``)."""
+
+    session: AgentSession | None
+    """The conversation the run continues and records into."""
+
 
 Layers = Mapping[str, Sequence[Layer]]
 """Middleware by kind: ``"function"``, ``"agent"`` and ``"chat"``, outermost first."""

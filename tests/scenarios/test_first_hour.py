@@ -411,6 +411,6 @@ async def test_chat_options_and_thread_as_run_keywords_are_refused() -> None:
     tools, so the answer's value would be None and the session unused; both fail at once."""
     agent = Agent(client=ScriptedChatClient(["{}"]))
     with pytest.raises(OptionsError, match=r"options=\{'response_format': \.\.\.\}"):
-        await agent.run("x", response_format=City)
+        await agent.run("x", response_format=City)  # type: ignore[call-overload]
     with pytest.raises(TypeError, match="session="):
-        await agent.run("x", thread=agent.create_session())
+        await agent.run("x", thread=agent.create_session())  # type: ignore[call-overload]

@@ -243,12 +243,12 @@ async def test_legacy_run_kwargs_reach_the_client_too(stream: bool) -> None:
     agent = Agent(client=client)
     if stream:
         with pytest.warns(DeprecationWarning, match="deprecated"):
-            updates = agent.run("hi", stream=True, user_tier="gold")
+            updates = agent.run("hi", stream=True, user_tier="gold")  # type: ignore[call-overload]
         async for _ in updates:
             pass
     else:
         with pytest.warns(DeprecationWarning, match="deprecated"):
-            await agent.run("hi", user_tier="gold")
+            await agent.run("hi", user_tier="gold")  # type: ignore[call-overload]
     assert client.extra == [{"user_tier": "gold"}]
 
 
