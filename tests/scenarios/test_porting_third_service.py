@@ -5,13 +5,16 @@ docs/differences.md lists where the outcome differs on purpose."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 import pytest
 
 from agentledger import Agent, AgentSession, ChatResponse, Content, Message, tool
 from agentledger.adapters.chat.scripted import Call, ScriptedChatClient, ScriptEntry
-from agentledger.core.events import ModelResponded, RunStarted
+from agentledger.clients import BaseChatClient, ChatOptions, ChatResponseUpdate, merge_updates
+from agentledger.core.events import CallsSkipped, ModelResponded, RunCompleted, RunStarted
+from agentledger.core.projections import LIMIT_REACHED
 from agentledger.replay import RecordedRun, rerun
 from agentledger.testing import FixedClock, SequentialIds, capture_events
 
@@ -137,3 +140,112 @@ async def test_within_a_run_the_last_conversation_reported_is_followed(stream: b
         assert session.service_session_id == expected
         assert [e.conversation_id for e in events if isinstance(e, ModelResponded)] == ["c2", last]
         assert AgentSession.from_events(events, session.session_id).service_session_id == expected
+
+
+# -- the last call at a limit, streamed ---------------------------------------------------------
+
+
+class _Updates(BaseChatClient):
+    """Streams each call's updates exactly as scripted (a call with no metadata, then a last
+    update with the response id and finish reason, as many providers stream them)."""
+
+    def __init__(self, *calls: list[ChatResponseUpdate]) -> None:
+        self.calls = list(calls)
+
+    async def get_response(
+        self,
+        messages: Sequence[Message],
+        *,
+        options: ChatOptions | None = None,
+        function_invocation_kwargs: Mapping[str, Any] | None = None,
+        client_kwargs: Mapping[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> ChatResponse:
+        return merge_updates(self.calls.pop(0))
+
+    async def get_streaming_response(
+        self,
+        messages: Sequence[Message],
+        *,
+        options: ChatOptions | None = None,
+        client_kwargs: Mapping[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> AsyncIterator[ChatResponseUpdate]:
+        for update in self.calls.pop(0):
+            yield update
+
+
+def _call(
+    call_id: str, response_id: str, *, text: str = "", tagged: bool = False
+) -> list[ChatResponseUpdate]:
+    """A call of ``add`` (after ``text``), each piece tagged with the response id or not."""
+    tag = response_id if tagged else None
+    pieces = [Content.from_text(text)] if text else []
+    pieces.append(Content.from_function_call(call_id, "add", arguments='{"a": 1, "b": 2}'))
+    return [
+        *(ChatResponseUpdate(contents=(piece,), response_id=tag) for piece in pieces),
+        ChatResponseUpdate(response_id=response_id, finish_reason="tool_calls"),
+    ]
+
+
+FIRST = [
+    ("assistant", ["function_call"], "", None, None),
+    ("assistant", [], "", "r1", "tool_calls"),
+    ("tool", ["function_result"], "", None, None),
+]
+"""The reference's updates of the first call and its batch (``max_iterations=1``)."""
+
+AT_THE_LIMIT = {
+    "only a call": [
+        ("assistant", [], "", "r2", "tool_calls"),
+        ("assistant", ["text"], LIMIT_REACHED, None, "stop"),
+    ],
+    "text and a call": [
+        ("assistant", ["text"], "three", None, None),
+        ("assistant", [], "", "r2", "tool_calls"),
+    ],
+}
+"""The reference's updates of the last call (``tool_choice="none"``) when the model still asks
+for ``add``: an update that held only the call it will not run is left out."""
+
+
+@pytest.mark.parametrize("last", list(AT_THE_LIMIT))
+async def test_the_last_call_at_the_limit_streams_the_references_updates(last: str) -> None:
+    """At ``max_iterations=1`` (the reference's ``function_invocation_configuration``) the model
+    asks for a tool, then asks again on the last call. agentledger yielded an empty update for
+    the piece that held only that call (one more than the reference) and the limit's answer
+    without a finish reason. Now role, content types, text, response id and finish reason are
+    the reference's, update by update; the log still records the call the model asked for."""
+    text = "three" if last == "text and a call" else ""
+    client = _Updates(_call("k1", "r1"), _call("k2", "r2", text=text))
+    agent = Agent(client=client, tools=[add], max_iterations=1)
+    with capture_events() as events:
+        updates = [u async for u in agent.run("sum", stream=True)]
+    seen = [(u.role, [c.type for c in u.contents], u.text, u.response_id, u.finish_reason) for u in updates]
+    assert seen == [*FIRST, *AT_THE_LIMIT[last]]
+    last_answer = [e for e in events if isinstance(e, ModelResponded)][-1]
+    assert [c.call_id for c in last_answer.message.function_calls] == ["k2"]  # recorded all the same
+    [skipped] = [e for e in events if isinstance(e, CallsSkipped)]
+    assert skipped.call_ids == ("k2",)
+    [completed] = [e for e in events if isinstance(e, RunCompleted)]
+    assert completed.text == (text or LIMIT_REACHED)
+    again = await rerun(RecordedRun(list(events)), Agent(client=_Updates(), tools=[add], max_iterations=1))
+    assert again is not None
+    assert again.text == completed.text
+
+
+async def test_a_piece_of_the_last_call_that_carries_its_response_id_is_kept_empty() -> None:
+    """When each piece carries the response id (the reference: a message id too), the reference
+    keeps the piece without its call, empty: so does agentledger."""
+    client = _Updates(_call("k1", "r1", tagged=True), _call("k2", "r2", tagged=True))
+    agent = Agent(client=client, tools=[add], max_iterations=1)
+    updates = [u async for u in agent.run("sum", stream=True)]
+    seen = [(u.role, [c.type for c in u.contents], u.text, u.response_id, u.finish_reason) for u in updates]
+    assert seen == [
+        ("assistant", ["function_call"], "", "r1", None),
+        ("assistant", [], "", "r1", "tool_calls"),
+        ("tool", ["function_result"], "", None, None),
+        ("assistant", [], "", "r2", None),
+        ("assistant", [], "", "r2", "tool_calls"),
+        ("assistant", ["text"], LIMIT_REACHED, None, "stop"),
+    ]
