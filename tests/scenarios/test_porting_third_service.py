@@ -188,14 +188,17 @@ def _call(
     ]
 
 
-FIRST = [
+Shown = tuple[str, list[str], str, str | None, str | None]
+"""An update as compared: role, content types, text, response id, finish reason."""
+
+FIRST: list[Shown] = [
     ("assistant", ["function_call"], "", None, None),
     ("assistant", [], "", "r1", "tool_calls"),
     ("tool", ["function_result"], "", None, None),
 ]
 """The reference's updates of the first call and its batch (``max_iterations=1``)."""
 
-AT_THE_LIMIT = {
+AT_THE_LIMIT: dict[str, list[Shown]] = {
     "only a call": [
         ("assistant", [], "", "r2", "tool_calls"),
         ("assistant", ["text"], LIMIT_REACHED, None, "stop"),
