@@ -126,8 +126,8 @@ async def test_within_a_run_the_last_conversation_reported_is_followed(stream: b
     """Given ``"c1"``, the service answers a call in ``"c2"`` and the answer after the tool in
     ``"c3"``: the second call continues ``"c2"`` and the session ends in ``"c3"``, as on the
     reference. When the last answer reports none, the session stays in ``"c2"``, where the run's
-    last call continued (the reference's streamed run does the same; its awaited run leaves the
-    session None, listed in docs/differences.md). Each answer's conversation is in the log."""
+    last call continued, as on the reference, awaited or streamed. Each answer's conversation is
+    in the log, and a session rebuilt from it follows the same one."""
     for last, expected in (("c3", "c3"), (None, "c2")):
         call = Call("add", {"a": 1, "b": 2}, call_id="k1")
         agent, client = _agent(
