@@ -76,6 +76,8 @@ async def call_model(
             client_kwargs=dict(binding.client_kwargs) if layers else binding.client_kwargs,
             run_id=binding.run_id,
             iteration=command.iteration,
+            session=binding.session,
+            stream=binding.on_update is not None,
         )
         if layers or binding.on_update is not None
         else None

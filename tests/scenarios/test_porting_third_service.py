@@ -10,10 +10,23 @@ from typing import Any
 
 import pytest
 
-from agentledger import Agent, AgentSession, ChatResponse, Content, Message, tool
+from agentledger import (
+    Agent,
+    AgentContext,
+    AgentSession,
+    ChatContext,
+    ChatResponse,
+    Content,
+    FunctionInvocationContext,
+    Message,
+    agent_middleware,
+    chat_middleware,
+    function_middleware,
+    tool,
+)
 from agentledger.adapters.chat.scripted import Call, ScriptedChatClient, ScriptEntry
 from agentledger.clients import BaseChatClient, ChatOptions, ChatResponseUpdate, merge_updates
-from agentledger.core.events import CallsSkipped, ModelResponded, RunCompleted, RunStarted
+from agentledger.core.events import CallsSkipped, ModelResponded, RunCompleted, RunInputRewritten, RunStarted
 from agentledger.core.projections import LIMIT_REACHED
 from agentledger.replay import RecordedRun, rerun
 from agentledger.testing import FixedClock, SequentialIds, capture_events
@@ -252,3 +265,53 @@ async def test_a_piece_of_the_last_call_that_carries_its_response_id_is_kept_emp
         ("assistant", [], "", "r2", "tool_calls"),
         ("assistant", ["text"], LIMIT_REACHED, None, "stop"),
     ]
+
+
+# -- what each middleware layer is handed --------------------------------------------------------
+
+
+@STREAMED
+async def test_middleware_reads_the_references_names(stream: bool) -> None:
+    """The reference's agent middleware reads ``context.stream`` and
+    ``context.function_invocation_kwargs``, its chat middleware ``context.session``,
+    ``context.stream`` and ``context.kwargs`` (the client kwargs), its function middleware the
+    call's id in ``context.metadata["call_id"]``: agentledger had none of these names (an
+    AttributeError, a KeyError). They hold what the reference's did, and changes made through
+    them reach the tools and the client, recorded as any change of ``kwargs``/``client_kwargs``."""
+    seen: dict[str, Any] = {}
+
+    @agent_middleware
+    async def on_run(context: AgentContext, call_next: Any) -> None:
+        seen["agent"] = (context.stream, dict(context.function_invocation_kwargs))
+        context.function_invocation_kwargs["tenant"] = "t-1"
+        await call_next()
+
+    @chat_middleware
+    async def on_request(context: ChatContext, call_next: Any) -> None:
+        seen.setdefault("chat", []).append((context.session is session, context.stream, dict(context.kwargs)))
+        context.kwargs["trace"] = "changed"
+        await call_next()
+
+    @function_middleware
+    async def on_call(context: FunctionInvocationContext, call_next: Any) -> None:
+        seen["function"] = (context.metadata["call_id"], dict(context.kwargs))
+        await call_next()
+
+    client = ScriptedChatClient([Call("add", {"a": 1, "b": 2}, call_id="k1"), "3"])
+    agent = Agent(client=client, tools=[add], middleware=[on_run, on_request, on_call])
+    session = agent.create_session()
+    with capture_events() as events:
+        await _run(
+            agent,
+            stream,
+            "sum",
+            session=session,
+            function_invocation_kwargs={"user": "u1"},
+            client_kwargs={"trace": "t"},
+        )
+    assert seen["agent"] == (stream, {"user": "u1"})
+    assert seen["chat"] == [(True, stream, {"trace": "t"})] * 2
+    assert seen["function"] == ("k1", {"user": "u1", "tenant": "t-1"})
+    assert [r.client_kwargs for r in client.requests] == [{"trace": "changed"}] * 2
+    [rewritten] = [e for e in events if isinstance(e, RunInputRewritten)]
+    assert rewritten.function_invocation_kwargs == {"user": "u1", "tenant": "t-1"}
