@@ -185,7 +185,8 @@ class FunctionInvocationContext:
         self.run_id = run_id
         self.iteration = iteration
         self.result: Any = None
-        self.metadata: dict[str, Any] = {}
+        # The call's id in metadata too, where the reference framework's middleware reads it.
+        self.metadata: dict[str, Any] = {"call_id": call_id} if call_id is not None else {}
 
     def bind_registry(self, registry: _Registry, call_id: str | None) -> None:
         """Give the call its run's live tool list: changes are recorded as made by ``call_id``."""
@@ -224,7 +225,10 @@ class FunctionInvocationContext:
 
 
 class AgentContext:
-    """A run as agent middleware sees it; set ``result`` without ``call_next()`` to answer."""
+    """A run as agent middleware sees it; set ``result`` without ``call_next()`` to answer.
+
+    ``kwargs`` are the run's ``function_invocation_kwargs`` (also by that name), ``stream``
+    (also ``is_streaming``) says whether the run is streamed."""
 
     def __init__(
         self,
@@ -249,9 +253,25 @@ class AgentContext:
         self.result: Any = None
         self.metadata: dict[str, Any] = {}
 
+    @property
+    def stream(self) -> bool:
+        """Whether the run is streamed (the reference framework's name of ``is_streaming``)."""
+        return self.is_streaming
+
+    @property
+    def function_invocation_kwargs(self) -> dict[str, Any]:
+        """The run's ``function_invocation_kwargs``: the same dict as ``kwargs``."""
+        return self.kwargs
+
+    @function_invocation_kwargs.setter
+    def function_invocation_kwargs(self, value: dict[str, Any]) -> None:
+        self.kwargs = value
+
 
 class ChatContext:
-    """One model request as chat middleware sees it, ``client_kwargs`` included.
+    """One model request as chat middleware sees it, ``client_kwargs`` included (also as
+    ``kwargs``, the reference framework's name), the run's ``session`` and whether the run is
+    streamed (``stream``).
 
     ``messages`` is a list middleware may change or replace; it is made from the run's messages
     when first read, so a request no middleware looks at is sent without copying them.
@@ -266,6 +286,8 @@ class ChatContext:
         client_kwargs: dict[str, Any],
         run_id: str,
         iteration: int,
+        session: AgentSession | None = None,
+        stream: bool = False,
     ) -> None:
         self.client = client
         self._messages = messages
@@ -273,8 +295,19 @@ class ChatContext:
         self.client_kwargs = client_kwargs
         self.run_id = run_id
         self.iteration = iteration
+        self.session = session
+        self.stream = stream
         self.result: ChatResponse | None = None
         self.metadata: dict[str, Any] = {}
+
+    @property
+    def kwargs(self) -> dict[str, Any]:
+        """The request's ``client_kwargs`` (the reference framework's name): the same dict."""
+        return self.client_kwargs
+
+    @kwargs.setter
+    def kwargs(self, value: dict[str, Any]) -> None:
+        self.client_kwargs = value
 
     @property
     def messages(self) -> list[Message]:

@@ -81,13 +81,14 @@ class AgentResponse:
 class AgentResponseUpdate(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """A piece of a streamed run: model text deltas, function calls and function results; the
     last piece of each model call carries its ``usage`` and ``finish_reason`` when the client
-    reports them."""
+    reports them, and a model update the ``response_id`` its client's update carried."""
 
     contents: tuple[Content, ...] = ()
     role: str = "assistant"
     run_id: str = ""
     usage: Usage | None = None
     finish_reason: str | None = None
+    response_id: str | None = None
 
     @property
     def text(self) -> str:

@@ -69,16 +69,14 @@ def apply_changes(state: dict[str, Any], changes: Iterable[StateChange]) -> None
 
 
 def conversation_after(events: Iterable[Event]) -> str | None:
-    """The service-side conversation a run's log ends in, or None: the one it started with
-    (``options["conversation_id"]``), as agent middleware changed it, then the last one a
-    response reported (see ``ModelResponded.conversation_id``)."""
+    """The service-side conversation a run's log ends in, or None: the last one a response of
+    the run reported (``ModelResponded.conversation_id``). The ``options["conversation_id"]`` a
+    run was given is where its model calls continue, not a conversation the service said it
+    keeps: a service that reports none kept nothing to follow, as in the reference framework."""
     current: str | None = None
     for event in events:
         if isinstance(event, ModelResponded):
             current = event.conversation_id or current
-        elif isinstance(event, RunStarted | RunInputRewritten) and "conversation_id" in event.options:
-            value = event.options["conversation_id"]
-            current = value if isinstance(value, str) and value else None
     return current
 
 

@@ -377,6 +377,7 @@ class AgentRun:
                 run_id=self.run_id,
                 usage=update.usage,
                 finish_reason=update.finish_reason,
+                response_id=update.response_id,
             )
         )
 
@@ -395,7 +396,8 @@ class AgentRun:
         if isinstance(event, CallsSkipped):
             if machine.last_text() == LIMIT_REACHED:
                 answer = Content.from_text(LIMIT_REACHED)
-                self.on_update(AgentResponseUpdate(contents=(answer,), run_id=event.run_id))
+                update = AgentResponseUpdate(contents=(answer,), run_id=event.run_id, finish_reason="stop")
+                self.on_update(update)
             return
         if isinstance(event, ToolReturned | MiddlewareShortCircuit):
             call_id, text = event.call_id, result_text(event.result)

@@ -76,6 +76,8 @@ async def call_model(
             client_kwargs=dict(binding.client_kwargs) if layers else binding.client_kwargs,
             run_id=binding.run_id,
             iteration=command.iteration,
+            session=binding.session,
+            stream=binding.on_update is not None,
         )
         if layers or binding.on_update is not None
         else None
@@ -188,18 +190,26 @@ async def _get_response(binding: RunBinding, context: ChatContext, final: bool) 
     async for update in client.get_streaming_response(
         context.outgoing, options=context.options, client_kwargs=context.client_kwargs, **legacy
     ):
-        updates.append(update)
-        if final:  # calls the last call asks for are not run: the stream shows its text only
-            update = _without_calls(update)
-        on_update(update)
+        updates.append(update)  # the response recorded is every update, calls included
+        shown = _without_calls(update) if final else update
+        if shown is not None:
+            on_update(shown)
     return merge_updates(updates)
 
 
+_METADATA = ("response_id", "model", "usage", "finish_reason", "conversation_id")
+
+
 def _without_calls(update: Any) -> Any:
+    """An update of the last call, whose calls are not run, as the stream shows it: without its
+    calls, and not at all when it held nothing else (as in the reference framework)."""
     contents = getattr(update, "contents", ())
     if not any(c.type == "function_call" for c in contents):
         return update
-    return msgspec.structs.replace(update, contents=tuple(c for c in contents if c.type != "function_call"))
+    kept = tuple(c for c in contents if c.type != "function_call")
+    if not kept and all(getattr(update, name, None) is None for name in _METADATA):
+        return None
+    return msgspec.structs.replace(update, contents=kept)
 
 
 def _responded(binding: RunBinding, iteration: int, response: Any) -> None:
