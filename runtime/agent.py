@@ -212,13 +212,19 @@ class Agent:
         are ``RunArguments``; any other keyword is a runtime value for the tools and the client
         (deprecated: ``function_invocation_kwargs=`` and ``client_kwargs=`` say which).
         """
-        session = arguments.pop("session", None)
-        given: dict[str, Any] = {k: arguments.pop(k) for k in _SPEC_NAMES if k in arguments}
-        kwargs = arguments  # what is left: runtime values given the deprecated way
-        given["function_invocation_kwargs"] = self._legacy_kwargs(
-            given.get("function_invocation_kwargs"), kwargs
-        )
-        _check_session(session)
+        session = arguments.pop("session", None) if arguments else None
+        given: dict[str, Any] = {}
+        kwargs = arguments  # what is left after the run's own: runtime values the deprecated way
+        if arguments:
+            for name in _SPEC_NAMES:
+                if name in arguments:
+                    given[name] = arguments.pop(name)
+            if kwargs:
+                given["function_invocation_kwargs"] = self._legacy_kwargs(
+                    given.get("function_invocation_kwargs"), kwargs
+                )
+        if session is not None:
+            _check_session(session)
         link = take_child_link(self)  # this run answers a sub-agent call of another agent's run
         spec = self.run_spec(
             parent=link.parent if link else None,

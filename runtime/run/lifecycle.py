@@ -106,7 +106,9 @@ class AgentRun:
             self._start(driver.recorder, inputs, history)
             if claims is not None and claims.claims:
                 driver.write_ahead()  # a resume could repeat a call: each is stored before it runs
-            return await self._run(driver, inputs, stream)
+            running = self._run(driver, inputs, stream)
+            del inputs  # the run holds its input until it is recorded, this frame does not
+            return await running
         finally:
             if release is not None:
                 release()
