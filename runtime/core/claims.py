@@ -214,6 +214,41 @@ def decide_claim(
     again although that run may have run them: it never ended, or it started them and recorded
     no outcome. A call it ran to an outcome is never run again.
     """
+    refused = _refuse_answers(paused, answers, digests)
+    if refused is not None:
+        return refused
+    claim = paused.claim
+    after: str | None = None
+    again: tuple[str, ...] = ()
+    if claim is not None:
+        if claim.by_run_id == by_run_id:
+            return ClaimDecision(kind="held", holder=by_run_id)
+        taken = _take_over(paused, claim, holder_log or (), rerun, at)
+        if isinstance(taken, ClaimDecision):
+            return taken
+        after, again = claim.by_run_id, taken
+    answered = tuple(
+        ClaimedAnswer(call_id=c, approved=answers[c], digest=paused.digests.get(c, ""))
+        for c in paused.awaiting
+        if c in answers
+    )
+    event = BatchClaimed(
+        run_id=paused.run_id,
+        seq=paused.version,
+        at=at,
+        by_run_id=by_run_id,
+        answers=answered,
+        after_run_id=after,
+        rerun=again,
+    )
+    return ClaimDecision(kind="claim", claim=event, holder=after)
+
+
+def _refuse_answers(
+    paused: PausedBatch, answers: Mapping[str, bool], digests: Mapping[str, str]
+) -> ClaimDecision | None:
+    """The refusal of ``answers`` before any claim is looked at: the run is not paused, an answer
+    names a call that does not wait, or a call would run with other arguments; else None."""
     run = paused.run_id
     if not paused.paused:
         return ClaimDecision(kind="refused", reason=f"run {run!r} is not paused for approval")
@@ -230,80 +265,65 @@ def decide_claim(
             reason=f"calls {changed} would run with other arguments than run {run!r} recorded for approval",
             call_ids=tuple(changed),
         )
-    claim = paused.claim
-    after: str | None = None
-    again: tuple[str, ...] = ()
-    if claim is not None:
-        holder = claim.by_run_id
-        if holder == by_run_id:
-            return ClaimDecision(kind="held", holder=holder)
-        approved = [a.call_id for a in claim.answers if a.approved]
-        progress = _call_progress(holder_log or (), approved)
-        unknown, done = progress.unknown, progress.done
-        if progress.ended:
-            # The holder's log is final: what it ran is done, what it started is unknown.
-            if done:
-                left = f", and left calls {list(unknown)} with no outcome" if unknown else ""
-                return ClaimDecision(
-                    kind="refused",
-                    reason=(
-                        f"the batch of run {run!r} was resumed by run {holder!r}, which ran calls "
-                        f"{list(done)}{left}: an approval allows one execution (what they returned is "
-                        "in the session's history; ask the model again for a new call to run)"
-                    ),
-                    holder=holder,
-                    call_ids=done,
-                )
-            if unknown and not set(unknown) <= set(rerun):
-                return _unknown(run, holder, unknown, unknown, ended=True)
-            again = unknown  # started and unknown, and the caller said so; else nothing started
-        else:
-            # The holder has not ended: it may still be running, or its process is gone. Only the
-            # caller can tell, so it is taken over only on the caller's word (``rerun``).
-            needed = tuple(dict.fromkeys((*approved, *unknown)))
-            if unknown and not set(needed) <= set(rerun):
-                return _unknown(run, holder, unknown, needed, ended=False)
-            if not set(needed) <= set(rerun) or not needed:
-                ran = f"which ran calls {list(done)}" if done else "which has not started any of its calls"
-                return ClaimDecision(
-                    kind="refused",
-                    reason=(
-                        f"the batch of run {run!r} is being resumed by run {holder!r}, {ran}, and "
-                        "has not ended: a batch resumes once; if that run stopped for good, call "
-                        f"AgentSession.allow_rerun({_ids(needed)}) and resume again (a call it ran "
-                        "is answered from its log, never run again)"
-                    ),
-                    holder=holder,
-                    call_ids=needed,
-                )
-            if unknown or done:  # finish the holder's own run from what its log holds
-                event = BatchClaimed(
-                    run_id=run,
-                    seq=paused.version,
-                    at=at,
-                    by_run_id=holder,
-                    answers=claim.answers,
-                    after_run_id=holder,
-                    rerun=unknown,
-                )
-                return ClaimDecision(kind="continue", claim=event, holder=holder, call_ids=unknown)
-            again = tuple(approved)  # it started nothing: a new run takes the batch over
-        after = holder  # the holder started no approved call, or the caller said so: take over
-    answered = tuple(
-        ClaimedAnswer(call_id=c, approved=answers[c], digest=paused.digests.get(c, ""))
-        for c in paused.awaiting
-        if c in answers
-    )
-    event = BatchClaimed(
-        run_id=run,
-        seq=paused.version,
-        at=at,
-        by_run_id=by_run_id,
-        answers=answered,
-        after_run_id=after,
-        rerun=again,
-    )
-    return ClaimDecision(kind="claim", claim=event, holder=after)
+    return None
+
+
+def _take_over(
+    paused: PausedBatch, claim: BatchClaimed, holder_log: Sequence[Event], rerun: Collection[str], at: int
+) -> ClaimDecision | tuple[str, ...]:
+    """What another run's claim on the batch leaves: a decision (refused, unknown, or continue the
+    holder's own run), or the calls a new claim that takes the batch over runs again."""
+    run, holder = paused.run_id, claim.by_run_id
+    approved = [a.call_id for a in claim.answers if a.approved]
+    progress = _call_progress(holder_log, approved)
+    unknown, done = progress.unknown, progress.done
+    if progress.ended:
+        # The holder's log is final: what it ran is done, what it started is unknown.
+        if done:
+            left = f", and left calls {list(unknown)} with no outcome" if unknown else ""
+            return ClaimDecision(
+                kind="refused",
+                reason=(
+                    f"the batch of run {run!r} was resumed by run {holder!r}, which ran calls "
+                    f"{list(done)}{left}: an approval allows one execution (what they returned is "
+                    "in the session's history; ask the model again for a new call to run)"
+                ),
+                holder=holder,
+                call_ids=done,
+            )
+        if unknown and not set(unknown) <= set(rerun):
+            return _unknown(run, holder, unknown, unknown, ended=True)
+        return unknown  # started and unknown, and the caller said so; else nothing started
+    # The holder has not ended: it may still be running, or its process is gone. Only the
+    # caller can tell, so it is taken over only on the caller's word (``rerun``).
+    needed = tuple(dict.fromkeys((*approved, *unknown)))
+    if unknown and not set(needed) <= set(rerun):
+        return _unknown(run, holder, unknown, needed, ended=False)
+    if not set(needed) <= set(rerun) or not needed:
+        ran = f"which ran calls {list(done)}" if done else "which has not started any of its calls"
+        return ClaimDecision(
+            kind="refused",
+            reason=(
+                f"the batch of run {run!r} is being resumed by run {holder!r}, {ran}, and "
+                "has not ended: a batch resumes once; if that run stopped for good, call "
+                f"AgentSession.allow_rerun({_ids(needed)}) and resume again (a call it ran "
+                "is answered from its log, never run again)"
+            ),
+            holder=holder,
+            call_ids=needed,
+        )
+    if unknown or done:  # finish the holder's own run from what its log holds
+        event = BatchClaimed(
+            run_id=run,
+            seq=paused.version,
+            at=at,
+            by_run_id=holder,
+            answers=claim.answers,
+            after_run_id=holder,
+            rerun=unknown,
+        )
+        return ClaimDecision(kind="continue", claim=event, holder=holder, call_ids=unknown)
+    return tuple(approved)  # it started nothing: a new run takes the batch over
 
 
 def _ids(call_ids: Sequence[str]) -> str:
