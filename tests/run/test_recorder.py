@@ -188,11 +188,13 @@ def test_every_sink_sees_every_kept_event_and_a_failing_one_changes_nothing(
 
 
 def test_sinks_alone_are_isolated_from_one_another() -> None:
-    told: list[int] = []
-    sinks = Sinks(RUN, [lambda e: told.append(e.seq), _raise, lambda e: told.append(-e.seq)])
-    started = RunStarted(run_id=RUN, seq=0, at=1, agent_id="a")
-    sinks([started, started])
-    assert told == [0, 0, 0, 0]
+    told: list[tuple[str, int]] = []
+    sinks = Sinks(
+        RUN, [lambda e: told.append(("first", e.seq)), _raise, lambda e: told.append(("third", e.seq))]
+    )
+    events = [RunStarted(run_id=RUN, seq=seq, at=1, agent_id="a") for seq in (0, 1)]
+    sinks(events)
+    assert told == [("first", 0), ("first", 1), ("third", 0), ("third", 1)]
     assert sinks.failures == 2
 
 
