@@ -266,7 +266,7 @@ async def test_a_paused_run_notes_its_waiting_calls_in_the_session() -> None:
     assert session.paused_runs == {"c1": "paused"}
 
 
-async def test_a_resume_claims_the_paused_batch_in_its_log_before_it_records_anything() -> None:
+async def test_a_resume_claims_the_paused_batch_in_the_paused_runs_log() -> None:
     agent = _agent([Call("wire", {"amount": 5}, call_id="c1"), "Sent."])
     session = AgentSession("s")
     await _run(agent, session, run_id="paused").execute("Send 5.")
