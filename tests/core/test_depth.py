@@ -52,7 +52,7 @@ def test_each_line_is_measured_on_its_own() -> None:
 def test_a_short_record_or_a_scalar_is_never_too_deep() -> None:
     assert not too_deep(b"")
     assert not too_deep(b"1")
-    assert not too_deep(b"[" * (MAX_DEPTH))  # not even the openers it would need to go past the limit
+    assert not too_deep(b"[" * MAX_DEPTH)  # openers up to the limit, and no more, never go past it
 
 
 @settings(max_examples=200, deadline=None)
