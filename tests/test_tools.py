@@ -151,3 +151,24 @@ def test_replay_takes_run_recorded_or_a_function() -> None:
             return f"paid {amount}"
 
     assert Shop().pay.replay == "recorded"
+
+
+def test_a_misspelt_approval_mode_is_refused() -> None:
+    """approval_mode="always_required" fails at definition instead of running unapproved."""
+    misspelt: Any = "always_required"
+
+    def wire(amount: int) -> str:
+        return "sent"
+
+    with pytest.raises(ToolDefinitionError, match="always_required"):
+        tool(approval_mode=misspelt)(wire)
+
+
+def test_approval_mode_none_means_never_require() -> None:
+    """approval_mode=None, the reference's default spelling, means never_require."""
+    unset: Any = None
+
+    def plain() -> str:
+        return "x"
+
+    assert tool(approval_mode=unset)(plain).approval_mode == "never_require"

@@ -1,4 +1,6 @@
-"""The sans-IO core: purity, the transition table, refolding a log."""
+"""What is true of the core as a whole: importing it loads nothing that does IO, and it refolds
+what the whole library records (a run of an ``Agent``) into the same log. The machine's own
+transitions, driven by hand, are ``test_machine.py``'s."""
 
 from __future__ import annotations
 
@@ -13,17 +15,10 @@ from agentledger import Agent
 from agentledger.adapters.chat.scripted import Call, ScriptedChatClient
 from agentledger.core import (
     ModelCalled,
-    ModelResponded,
     Phase,
-    RunCompleted,
     RunMachine,
-    RunStarted,
-    ToolReturned,
     TransitionError,
 )
-from agentledger.core.events import Event, ToolSpec
-from agentledger.core.machine import DERIVED, TRANSITIONS
-from agentledger.core.messages import Content, Message
 from agentledger.testing import FixedClock, SequentialIds
 
 
@@ -48,95 +43,6 @@ print(json.dumps(sorted(set(loaded))))
     third_party = {m for m in loaded - set(sys.stdlib_module_names) if not m.startswith("_")}
     assert third_party == {"agentledger"}
     assert not loaded & {"asyncio", "socket", "random", "threading", "time", "uuid", "anyio"}
-
-
-def _started(**fields: object) -> RunStarted:
-    base: dict[str, object] = {
-        "run_id": "r",
-        "seq": 0,
-        "at": 10,
-        "agent_id": "a",
-        "messages": (Message("user", ("hi",)),),
-        "tools": (ToolSpec(name="t"),),
-    }
-    base.update(fields)
-    return RunStarted(**base)  # type: ignore[arg-type]
-
-
-def _snapshot(machine: RunMachine) -> bytes:
-    state = {
-        "phase": machine.phase.value,
-        "seq": machine.next_seq,
-        "iteration": machine.iteration,
-        "tools": machine.tools.names,
-        "messages": machine.transcript.messages,
-        "choice": machine.tool_choice,
-    }
-    return msgspec.json.encode(state)
-
-
-def test_first_model_call_offers_the_started_tools() -> None:
-    """begin() derives ModelCalled with the tools of RunStarted and a CallModel command."""
-    machine = RunMachine()
-    machine.handle(_started())
-    events, commands = machine.begin()
-    assert [type(e) for e in events] == [ModelCalled]
-    called = events[0]
-    assert isinstance(called, ModelCalled)
-    assert (called.seq, called.at, called.tools, called.message_count) == (1, 10, ("t",), 1)
-    assert len(commands) == 1
-
-
-@pytest.mark.parametrize(
-    "event",
-    [
-        ModelResponded(run_id="r", seq=1, at=1, iteration=1, message=Message("assistant", ("x",))),
-        ToolReturned(run_id="r", seq=1, at=1, call_id="c", name="t"),
-        RunCompleted(run_id="r", seq=1, at=1),
-    ],
-)
-def test_illegal_input_raises_and_changes_nothing(event: Event) -> None:
-    """An input not allowed in the phase raises TransitionError and leaves the state as it was."""
-    machine = RunMachine()
-    machine.handle(_started())
-    before = _snapshot(machine)
-    with pytest.raises(TransitionError) as info:
-        machine.handle(event)
-    assert info.value.seq == 1
-    assert _snapshot(machine) == before
-
-
-def test_seq_gap_is_refused() -> None:
-    """An input whose seq is not the next one raises and changes nothing."""
-    machine = RunMachine()
-    machine.handle(_started())
-    machine.begin()
-    before = _snapshot(machine)
-    answer = ModelResponded(run_id="r", seq=5, at=1, iteration=1, message=Message("assistant", ("x",)))
-    with pytest.raises(TransitionError, match="expected seq 2"):
-        machine.handle(answer)
-    assert _snapshot(machine) == before
-
-
-def test_derived_events_are_not_inputs() -> None:
-    """Events the machine derives are never accepted as inputs, in any phase."""
-    for phase, event_type in TRANSITIONS:
-        assert event_type not in DERIVED, (phase, event_type)
-
-
-def test_unknown_tool_is_derived_and_answered() -> None:
-    """A call to a tool not offered becomes ToolNotFound and the loop asks the model again."""
-    machine = RunMachine()
-    machine.handle(_started())
-    machine.begin()
-    call = Content.from_function_call("c1", "nope", arguments="{}")
-    events, commands = machine.handle(
-        ModelResponded(run_id="r", seq=2, at=5, iteration=1, message=Message("assistant", (call,)))
-    )
-    assert [type(e).__name__ for e in events] == ["ModelResponded", "ToolNotFound", "ModelCalled"]
-    assert machine.phase is Phase.AWAITING_MODEL
-    assert machine.transcript.messages[-1].contents[0].result == 'Error: Requested function "nope" not found.'
-    assert len(commands) == 1
 
 
 @pytest.mark.anyio

@@ -1,8 +1,9 @@
-"""The append gate's text checks against the slow, obvious definitions they stand in for.
+"""The append gate against the slow, obvious definitions it stands in for.
 
-``may_overflow`` and ``too_deep`` look at encoded JSON without decoding it. They may raise a false
-alarm (digits inside a string), never miss: a miss would let a value into the log that does not
-read back. Each is compared here with a definition that parses the text.
+``may_overflow`` looks at encoded JSON without decoding it. It may raise a false alarm (digits
+inside a string), never miss: a miss would let a value into the log that does not read back. It
+is compared here with a definition that parses the text, and ``check_event`` with what reads back.
+(``too_deep``, the nesting check, is ``core/depth.py``'s: ``test_depth.py``.)
 """
 
 from __future__ import annotations
@@ -14,10 +15,11 @@ import msgspec
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from agentledger.core.depth import MAX_DEPTH, too_deep
+from agentledger.core.depth import MAX_DEPTH
 from agentledger.core.errors import UnrecordableError
 from agentledger.core.events import Event, MiddlewareShortCircuit, ToolCalled, ToolNotFound, ToolReturned
 from agentledger.core.limits import INT64_MAX, INT64_MIN, check_event, may_overflow
+from tests.core._nesting import depth_of, nested
 
 
 def _holds_a_big_int(value: object) -> bool:
@@ -30,21 +32,6 @@ def _holds_a_big_int(value: object) -> bool:
     if isinstance(value, list):
         return any(map(_holds_a_big_int, value))
     return False
-
-
-def _depth(value: object) -> int:
-    """How deeply ``value`` nests (walked with a stack: the values go deeper than Python's
-    recursion limit allows under a tracer, as Python 3.12's monitoring is)."""
-    deepest, stack = 0, [(value, 0)]
-    while stack:
-        item, above = stack.pop()
-        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
-        if children is None:
-            deepest = max(deepest, above)
-            continue
-        deepest = max(deepest, above + 1)
-        stack.extend((child, above + 1) for child in children)
-    return deepest
 
 
 _edge_ints = st.sampled_from(
@@ -85,17 +72,6 @@ def test_may_overflow_checks_every_19_digit_number_not_only_the_first() -> None:
     assert not may_overflow(b'{"id":"run_9223372036854775808x"}')  # inside a string, after a letter
 
 
-@settings(max_examples=200, deadline=None)
-@given(st.integers(min_value=0, max_value=2 * MAX_DEPTH), st.integers(min_value=0, max_value=300))
-def test_too_deep_agrees_with_the_nesting_of_the_value(depth: int, siblings: int) -> None:
-    value: object = "leaf"
-    for _ in range(depth):
-        value = [value]
-    wide = {"deep": value, "wide": [[i] for i in range(siblings)]}  # many openers, shallow
-    data = json.dumps(wide).encode()
-    assert too_deep(data) == (_depth(wide) > MAX_DEPTH)
-
-
 _plain = st.one_of(st.none(), st.booleans(), _ints, st.text(max_size=10), st.floats(allow_nan=False))
 
 
@@ -126,42 +102,11 @@ def _refused(event: Event) -> bool:
     return False
 
 
-def _nested(depth: int, wide: int, text: str) -> object:
-    """A value ``depth`` containers deep (lists and objects in turn), beside ``wide`` shallow
-    lists; ``text`` (brackets in a string count for nothing) sits at the bottom."""
-    value: object = text
-    for level in range(depth):
-        value = [value] if level % 2 else {"k": value}
-    return {"deep": value, "wide": [[i] for i in range(wide)]}
-
-
-blocks = st.lists(
-    st.tuples(
-        st.integers(min_value=0, max_value=2 * MAX_DEPTH + 2),
-        st.integers(min_value=0, max_value=700),  # lines from a few bytes to past 4 KiB
-        st.sampled_from(["", "[[[[{{{{", "]}"]),
-    ),
-    min_size=1,
-    max_size=10,
-)
-
-
-@settings(max_examples=200, deadline=None)
-@given(blocks, st.sampled_from([MAX_DEPTH, MAX_DEPTH - 1, MAX_DEPTH - 3, 40, 3]))
-def test_too_deep_of_a_block_agrees_with_its_deepest_line(
-    lines: list[tuple[int, int, str]], limit: int
-) -> None:
-    """Short records and long blocks take different paths; both say what the lines' depths say."""
-    values = [_nested(*line) for line in lines]
-    data = b"".join(json.dumps(value, separators=(",", ":")).encode() + b"\n" for value in values)
-    assert too_deep(data, limit) == any(_depth(value) > limit for value in values)
-
-
 _results = st.one_of(
     _values,
     st.dictionaries(st.text(max_size=6), _plain, max_size=10),  # a few plain values, or more
     st.builds(
-        lambda depth: _nested(depth, 0, "x"), st.integers(min_value=MAX_DEPTH - 2, max_value=MAX_DEPTH + 2)
+        lambda depth: nested(depth, 0, "x"), st.integers(min_value=MAX_DEPTH - 2, max_value=MAX_DEPTH + 2)
     ),
 )
 
@@ -188,7 +133,7 @@ def test_the_gate_refuses_a_result_exactly_when_it_would_not_read_back(
         event = MiddlewareShortCircuit(run_id="r", seq=1, at=1, call_id="c", middleware="m", result=result)
         values = [result]
     # The event's own level of nesting counts: a value at the limit is one deeper in the record.
-    expected = any(_holds_a_big_int(v) for v in values) or any(_depth(v) + 1 > MAX_DEPTH for v in values)
+    expected = any(_holds_a_big_int(v) for v in values) or any(depth_of(v) + 1 > MAX_DEPTH for v in values)
     assert _refused(event) == expected, values
 
 

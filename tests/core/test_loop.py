@@ -343,48 +343,6 @@ def test_a_record_held_after_the_step_ended_is_refused() -> None:
     assert len(owner.log) == 1
 
 
-def test_a_run_recorder_holds_what_other_threads_record() -> None:
-    """In this process, a record from a worker thread (a sync tool's) into its call's step is
-    held in the step; one from a thread outside any step is held for the owner, which feeds it
-    before anything else; once the run has ended such a record is refused. The owner never
-    feeds from two threads."""
-    import threading
-
-    from agentledger.core import TransitionError
-    from agentledger.run import RunRecorder
-
-    recorder = RunRecorder(RunMachine(), RUN, Clock(), [])
-    recorder.record(RunStarted, agent_id="a", tools=TOOLS, config=RunConfig())
-    step = recorder.loop.step(live=True)
-    errors: list[BaseException] = []
-
-    def in_thread(into_step: bool) -> None:
-        try:
-            if into_step:
-                with recorder.into(step):
-                    recorder.record(SessionUpdated, session_id="s", by="worker", changes=())
-            else:
-                recorder.record(SessionUpdated, session_id="s", by="stray", changes=())
-        except TransitionError as exc:
-            errors.append(exc)
-
-    for into_step in (True, False):
-        worker = threading.Thread(target=in_thread, args=(into_step,))
-        worker.start()
-        worker.join()
-    assert len(recorder.log) == 1
-    assert [getattr(e, "by", None) for e in step.events] == ["worker"]
-    recorder.loop.feed(step)
-    assert [getattr(e, "by", None) for e in recorder.log[1:]] == ["stray", "worker"]
-    assert errors == []
-    assert recorder.fail("Cancelled", "stop")
-    worker = threading.Thread(target=in_thread, args=(False,))
-    worker.start()
-    worker.join()
-    assert len(errors) == 1
-    assert "after the step ended" in str(errors[0])
-
-
 async def test_an_observer_with_observes_hears_only_the_reactions_to_those_inputs() -> None:
     everything: list[Event] = []
     writes: list[Event] = []

@@ -695,6 +695,26 @@ def test_unknown_tool_among_offered_tools() -> None:
     assert commands == [InvokeTools(iteration=1, calls=(call("c2"),))]
 
 
+def test_an_unknown_tool_is_answered_with_the_error_the_model_is_shown() -> None:
+    """The ToolNotFound a call of a tool not offered derives is answered in the transcript, so the
+    model asked again reads why."""
+    run = Run()
+    run.start()
+    run.respond(call("c1", "nope"))
+    assert run.machine.phase is A
+    assert (
+        run.machine.transcript.messages[-1].contents[0].result
+        == 'Error: Requested function "nope" not found.'
+    )
+
+
+def test_derived_events_are_not_inputs() -> None:
+    """Events the machine derives are never accepted as inputs, in any phase (``REFUSED`` is drawn
+    from the table, so this checks the table itself)."""
+    for phase, event_type in TRANSITIONS:
+        assert event_type not in DERIVED, (phase, event_type)
+
+
 @pytest.mark.parametrize("choice", ["required", {"mode": "required", "required_function_name": "t"}])
 def test_a_required_tool_choice_resets_after_the_first_call(choice: Any) -> None:
     """After the first model call with calls, a required tool_choice is reset and the next call has none."""

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from agentledger import Agent, AgentSession, Content, FunctionTool, Message, ToolDefinitionError, tool
+from agentledger import Agent, AgentSession, Content, FunctionTool, Message, tool
 from agentledger.adapters.chat.scripted import Call, ScriptedChatClient
 from agentledger.core import ApprovalRequested, ApprovalResolved
 from agentledger.core.approvals import paused_calls
@@ -148,27 +148,6 @@ async def test_a_resume_must_answer_every_request_of_the_batch(clock: FixedClock
     with pytest.raises(ValueError, match="answer every request"):
         await agent.run(Message("user", (first,)), session=session)
     assert ran == []
-
-
-def test_a_misspelt_approval_mode_is_refused() -> None:
-    """approval_mode="always_required" fails at definition instead of running unapproved."""
-    misspelt: Any = "always_required"
-
-    def wire(amount: int) -> str:
-        return "sent"
-
-    with pytest.raises(ToolDefinitionError, match="always_required"):
-        tool(approval_mode=misspelt)(wire)
-
-
-def test_approval_mode_none_means_never_require() -> None:
-    """approval_mode=None, the reference's default spelling, means never_require."""
-    unset: Any = None
-
-    def plain() -> str:
-        return "x"
-
-    assert tool(approval_mode=unset)(plain).approval_mode == "never_require"
 
 
 def _fail(request: Any) -> str:

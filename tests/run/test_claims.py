@@ -18,8 +18,7 @@ import pytest
 
 from agentledger import Agent, AgentSession, ApprovalError, MemoryEventStore, Message, tool
 from agentledger.adapters.chat.scripted import Call, ScriptedChatClient, ScriptEntry
-from agentledger.core import BatchClaimed, Event, RunCompleted, ToolCalled
-from agentledger.core.claims import arguments_digest, decide_claim, paused_batch
+from agentledger.core import BatchClaimed, RunCompleted, ToolCalled
 from agentledger.errors import ApprovalMismatchError, CallOutcomeUnknownError
 from agentledger.store import EventStore, SupportsAclose
 from tests._resume_child import bank_agent, open_store, session_of
@@ -316,37 +315,6 @@ async def test_a_session_holding_another_version_of_the_call_is_refused() -> Non
         await agent.run(_answer(session), session=session)
     assert ran == []
     assert len(await store.streams()) == before
-
-
-def test_the_core_decides_claims_from_logs_alone() -> None:
-    """decide_claim is pure: a first claim, a stray call, and the digest that binds an answer."""
-    from agentledger.core import ApprovalRequested, ModelResponded, RunStarted
-    from agentledger.core.messages import Content
-
-    call = Content.from_function_call("c1", "wire", arguments='{"amount": 1}')
-    log: list[Event] = [
-        RunStarted(run_id="p", seq=0, at=1, agent_id="a"),
-        ModelResponded(run_id="p", seq=1, at=2, iteration=1, message=Message("assistant", (call,))),
-        ApprovalRequested(run_id="p", seq=2, at=3, call_ids=("c1",)),
-        RunCompleted(run_id="p", seq=3, at=4, reason="awaiting_approval"),
-    ]
-    paused = paused_batch(log)
-    assert paused.awaiting == ("c1",)
-    assert paused.version == 4
-    digest = arguments_digest({"amount": 1})
-    assert paused.digests == {"c1": digest}
-    decision = decide_claim(paused, {"c1": True}, {"c1": digest}, by_run_id="r", at=5)
-    assert decision.kind == "claim"
-    assert decision.claim is not None
-    assert (decision.claim.seq, decision.claim.answers[0].digest) == (4, digest)
-    stray = decide_claim(paused, {"c9": True}, {}, by_run_id="r", at=5)
-    assert stray.kind == "refused"
-    other = decide_claim(paused, {"c1": True}, {"c1": arguments_digest({"amount": 2})}, by_run_id="r", at=5)
-    assert other.kind == "mismatch"
-    claimed = paused_batch([*log, decision.claim])
-    held = decide_claim(claimed, {"c1": True}, {"c1": digest}, by_run_id="r", at=6)
-    busy = decide_claim(claimed, {"c1": True}, {"c1": digest}, by_run_id="x", at=6, holder_log=[])
-    assert (held.kind, busy.kind, busy.holder) == ("held", "refused", "r")
 
 
 async def test_a_claimed_paused_run_and_its_resumer_rerun_without_divergence() -> None:
