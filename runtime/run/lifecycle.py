@@ -248,9 +248,14 @@ class AgentRun:
             outcome = await run_chain(self.spec.layers["agent"], context, inner, binding.checkpoint)
         except MiddlewareTermination as exc:
             if not finish:
-                recorder.record(
-                    RunTerminated, iteration=0, reason=str(exc), by="agent_middleware", leaves_history=True
-                )
+                try:  # a reason the log cannot hold fails the run like any other record
+                    reason = str(exc)
+                    recorder.record(
+                        RunTerminated, iteration=0, reason=reason, by="agent_middleware", leaves_history=True
+                    )
+                except BaseException as error:
+                    await self._failed(driver, error)
+                    raise
                 finish.append(recorder.take_finish())
             # The answer: the exception's result, else what context.result holds (the run's own
             # response after call_next(), or what the middleware set), else the empty response.
@@ -263,16 +268,18 @@ class AgentRun:
         finally:
             writer.reset(token)
         if outcome is not None and outcome.short_circuited_by is not None and not finish:
-            text = to_recorded(_text_of(context.result))
-            middleware = outcome.short_circuited_by
-            recorder.record(
-                MiddlewareShortCircuit,
-                call_id=None,
-                middleware=middleware,
-                result=text,
-                scope="run",
-                leaves_history=True,
-            )
+            try:  # an answer the log cannot hold fails the run like any other record
+                recorder.record(
+                    MiddlewareShortCircuit,
+                    call_id=None,
+                    middleware=outcome.short_circuited_by,
+                    result=to_recorded(_text_of(context.result)),
+                    scope="run",
+                    leaves_history=True,
+                )
+            except BaseException as exc:
+                await self._failed(driver, exc)
+                raise
             finish.append(recorder.take_finish())
         return await self._complete(binding, driver, context.result, own[0] if own else None)
 

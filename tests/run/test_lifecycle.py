@@ -257,6 +257,32 @@ async def test_an_answer_agent_middleware_replaced_that_the_log_cannot_hold_fail
     assert log[-1].error_type == "UnrecordableError"
 
 
+async def test_an_answer_in_the_runs_place_that_the_log_cannot_hold_fails_the_run() -> None:
+    async def short(context: AgentContext, call_next: CallNext) -> None:
+        context.result = "bad \ud800"
+
+    agent = _agent([], middleware=[short])
+    with pytest.raises(UnrecordableError):
+        await _run(agent).execute("Hi.")
+    log = await _stored(agent)
+    assert event_types(log) == ["RunStarted", "RunFailed"]
+    assert isinstance(log[-1], RunFailed)
+    assert log[-1].error_type == "UnrecordableError"
+
+
+async def test_a_termination_reason_the_log_cannot_hold_fails_the_run() -> None:
+    async def stop(context: AgentContext, call_next: CallNext) -> None:
+        raise MiddlewareTermination("bad \ud800")
+
+    agent = _agent([], middleware=[stop])
+    with pytest.raises(UnrecordableError):
+        await _run(agent).execute("Hi.")
+    log = await _stored(agent)
+    assert event_types(log) == ["RunStarted", "RunFailed"]
+    assert isinstance(log[-1], RunFailed)
+    assert log[-1].error_type == "UnrecordableError"
+
+
 async def test_a_paused_run_notes_its_waiting_calls_in_the_session() -> None:
     agent = _agent([Call("wire", {"amount": 5}, call_id="c1")])
     session = AgentSession("s")
