@@ -6,6 +6,7 @@
     ├── OpenAIConfigurationError (ValueError)   no model, or no API key for the hosted API
     ├── APIConnectionError                      the server could not be reached
     │   └── APITimeoutError                     no answer within the timeout
+    │       └── DeadlineExceededError           the whole call passed the client's deadline
     ├── APIStatusError                          an error status (status_code, code, request_id)
     │   ├── BadRequestError                     400, 404, 422 and the other 4xx
     │   ├── AuthenticationError                 401, 403: the key is missing, wrong or not allowed
@@ -32,6 +33,7 @@ __all__ = (
     "APITimeoutError",
     "AuthenticationError",
     "BadRequestError",
+    "DeadlineExceededError",
     "MalformedResponseError",
     "OpenAIConfigurationError",
     "OpenAIError",
@@ -58,6 +60,17 @@ class APIConnectionError(OpenAIError):
 
 class APITimeoutError(APIConnectionError):
     """The server did not answer within the client's timeout."""
+
+
+class DeadlineExceededError(APITimeoutError):
+    """The model call as a whole took longer than the client's ``deadline`` (seconds): the token
+    provider, connecting, every retry and its wait, and reading the whole answer (a stream: to its
+    last event) all count. ``timeout`` bounds each read; this bounds the call, so a server that
+    answers one byte at a time cannot hold it for ever. Not retried."""
+
+    def __init__(self, message: str, *, deadline: float) -> None:
+        super().__init__(message)
+        self.deadline = deadline
 
 
 class APIStatusError(OpenAIError):

@@ -37,13 +37,14 @@ from agentledger.clients import ChatOptions, ChatResponse
 from agentledger.core.messages import Message
 
 from ._anthropic_messages import MessagesStream, messages_request, messages_response, output_tool_name
-from ._http_client import HTTPChatClient, Sleep, WireStream
+from ._http_client import DEFAULT_DEADLINE, HTTPChatClient, Sleep, WireStream
 from ._openai_errors import (
     APIConnectionError,
     APIStatusError,
     APITimeoutError,
     AuthenticationError,
     BadRequestError,
+    DeadlineExceededError,
     MalformedResponseError,
     OpenAIConfigurationError,
     OpenAIError,
@@ -65,6 +66,7 @@ __all__ = (
     "AnthropicClient",
     "AuthenticationError",
     "BadRequestError",
+    "DeadlineExceededError",
     "MalformedResponseError",
     "OpenAIConfigurationError",
     "OpenAIError",
@@ -102,6 +104,7 @@ class AnthropicClient(HTTPChatClient):
         http_client: httpx.AsyncClient | None = None,
         sleep: Sleep | None = None,
         max_response_bytes: int | None = DEFAULT_MAX_RESPONSE_BYTES,
+        deadline: float | None = DEFAULT_DEADLINE,
     ) -> None:
         env = os.environ
         chosen = model or env.get("ANTHROPIC_CHAT_MODEL_ID") or env.get("ANTHROPIC_MODEL") or DEFAULT_MODEL
@@ -120,6 +123,7 @@ class AnthropicClient(HTTPChatClient):
             http_client=http_client,
             sleep=sleep,
             max_response_bytes=max_response_bytes,
+            deadline=deadline,
         )
 
     async def _auth_headers(self) -> dict[str, str]:

@@ -32,9 +32,10 @@ import inspect
 import os
 from collections.abc import Awaitable, Callable, Mapping
 
+import anyio.to_thread
 import httpx
 
-from ._http_client import Sleep
+from ._http_client import DEFAULT_DEADLINE, Sleep
 from ._openai_errors import OpenAIConfigurationError
 from ._openai_http import DEFAULT_MAX_RESPONSE_BYTES
 from .openai import OpenAIChatClient, OpenAIResponsesClient
@@ -91,12 +92,21 @@ class _AzureSettings:
 
     async def headers(self) -> dict[str, str]:
         if self.token_provider is not None:
-            token = self.token_provider()
-            if inspect.isawaitable(token):
-                token = await token
-            return {"Authorization": f"Bearer {token}"}
+            return {"Authorization": f"Bearer {await self._token(self.token_provider)}"}
         assert self.api_key is not None
         return {"api-key": self.api_key}
+
+    async def _token(self, provider: TokenProvider) -> str:
+        """A token from ``provider``. A plain function runs in a worker thread (``azure.identity``'s
+        provider blocks while it fetches a token), so the call's deadline can give up on one that
+        hangs; a coroutine function is awaited on the loop."""
+        if inspect.iscoroutinefunction(provider):
+            token: object = provider()
+        else:
+            token = await anyio.to_thread.run_sync(provider, abandon_on_cancel=True)
+        if inspect.isawaitable(token):
+            token = await token
+        return str(token)
 
 
 class _AzureAuth:
@@ -136,6 +146,7 @@ class AzureOpenAIChatClient(_AzureAuth, OpenAIChatClient):
         http_client: httpx.AsyncClient | None = None,
         sleep: Sleep | None = None,
         max_response_bytes: int | None = DEFAULT_MAX_RESPONSE_BYTES,
+        deadline: float | None = DEFAULT_DEADLINE,
     ) -> None:
         self._azure = _AzureSettings(
             deployment_name=deployment_name,
@@ -159,6 +170,7 @@ class AzureOpenAIChatClient(_AzureAuth, OpenAIChatClient):
             http_client=http_client,
             sleep=sleep,
             max_response_bytes=max_response_bytes,
+            deadline=deadline,
         )
         self.api_version = self._azure.api_version
 
@@ -184,6 +196,7 @@ class AzureOpenAIResponsesClient(_AzureAuth, OpenAIResponsesClient):
         http_client: httpx.AsyncClient | None = None,
         sleep: Sleep | None = None,
         max_response_bytes: int | None = DEFAULT_MAX_RESPONSE_BYTES,
+        deadline: float | None = DEFAULT_DEADLINE,
     ) -> None:
         self._azure = _AzureSettings(
             deployment_name=deployment_name,
@@ -206,5 +219,6 @@ class AzureOpenAIResponsesClient(_AzureAuth, OpenAIResponsesClient):
             http_client=http_client,
             sleep=sleep,
             max_response_bytes=max_response_bytes,
+            deadline=deadline,
         )
         self.api_version = self._azure.api_version

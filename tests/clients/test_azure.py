@@ -1,10 +1,14 @@
-"""The Azure OpenAI clients: the request shape (URL, api-version, credentials) of recorded exchanges."""
+"""The Azure OpenAI clients: the request shape (URL, api-version, credentials) of recorded exchanges,
+and what a token provider that hangs does to a call (against a real server on 127.0.0.1, which
+must see no request)."""
 
 from __future__ import annotations
 
 import json
+import threading
 from typing import Any
 
+import anyio
 import httpx
 import pytest
 
@@ -15,9 +19,14 @@ from agentledger.adapters.chat.azure import (
     AzureOpenAIChatClient,
     AzureOpenAIResponsesClient,
 )
-from agentledger.adapters.chat.openai import AuthenticationError, OpenAIConfigurationError
+from agentledger.adapters.chat.openai import (
+    AuthenticationError,
+    DeadlineExceededError,
+    OpenAIConfigurationError,
+)
 from agentledger.core.events import RunStarted, encode_event
 from agentledger.testing import FixedClock, SequentialIds, capture_events
+from tests._loopback import json_answer, replying, serve
 
 KEY = "azure-key-0123456789abcdef"
 ENDPOINT = "https://contoso.openai.azure.com"
@@ -198,3 +207,47 @@ async def test_the_key_stays_out_of_the_log_and_errors() -> None:
     assert not any(KEY.encode() in encode_event(e) for e in events)
     started = [e for e in events if isinstance(e, RunStarted)]
     assert started[0].provider_name == "azure.ai.openai"
+
+
+# -- token providers that hang -----------------------------------------
+
+TOKEN = "tok-0123456789abcdefghij"
+BOUND = 10.0
+"""How long a test lets a call run whose deadline is well under a second: a generous margin."""
+
+
+@pytest.mark.anyio
+async def test_a_token_provider_that_hangs_is_cut_off_at_the_deadline() -> None:
+    """Three calls at once, each asking a provider that never returns: an async one awaiting for
+    ever, and a plain function blocked in its thread. Each call ends at its deadline, naming it,
+    and no request is sent."""
+    released = threading.Event()
+
+    async def waits_for_ever() -> str:
+        await anyio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    def blocks() -> str:
+        released.wait(BOUND)
+        return TOKEN
+
+    failures: list[BaseException] = []
+
+    async def one(provider: Any, url: str) -> None:
+        llm = AzureOpenAIChatClient("dep", base_url=url, ad_token_provider=provider, deadline=0.5)
+        try:
+            await llm.get_response(USER)
+        except DeadlineExceededError as exc:
+            failures.append(exc)
+
+    try:
+        async with serve(replying(json_answer(200, COMPLETION))) as server:
+            with anyio.fail_after(BOUND):
+                async with anyio.create_task_group() as group:
+                    for provider in (waits_for_ever, blocks, blocks):
+                        group.start_soon(one, provider, server.url)
+    finally:
+        released.set()  # the abandoned threads end too
+    assert len(failures) == 3
+    assert all("deadline of 0.5 s while getting the credential" in str(f) for f in failures)
+    assert server.requests == []

@@ -1,28 +1,47 @@
-"""Untrusted sizes: a client reads at most ``max_response_bytes`` of an answer, decompressed.
+"""Untrusted sizes and times: what a server may make an HTTP chat client read, and wait for.
 
-A 200 KB gzip body that inflates to 200 MB would be held whole in memory by a plain read; the
-clients read answers as streams and stop at the limit (32 MiB by default, a setting), with
+Sizes: a client reads at most ``max_response_bytes`` of an answer, decompressed. A 200 KB gzip
+body that inflates to 200 MB would be held whole in memory by a plain read; the clients read
+answers as streams and stop at the limit (32 MiB by default, a setting), with
 ``ResponseTooLargeError``, whether the answer is whole JSON, a stream of events, or an error
 status's body.
+
+Times: a model call runs within the client's ``deadline``, whatever the server does: one that
+drips an answer a byte at a time (each read within ``timeout``), streams keep-alive comments for
+ever, or keeps failing. These run against a real server on 127.0.0.1 (``tests._loopback``), as a
+mock transport answers at once; each test gives its call a short deadline and fails, rather than
+hangs, if the call outlives a generous bound.
 """
 
 from __future__ import annotations
 
 import gzip
 import json
+from collections.abc import Callable
 from typing import Any
 
+import anyio
+import anyio.abc
 import httpx
 import pytest
 
+from agentledger import ModelCallError
+from agentledger.adapters.chat._http_client import HTTPChatClient
+from agentledger.adapters.chat.anthropic import AnthropicClient
 from agentledger.adapters.chat.openai import (
+    DEFAULT_DEADLINE,
     DEFAULT_MAX_RESPONSE_BYTES,
+    DeadlineExceededError,
     OpenAIChatClient,
     OpenAIConfigurationError,
     OpenAIResponsesClient,
     ResponseTooLargeError,
+    ServerError,
 )
+from agentledger.core.events import ModelFailed, RunFailed
 from agentledger.core.messages import Message
+from agentledger.testing import capture_events
+from tests._loopback import Request, drip, json_answer, replying, serve
 
 pytestmark = pytest.mark.anyio
 
@@ -90,3 +109,135 @@ async def test_an_answer_within_the_limit_is_read_and_the_limit_is_a_setting() -
     assert (await unlimited.get_response([Message("user", "hi")])).text == "x" * 5000
     with pytest.raises(OpenAIConfigurationError):
         client(httpx.MockTransport(handler), max_response_bytes=0)
+
+
+# -- the deadline of a call -------------------------------------------------------------------
+
+BOUND = 10.0
+"""How long a test lets a call run whose deadline is well under a second: a generous margin."""
+KEY = "sk-test-0123456789abcdef"
+HttpKind = Callable[..., HTTPChatClient]
+
+
+def openai_chat(url: str, **options: Any) -> HTTPChatClient:
+    return OpenAIChatClient("m", api_key=KEY, base_url=url + "/v1", **options)
+
+
+def openai_responses(url: str, **options: Any) -> HTTPChatClient:
+    return OpenAIResponsesClient("m", api_key=KEY, base_url=url + "/v1", **options)
+
+
+def anthropic(url: str, **options: Any) -> HTTPChatClient:
+    return AnthropicClient("m", api_key=KEY, base_url=url, **options)
+
+
+KINDS = pytest.mark.parametrize("kind", [openai_chat, openai_responses, anthropic], ids=lambda k: k.__name__)
+
+
+async def dripping_json(request: Request, stream: anyio.abc.ByteStream) -> None:
+    """A 200 whose JSON body comes one byte every 50 ms, for ever: each read is quick."""
+    head = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 1000000\r\n\r\n{"
+    await drip(stream, head)
+
+
+async def dripping_events(request: Request, stream: anyio.abc.ByteStream) -> None:
+    """A 200 event stream of keep-alive comments, one every 50 ms, for ever."""
+    head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n"
+    await drip(stream, head, b": still thinking\n\n")
+
+
+async def call(model: HTTPChatClient, *, stream: bool) -> None:
+    messages = [Message("user", "hi")]
+    if stream:
+        async for _ in model.get_streaming_response(messages):
+            pass
+    else:
+        await model.get_response(messages)
+
+
+@KINDS
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+@pytest.mark.anyio
+async def test_a_server_dripping_its_answer_is_cut_off_at_the_deadline(kind: HttpKind, stream: bool) -> None:
+    """Each byte comes well within ``timeout``, so only the call's deadline can end it: it does,
+    with ``DeadlineExceededError`` naming the deadline and what the call was doing."""
+    async with serve(dripping_events if stream else dripping_json) as server:
+        model = kind(server.url, timeout=30, deadline=0.5)
+        with anyio.fail_after(BOUND), pytest.raises(DeadlineExceededError) as raised:
+            await call(model, stream=stream)
+    assert raised.value.deadline == 0.5
+    reading = "the stream" if stream else "the answer"
+    assert f"passed its deadline of 0.5 s while reading {reading}" in str(raised.value)
+    assert KEY not in str(raised.value)
+
+
+@pytest.mark.anyio
+async def test_a_server_that_never_answers_is_cut_off_at_the_deadline() -> None:
+    """A server that reads the request and says nothing, with no read timeout at all."""
+
+    async def silent(request: Request, stream: anyio.abc.ByteStream) -> None:
+        await anyio.sleep_forever()
+
+    async with serve(silent) as server:
+        model = openai_chat(server.url, http_client=httpx.AsyncClient(timeout=None), deadline=0.5)
+        with anyio.fail_after(BOUND), pytest.raises(DeadlineExceededError, match="waiting for its answer"):
+            await call(model, stream=False)
+        await model.aclose()
+
+
+@pytest.mark.anyio
+async def test_a_retry_whose_wait_would_pass_the_deadline_is_not_made() -> None:
+    """503 every time, with the real sleep: the first retry waits its 0.5 s backoff, the second
+    (1 s) would end past a 1.2 s deadline, so the 503 is raised then, saying why."""
+    async with serve(replying(json_answer(503, {"error": "busy"}))) as server:
+        model = openai_chat(server.url, max_retries=5, deadline=1.2)
+        with anyio.fail_after(BOUND), pytest.raises(ServerError) as raised:
+            await call(model, stream=False)
+        await model.aclose()
+    assert len(server.requests) == 2
+    assert "not retried: the wait of 1 s would end past the call's deadline of 1.2 s" in str(raised.value)
+
+
+@pytest.mark.anyio
+async def test_a_run_records_the_deadline_as_a_failed_model_call() -> None:
+    """In a run the deadline is a client error like the others: ``ModelFailed`` and ``RunFailed``
+    are recorded and ``ModelCallError`` is raised with the client's error as its cause."""
+    async with serve(dripping_json) as server:
+        agent: Any = openai_chat(server.url, deadline=0.5).as_agent(name="Slow")
+        with capture_events() as events, anyio.fail_after(BOUND), pytest.raises(ModelCallError) as raised:
+            await agent.run("hi")
+    assert isinstance(raised.value.__cause__, DeadlineExceededError)
+    assert "deadline of 0.5 s" in str(raised.value)
+    (failed,) = [e for e in events if isinstance(e, ModelFailed)]
+    assert failed.error_type == "DeadlineExceededError"
+    assert "passed its deadline of 0.5 s" in failed.message
+    assert [e.error_type for e in events if isinstance(e, RunFailed)] == ["ModelCallError"]
+
+
+@pytest.mark.anyio
+async def test_a_stream_within_the_deadline_and_one_left_early_end_cleanly() -> None:
+    """A stream read to its end within the deadline answers; one the caller leaves after its first
+    update closes the connection, and a later call on the same client still works."""
+    done = {"choices": [{"index": 0, "delta": {"content": "hi"}, "finish_reason": "stop"}]}
+    body = f"data: {json.dumps(done)}\n\ndata: [DONE]\n\n".encode()
+    answer = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: %d\r\n\r\n" % len(body)
+    async with serve(replying(answer + body)) as server:
+        model = openai_chat(server.url, deadline=5)
+        with anyio.fail_after(BOUND):
+            texts = [u.text async for u in model.get_streaming_response([Message("user", "hi")])]
+            updates = model.get_streaming_response([Message("user", "hi")])
+            async for _ in updates:
+                break
+            await updates.aclose()  # type: ignore[attr-defined]
+            again = [u.text async for u in model.get_streaming_response([Message("user", "hi")])]
+        await model.aclose()
+    assert "hi" in texts
+    assert "hi" in again
+
+
+@pytest.mark.parametrize("bad", [0, -1, float("nan"), float("inf"), "5", True])
+def test_a_deadline_must_be_a_finite_positive_number(bad: Any) -> None:
+    with pytest.raises(OpenAIConfigurationError, match="deadline must be"):
+        openai_chat("http://x.test", deadline=bad)
+    assert openai_chat("http://x.test").deadline == DEFAULT_DEADLINE == 600.0
+    assert openai_chat("http://x.test", deadline=None).deadline is None

@@ -266,12 +266,14 @@ def test_public_names_are_pinned() -> None:
     """The module exports exactly the clients, the error tree and the default URL."""
     assert set(openai.__all__) == {
         "DEFAULT_BASE_URL",
+        "DEFAULT_DEADLINE",
         "DEFAULT_MAX_RESPONSE_BYTES",
         "APIConnectionError",
         "APIStatusError",
         "APITimeoutError",
         "AuthenticationError",
         "BadRequestError",
+        "DeadlineExceededError",
         "MalformedResponseError",
         "OpenAIChatClient",
         "OpenAIConfigurationError",
@@ -294,6 +296,7 @@ def test_public_names_are_pinned() -> None:
         (ServerError, (openai.APIStatusError,)),
         (BadRequestError, (openai.APIStatusError,)),
         (APITimeoutError, (APIConnectionError,)),
+        (openai.DeadlineExceededError, (APITimeoutError,)),
         (TruncatedStreamError, (MalformedResponseError,)),
         (OpenAIConfigurationError, (ValueError,)),
         (ResponseFailedError, ()),
