@@ -6,9 +6,10 @@ subclass says what its wire format is (``_body``, ``_parse``, ``_stream``), wher
 
 - one POST per call, retried on 408, 429 and 5xx (529 included) up to ``max_retries`` times,
   waiting what ``Retry-After`` (or ``retry-after-ms``) says, else 0.5 s, 1 s, 2 s... capped at
-  8 s; a wait longer than ``max_retry_delay`` is not made and the error is raised at once; a
-  connection that fails before any answer (refused, reset, a pooled connection the server had
-  closed) is retried the same way, a timeout is not;
+  8 s (a header that names no positive wait counts as absent); a wait longer than
+  ``max_retry_delay`` is not made and the error is raised at once, saying so; a connection that
+  fails before any answer (refused, reset, a pooled connection the server had closed) is retried
+  the same way, a timeout is not;
 - the whole call runs within ``deadline`` seconds (``DEFAULT_DEADLINE``, 10 minutes): the
   credential, connecting, every retry and its wait, reading the whole answer or stream; past it,
   ``DeadlineExceededError``, and a retry whose wait would end past it is not made;
@@ -103,6 +104,10 @@ class HTTPChatClient(BaseChatClient):
         self.default_headers = dict(default_headers or {})
         self.timeout = timeout
         self.max_retries = max_retries
+        if not _is_seconds(max_retry_delay, zero=True):
+            raise OpenAIConfigurationError(
+                f"max_retry_delay must be a finite number of seconds, 0 or more, not {max_retry_delay!r}"
+            )
         self.max_retry_delay = max_retry_delay
         if deadline is not None and not _is_seconds(deadline, zero=False):
             raise OpenAIConfigurationError(
@@ -360,11 +365,21 @@ class HTTPChatClient(BaseChatClient):
         return _backoff(attempt)
 
     def _retry_delay(self, error: APIStatusError, attempt: int) -> float | None:
+        """How long to wait before sending again after an error status (None: raise). A wait the
+        server asks for past ``max_retry_delay`` is refused by raising the error, saying so."""
         status = error.status_code
         if attempt >= self.max_retries or not (status in (408, 429) or status >= 500):
             return None
-        delay = error.retry_after if error.retry_after is not None else _backoff(attempt)
-        return delay if delay <= self.max_retry_delay else None
+        asked = error.retry_after
+        if asked is None:
+            return _backoff(attempt)
+        if asked > self.max_retry_delay:
+            raise _noted(
+                error,
+                f"not retried: the server asked for a wait of {_shown(asked)} s, longer than "
+                f"max_retry_delay ({_shown(self.max_retry_delay)} s)",
+            )
+        return asked
 
     def _shown_url(self, options: ChatOptions) -> str:
         """Where a call goes, as a message may show it (no query, no user information)."""

@@ -226,17 +226,31 @@ def _error_detail(content: bytes) -> tuple[str, str | None]:
 
 
 def retry_after(headers: httpx.Headers) -> float | None:
-    """Seconds to wait from ``retry-after-ms`` or ``Retry-After`` (seconds or an HTTP date)."""
-    with contextlib.suppress(ValueError):
-        if "retry-after-ms" in headers:
-            return max(0.0, float(headers["retry-after-ms"]) / 1000)
-    value = headers.get("retry-after")
-    if not value:
-        return None
-    with contextlib.suppress(ValueError):
-        return max(0.0, float(value))
+    """Seconds to wait from ``retry-after-ms`` or ``Retry-After`` (seconds or an HTTP date).
+
+    A header that says nothing usable (not a number or a date, zero, negative, NaN, a date
+    already passed) counts as absent, so the client waits its own backoff instead of retrying at
+    once; ``retry-after-ms`` is read first, ``Retry-After`` when it is absent or unusable. A huge
+    value (``1e308``, ``inf``, a date in the year 9999) is returned as it is, for the caller to
+    refuse against its cap."""
+    for name, scale in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
+        value = headers.get(name)
+        if value:
+            seconds = _seconds(value.strip(), scale, dates=name == "retry-after")
+            if seconds is not None:
+                return seconds
+    return None
+
+
+def _seconds(value: str, scale: float, *, dates: bool) -> float | None:
+    """The positive wait ``value`` names, or None."""
     try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - time.time())
+        seconds = float(value) / scale
+    except ValueError:
+        if not dates:
+            return None
+        try:
+            seconds = email.utils.parsedate_to_datetime(value).timestamp() - time.time()
+        except (TypeError, ValueError, OverflowError, IndexError):  # not a date, or out of range
+            return None
+    return seconds if seconds > 0 else None  # NaN is not > 0 either

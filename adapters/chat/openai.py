@@ -25,8 +25,8 @@ is left alone for chat middleware and never sent:
 
 Errors are the tree in ``_openai_errors`` (re-exported here). 408, 429 and 5xx answers are
 retried up to ``max_retries`` times, waiting what ``Retry-After`` (or ``retry-after-ms``) says,
-else 0.5 s, 1 s, 2 s... capped at 8 s; a wait longer than ``max_retry_delay`` is not made and the
-error is raised at once. A whole call (every
+else 0.5 s, 1 s, 2 s... capped at 8 s (a header naming no positive wait counts as absent); a wait
+longer than ``max_retry_delay`` is not made and the error is raised at once. A whole call (every
 retry and wait, the whole answer or stream) runs within ``deadline`` seconds, 10 minutes unless
 told otherwise, else ``DeadlineExceededError``. The waiting goes through ``sleep`` so tests can
 replace it. The API key

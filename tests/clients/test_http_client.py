@@ -8,7 +8,7 @@ status's body.
 
 Times: a model call runs within the client's ``deadline``, whatever the server does: one that
 drips an answer a byte at a time (each read within ``timeout``), streams keep-alive comments for
-ever, or keeps failing. These run against a real server on 127.0.0.1 (``tests._loopback``), as a
+ever, or asks for waits. These run against a real server on 127.0.0.1 (``tests._loopback``), as a
 mock transport answers at once; each test gives its call a short deadline and fails, rather than
 hangs, if the call outlives a generous bound.
 """
@@ -27,6 +27,7 @@ import pytest
 
 from agentledger import ModelCallError
 from agentledger.adapters.chat._http_client import HTTPChatClient
+from agentledger.adapters.chat._openai_http import retry_after
 from agentledger.adapters.chat.anthropic import AnthropicClient
 from agentledger.adapters.chat.openai import (
     DEFAULT_DEADLINE,
@@ -35,6 +36,7 @@ from agentledger.adapters.chat.openai import (
     OpenAIChatClient,
     OpenAIConfigurationError,
     OpenAIResponsesClient,
+    RateLimitError,
     ResponseTooLargeError,
     ServerError,
 )
@@ -241,3 +243,92 @@ def test_a_deadline_must_be_a_finite_positive_number(bad: Any) -> None:
         openai_chat("http://x.test", deadline=bad)
     assert openai_chat("http://x.test").deadline == DEFAULT_DEADLINE == 600.0
     assert openai_chat("http://x.test", deadline=None).deadline is None
+    with pytest.raises(OpenAIConfigurationError, match="max_retry_delay must be"):
+        openai_chat("http://x.test", max_retry_delay=float("inf"))
+
+
+# -- what a server asks to wait ---------------------------------------------------------------
+
+
+class Sleeps(list[float]):
+    """A sleep that records the waits instead of making them."""
+
+    async def __call__(self, seconds: float) -> None:
+        self.append(seconds)
+
+
+def asking(headers: dict[str, str]) -> bytes:
+    return json_answer(429, {"error": {"message": "slow down"}}, headers)
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"retry-after": "-5"},
+        {"retry-after": "0"},
+        {"retry-after": "soon"},
+        {"retry-after": "nan"},
+        {"retry-after": "-inf"},
+        {"retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"},
+        {"retry-after-ms": "-5000"},
+        {"retry-after-ms": "nan", "retry-after": "-1"},
+    ],
+    ids=lambda h: ",".join(f"{k}={v}" for k, v in h.items()),
+)
+@pytest.mark.anyio
+async def test_a_wait_that_names_no_positive_time_is_the_clients_own_backoff(headers: dict[str, str]) -> None:
+    """A 429 asking for a negative, zero, NaN or unreadable wait (or a date gone by) is retried
+    after the client's backoff (0.5 s, then 1 s), not at once."""
+    sleeps = Sleeps()
+    async with serve(replying(asking(headers))) as server:
+        model = openai_chat(server.url, max_retries=2, sleep=sleeps)
+        with anyio.fail_after(BOUND), pytest.raises(RateLimitError) as raised:
+            await call(model, stream=False)
+        await model.aclose()
+    assert len(server.requests) == 3
+    assert sleeps == [0.5, 1.0]
+    assert raised.value.retry_after is None
+
+
+@pytest.mark.parametrize(
+    ("headers", "asked"),
+    [
+        ({"retry-after": "3600"}, "3600"),
+        ({"retry-after": "1e308"}, "1e+308"),
+        ({"retry-after": "inf"}, "inf"),
+        ({"retry-after": "1" + "0" * 400}, "inf"),
+        ({"retry-after-ms": "1e308"}, "1e+305"),
+        ({"retry-after": "Fri, 31 Dec 9999 23:59:59 GMT"}, None),
+    ],
+    ids=["hour", "1e308", "inf", "400-digits", "ms-1e308", "year-9999"],
+)
+@pytest.mark.anyio
+async def test_a_wait_past_the_cap_is_refused_at_once_saying_both(
+    headers: dict[str, str], asked: str | None
+) -> None:
+    """A wait longer than ``max_retry_delay``, however large, is not made: the 429 is raised after
+    one request, its message naming the wait asked for and the cap."""
+    sleeps = Sleeps()
+    async with serve(replying(asking(headers))) as server:
+        model = openai_chat(server.url, max_retries=2, max_retry_delay=30, sleep=sleeps)
+        with anyio.fail_after(BOUND), pytest.raises(RateLimitError) as raised:
+            await call(model, stream=False)
+        await model.aclose()
+    assert (len(server.requests), sleeps) == (1, [])
+    message = str(raised.value)
+    assert "the server asked for a wait of " in message
+    assert "longer than max_retry_delay (30 s)" in message
+    if asked is not None:
+        assert f"a wait of {asked} s" in message
+
+
+@pytest.mark.parametrize(
+    ("value", "seconds"),
+    [("2", 2.0), (" 1.5 ", 1.5), ("-5", None), ("0", None), ("nan", None), ("x", None), ("", None)],
+)
+def test_retry_after_reads_seconds_and_refuses_what_names_no_wait(value: str, seconds: float | None) -> None:
+    assert retry_after(httpx.Headers({"retry-after": value})) == seconds
+    assert retry_after(httpx.Headers({"retry-after-ms": value, "retry-after": "7"})) == (
+        7.0 if seconds is None else seconds / 1000
+    )
+    assert retry_after(httpx.Headers({"retry-after": "Mon, 01 Jan 99999 00:00:00 GMT"})) is None

@@ -578,12 +578,13 @@ async def test_429_is_retried_after_the_retry_after_delay() -> None:
 
 
 @pytest.mark.anyio
-async def test_retry_after_as_an_http_date_in_the_past_means_no_wait() -> None:
-    """An HTTP-date Retry-After already passed gives a zero wait."""
+async def test_retry_after_as_an_http_date_in_the_past_waits_the_backoff() -> None:
+    """An HTTP-date Retry-After already passed names no wait: the client's own backoff is waited,
+    not none (a server would otherwise be asked again at once)."""
     sleeps = Sleeps()
     server = Server(error(429, headers={"Retry-After": "Wed, 21 Oct 2015 07:28:00 GMT"}), completion())
     await client(server, sleeps).get_response(USER)
-    assert sleeps == [0.0]
+    assert sleeps == [0.5]
 
 
 @pytest.mark.anyio
