@@ -39,7 +39,7 @@ PINNED: dict[str, tuple[str, ...]] = {
         "APIStatusError", "APITimeoutError", "AuthenticationError", "BadRequestError",
         "DeadlineExceededError", "MalformedResponseError", "OpenAIChatClient", "OpenAIConfigurationError",
         "OpenAIError", "OpenAIResponsesClient", "RateLimitError", "ResponseFailedError",
-        "ResponseTooLargeError", "ServerError", "TruncatedStreamError"
+        "ResponseTooLargeError", "ServerError", "TokenProviderError", "TruncatedStreamError"
     ),
     "agentledger.adapters.chat.scripted": (
         "Call", "ScriptEntry", "ScriptExhausted", "ScriptedChatClient", "ScriptedRequest"
@@ -241,7 +241,7 @@ PINNED: dict[str, tuple[str, ...]] = {
         "APIStatusError", "APITimeoutError", "AuthenticationError", "BadRequestError",
         "DeadlineExceededError", "MalformedResponseError", "OpenAIChatClient", "OpenAIConfigurationError",
         "OpenAIError", "OpenAIResponsesClient", "RateLimitError", "ResponseFailedError",
-        "ResponseTooLargeError", "ServerError", "TruncatedStreamError"
+        "ResponseTooLargeError", "ServerError", "TokenProviderError", "TruncatedStreamError"
     ),
     "agentledger.providers": (
         "ContextProvider", "HistoryProvider", "InMemoryHistoryProvider", "RecordedContributions",

@@ -10,6 +10,7 @@
     ├── APIStatusError                          an error status (status_code, code, request_id)
     │   ├── BadRequestError                     400, 404, 422 and the other 4xx
     │   ├── AuthenticationError                 401, 403: the key is missing, wrong or not allowed
+    │   │   └── TokenProviderError              the token provider failed: no request was sent
     │   ├── RateLimitError                      429, once the retries are used up (retry_after)
     │   └── ServerError                         5xx, once the retries are used up
     ├── ResponseFailedError                     the server reported a failure inside its answer
@@ -41,6 +42,7 @@ __all__ = (
     "ResponseFailedError",
     "ResponseTooLargeError",
     "ServerError",
+    "TokenProviderError",
     "TruncatedStreamError",
     "status_error",
 )
@@ -98,6 +100,17 @@ class BadRequestError(APIStatusError):
 
 class AuthenticationError(APIStatusError):
     """The API key is missing, wrong or not allowed to do this (401, 403)."""
+
+
+class TokenProviderError(AuthenticationError):
+    """The client's token provider (Azure's ``ad_token_provider``) raised, or returned something
+    other than a non-empty text token: no request was sent. ``status_code`` is 401, what a request
+    without a valid credential earns. The message names the provider's error, with credentials cut
+    out of it; the provider's exception is not chained, since its message or traceback may hold
+    the token."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, status_code=401)
 
 
 class RateLimitError(APIStatusError):

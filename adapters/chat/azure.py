@@ -35,8 +35,10 @@ from collections.abc import Awaitable, Callable, Mapping
 import anyio.to_thread
 import httpx
 
+from agentledger.redaction import mask_values, scrub_text
+
 from ._http_client import DEFAULT_DEADLINE, Sleep
-from ._openai_errors import OpenAIConfigurationError
+from ._openai_errors import OpenAIConfigurationError, TokenProviderError
 from ._openai_http import DEFAULT_MAX_RESPONSE_BYTES
 from .openai import OpenAIChatClient, OpenAIResponsesClient
 
@@ -85,6 +87,7 @@ class _AzureSettings:
         self.api_version = api_version or env.get("AZURE_OPENAI_API_VERSION") or default_version
         self.api_key = (api_key if api_key is not None else env.get("AZURE_OPENAI_API_KEY")) or None
         self.token_provider = ad_token_provider
+        self._last_token: str | None = None
         if self.api_key is None and ad_token_provider is None:
             raise OpenAIConfigurationError(
                 "no credential: pass api_key=... (or set AZURE_OPENAI_API_KEY) or ad_token_provider=..."
@@ -97,16 +100,39 @@ class _AzureSettings:
         return {"api-key": self.api_key}
 
     async def _token(self, provider: TokenProvider) -> str:
-        """A token from ``provider``. A plain function runs in a worker thread (``azure.identity``'s
-        provider blocks while it fetches a token), so the call's deadline can give up on one that
-        hangs; a coroutine function is awaited on the loop."""
-        if inspect.iscoroutinefunction(provider):
-            token: object = provider()
-        else:
-            token = await anyio.to_thread.run_sync(provider, abandon_on_cancel=True)
-        if inspect.isawaitable(token):
-            token = await token
-        return str(token)
+        """A token from ``provider``; its failure, or a value that is no token, is a
+        ``TokenProviderError`` whose message has the credentials cut out.
+
+        A plain function runs in a worker thread (``azure.identity``'s provider blocks while it
+        fetches a token), so the call's deadline can give up on one that hangs; a coroutine
+        function is awaited on the loop."""
+        failure: str | None = None
+        try:
+            if inspect.iscoroutinefunction(provider):
+                token: object = provider()
+            else:
+                token = await anyio.to_thread.run_sync(provider, abandon_on_cancel=True)
+            if inspect.isawaitable(token):
+                token = await token
+        except Exception as exc:  # the provider's own failure, whatever it is
+            failure = f"{type(exc).__name__}: {exc}"
+        if failure is not None:  # raised here, not in the handler, so the original is not chained
+            raise TokenProviderError(self._scrubbed(f"ad_token_provider raised {failure}"))
+        if not isinstance(token, str) or not token.strip():
+            shown = "an empty str" if isinstance(token, str) else type(token).__name__
+            raise TokenProviderError(f"ad_token_provider returned {shown}, not a token (a non-empty str)")
+        if not (token.isascii() and token.isprintable()) or token != token.strip():
+            raise TokenProviderError(
+                "ad_token_provider returned a str with spaces around it or characters an HTTP header "
+                "cannot carry (line breaks, control characters, non-ASCII letters)"
+            )
+        self._last_token = token
+        return token
+
+    def _scrubbed(self, text: str) -> str:
+        """``text`` without the last token the provider gave nor any credential by its shape."""
+        known = [t for t in (self._last_token, self.api_key) if t]
+        return scrub_text(mask_values(text, known, mask="***") if known else text)
 
 
 class _AzureAuth:

@@ -61,6 +61,7 @@ from ._openai_errors import (
     ResponseFailedError,
     ResponseTooLargeError,
     ServerError,
+    TokenProviderError,
     TruncatedStreamError,
 )
 from ._openai_http import DEFAULT_MAX_RESPONSE_BYTES
@@ -85,6 +86,7 @@ __all__ = (
     "ResponseFailedError",
     "ResponseTooLargeError",
     "ServerError",
+    "TokenProviderError",
     "TruncatedStreamError",
 )
 

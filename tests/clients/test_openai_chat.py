@@ -283,6 +283,7 @@ def test_public_names_are_pinned() -> None:
         "ResponseFailedError",
         "ResponseTooLargeError",
         "ServerError",
+        "TokenProviderError",
         "TruncatedStreamError",
     }
     assert all(hasattr(openai, name) for name in openai.__all__)
@@ -297,6 +298,7 @@ def test_public_names_are_pinned() -> None:
         (BadRequestError, (openai.APIStatusError,)),
         (APITimeoutError, (APIConnectionError,)),
         (openai.DeadlineExceededError, (APITimeoutError,)),
+        (openai.TokenProviderError, (AuthenticationError,)),
         (TruncatedStreamError, (MalformedResponseError,)),
         (OpenAIConfigurationError, (ValueError,)),
         (ResponseFailedError, ()),
