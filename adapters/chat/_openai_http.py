@@ -29,6 +29,7 @@ from ._openai_errors import (
     APIConnectionError,
     APIStatusError,
     APITimeoutError,
+    MalformedResponseError,
     ResponseTooLargeError,
     TruncatedStreamError,
     status_error,
@@ -154,7 +155,8 @@ MAX_ERROR_BYTES = 64 * 1024
 
 async def body_chunks(response: httpx.Response, limit: int | None = None) -> AsyncIterator[bytes]:
     """The streamed body, decompressed, up to ``limit`` bytes in all (``ResponseTooLargeError``
-    past it); a connection lost midway is a truncated stream."""
+    past it); a connection lost midway is a truncated stream, a body that does not decompress as
+    its ``Content-Encoding`` says is malformed."""
     total = 0
     try:
         async for chunk in response.aiter_bytes():
@@ -170,6 +172,8 @@ async def body_chunks(response: httpx.Response, limit: int | None = None) -> Asy
         raise APITimeoutError("the stream stalled past the timeout") from exc
     except httpx.TransportError as exc:
         raise TruncatedStreamError(f"the connection broke during the stream: {exc}") from exc
+    except httpx.DecodingError as exc:
+        raise MalformedResponseError(f"{_undecodable(response)}: {exc}") from exc
 
 
 async def read_all(response: httpx.Response, limit: int | None = None) -> bytes:
@@ -182,13 +186,20 @@ async def read_all(response: httpx.Response, limit: int | None = None) -> bytes:
         raise APITimeoutError("the answer stalled past the timeout") from exc
     except httpx.TransportError as exc:
         raise TruncatedStreamError(f"the connection broke during the answer: {exc}") from exc
+    except httpx.DecodingError as exc:
+        raise MalformedResponseError(f"{_undecodable(response)}: {exc}") from exc
+
+
+def _undecodable(response: httpx.Response) -> str:
+    encoding = response.headers.get("content-encoding", "")[:40]
+    return f"the answer's body does not decode as its Content-Encoding ({encoding!r}) says"
 
 
 async def status_error_of(request: httpx.Request, response: httpx.Response) -> APIStatusError:
     try:
         content = await read_all(response, MAX_ERROR_BYTES)
         detail, code = _error_detail(content)
-    except (httpx.HTTPError, ResponseTooLargeError, TruncatedStreamError, APITimeoutError):
+    except (httpx.HTTPError, ResponseTooLargeError, MalformedResponseError, APITimeoutError):
         detail, code = "(the error body could not be read)", None
     finally:
         await response.aclose()

@@ -32,7 +32,9 @@ from agentledger.adapters.chat.anthropic import AnthropicClient
 from agentledger.adapters.chat.openai import (
     DEFAULT_DEADLINE,
     DEFAULT_MAX_RESPONSE_BYTES,
+    BadRequestError,
     DeadlineExceededError,
+    MalformedResponseError,
     OpenAIChatClient,
     OpenAIConfigurationError,
     OpenAIResponsesClient,
@@ -43,7 +45,7 @@ from agentledger.adapters.chat.openai import (
 from agentledger.core.events import ModelFailed, RunFailed
 from agentledger.core.messages import Message
 from agentledger.testing import capture_events
-from tests._loopback import Request, drip, json_answer, replying, serve
+from tests._loopback import Request, answer, drip, json_answer, replying, serve
 
 pytestmark = pytest.mark.anyio
 
@@ -222,8 +224,8 @@ async def test_a_stream_within_the_deadline_and_one_left_early_end_cleanly() -> 
     update closes the connection, and a later call on the same client still works."""
     done = {"choices": [{"index": 0, "delta": {"content": "hi"}, "finish_reason": "stop"}]}
     body = f"data: {json.dumps(done)}\n\ndata: [DONE]\n\n".encode()
-    answer = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: %d\r\n\r\n" % len(body)
-    async with serve(replying(answer + body)) as server:
+    head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: %d\r\n\r\n" % len(body)
+    async with serve(replying(head + body)) as server:
         model = openai_chat(server.url, deadline=5)
         with anyio.fail_after(BOUND):
             texts = [u.text async for u in model.get_streaming_response([Message("user", "hi")])]
@@ -332,3 +334,26 @@ def test_retry_after_reads_seconds_and_refuses_what_names_no_wait(value: str, se
         7.0 if seconds is None else seconds / 1000
     )
     assert retry_after(httpx.Headers({"retry-after": "Mon, 01 Jan 99999 00:00:00 GMT"})) is None
+
+
+# -- bodies that do not decode ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("content_type", ["application/json", "text/event-stream"])
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+@pytest.mark.anyio
+async def test_a_body_that_does_not_decompress_is_a_malformed_answer(content_type: str, stream: bool) -> None:
+    """``Content-Encoding: gzip`` on bytes that are not gzip (over a real socket: a mock
+    transport decodes when the answer is built): a typed error, not httpx's own; an error
+    status's body that does not decompress is only a message that could not be read."""
+    headers = {"content-encoding": "gzip", "content-type": content_type}
+    async with serve(replying(answer(200, b"not gzip at all", headers))) as server:
+        model = openai_chat(server.url, max_retries=0, deadline=5)
+        with anyio.fail_after(BOUND), pytest.raises(MalformedResponseError, match="does not decode as"):
+            await call(model, stream=stream)
+        await model.aclose()
+    async with serve(replying(answer(400, b"not gzip either", headers))) as server:
+        model = openai_chat(server.url, max_retries=0, deadline=5)
+        with anyio.fail_after(BOUND), pytest.raises(BadRequestError, match="could not be read"):
+            await call(model, stream=stream)
+        await model.aclose()
