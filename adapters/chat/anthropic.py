@@ -21,8 +21,9 @@ so ``AnthropicClient().as_agent(name=..., instructions=..., tools=[...])`` works
 
 How messages, tools, tool choice, structured output, stop reasons and usage map to the wire:
 see ``_anthropic_messages``. Retries (429, 529 and the other 5xx, 408; ``retry-after`` honoured),
-``max_response_bytes`` and the masking of the key work as in the OpenAI clients, and the errors
-are the same classes (``agentledger.adapters.chat.openai``'s tree, re-exported here).
+the call's ``deadline``, ``max_response_bytes`` and the masking of the key work as in the OpenAI
+clients, and the errors are the same classes (``agentledger.adapters.chat.openai``'s tree,
+re-exported here).
 """
 
 from __future__ import annotations

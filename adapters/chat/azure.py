@@ -22,8 +22,10 @@ argument                   environment (used when the argument is not given)
 Chat goes to ``{endpoint}/openai/deployments/{deployment}/chat/completions``; responses go to
 ``{endpoint}/openai/responses`` with the deployment as the model; both carry ``api-version`` in
 the query (``client_kwargs["extra_query"]`` may replace it). A token provider needs no Azure
-package here: ``azure.identity.get_bearer_token_provider(credential, scope)`` returns one.
-The key and every token are kept out of errors and of the log as the OpenAI clients keep theirs.
+package here: ``azure.identity.get_bearer_token_provider(credential, scope)`` returns one. A
+plain function runs in a worker thread, within the call's ``deadline``; one that raises, or
+returns no usable token, is a ``TokenProviderError`` and nothing is sent. The key and every
+token are kept out of errors and of the log as the OpenAI clients keep theirs.
 """
 
 from __future__ import annotations
