@@ -26,19 +26,20 @@ PINNED: dict[str, tuple[str, ...]] = {
     "agentledger.adapters.chat.anthropic": (
         "ANTHROPIC_BASE_URL", "API_VERSION", "DEFAULT_MODEL", "APIConnectionError", "APIStatusError",
         "APITimeoutError", "AnthropicClient", "AuthenticationError", "BadRequestError",
-        "MalformedResponseError", "OpenAIConfigurationError", "OpenAIError", "RateLimitError",
-        "ResponseFailedError", "ResponseTooLargeError", "ServerError", "TruncatedStreamError"
+        "DeadlineExceededError", "MalformedResponseError", "OpenAIConfigurationError", "OpenAIError",
+        "RateLimitError", "ResponseFailedError", "ResponseTooLargeError", "ServerError",
+        "TruncatedStreamError"
     ),
     "agentledger.adapters.chat.azure": (
         "CHAT_API_VERSION", "RESPONSES_API_VERSION", "AzureOpenAIChatClient", "AzureOpenAIResponsesClient",
         "TokenProvider"
     ),
     "agentledger.adapters.chat.openai": (
-        "DEFAULT_BASE_URL", "DEFAULT_MAX_RESPONSE_BYTES", "APIConnectionError", "APIStatusError",
-        "APITimeoutError", "AuthenticationError", "BadRequestError", "MalformedResponseError",
-        "OpenAIChatClient", "OpenAIConfigurationError", "OpenAIError", "OpenAIResponsesClient",
-        "RateLimitError", "ResponseFailedError", "ResponseTooLargeError", "ServerError",
-        "TruncatedStreamError"
+        "DEFAULT_BASE_URL", "DEFAULT_DEADLINE", "DEFAULT_MAX_RESPONSE_BYTES", "APIConnectionError",
+        "APIStatusError", "APITimeoutError", "AuthenticationError", "BadRequestError",
+        "DeadlineExceededError", "MalformedResponseError", "OpenAIChatClient", "OpenAIConfigurationError",
+        "OpenAIError", "OpenAIResponsesClient", "RateLimitError", "ResponseFailedError",
+        "ResponseTooLargeError", "ServerError", "TokenProviderError", "TruncatedStreamError"
     ),
     "agentledger.adapters.chat.scripted": (
         "Call", "ScriptEntry", "ScriptExhausted", "ScriptedChatClient", "ScriptedRequest"
@@ -112,8 +113,9 @@ PINNED: dict[str, tuple[str, ...]] = {
     "agentledger.anthropic": (
         "ANTHROPIC_BASE_URL", "API_VERSION", "DEFAULT_MODEL", "APIConnectionError", "APIStatusError",
         "APITimeoutError", "AnthropicClient", "AuthenticationError", "BadRequestError",
-        "MalformedResponseError", "OpenAIConfigurationError", "OpenAIError", "RateLimitError",
-        "ResponseFailedError", "ResponseTooLargeError", "ServerError", "TruncatedStreamError"
+        "DeadlineExceededError", "MalformedResponseError", "OpenAIConfigurationError", "OpenAIError",
+        "RateLimitError", "ResponseFailedError", "ResponseTooLargeError", "ServerError",
+        "TruncatedStreamError"
     ),
     "agentledger.azure": (
         "CHAT_API_VERSION", "RESPONSES_API_VERSION", "AzureOpenAIChatClient", "AzureOpenAIResponsesClient",
@@ -235,11 +237,11 @@ PINNED: dict[str, tuple[str, ...]] = {
         "agent_middleware", "chat_middleware", "classify_middleware", "function_middleware", "run_chain"
     ),
     "agentledger.openai": (
-        "DEFAULT_BASE_URL", "DEFAULT_MAX_RESPONSE_BYTES", "APIConnectionError", "APIStatusError",
-        "APITimeoutError", "AuthenticationError", "BadRequestError", "MalformedResponseError",
-        "OpenAIChatClient", "OpenAIConfigurationError", "OpenAIError", "OpenAIResponsesClient",
-        "RateLimitError", "ResponseFailedError", "ResponseTooLargeError", "ServerError",
-        "TruncatedStreamError"
+        "DEFAULT_BASE_URL", "DEFAULT_DEADLINE", "DEFAULT_MAX_RESPONSE_BYTES", "APIConnectionError",
+        "APIStatusError", "APITimeoutError", "AuthenticationError", "BadRequestError",
+        "DeadlineExceededError", "MalformedResponseError", "OpenAIChatClient", "OpenAIConfigurationError",
+        "OpenAIError", "OpenAIResponsesClient", "RateLimitError", "ResponseFailedError",
+        "ResponseTooLargeError", "ServerError", "TokenProviderError", "TruncatedStreamError"
     ),
     "agentledger.providers": (
         "ContextProvider", "HistoryProvider", "InMemoryHistoryProvider", "RecordedContributions",

@@ -6,9 +6,13 @@ subclass says what its wire format is (``_body``, ``_parse``, ``_stream``), wher
 
 - one POST per call, retried on 408, 429 and 5xx (529 included) up to ``max_retries`` times,
   waiting what ``Retry-After`` (or ``retry-after-ms``) says, else 0.5 s, 1 s, 2 s... capped at
-  8 s; a wait longer than ``max_retry_delay`` is not made and the error is raised at once; a
-  connection that fails before any answer (refused, reset, a pooled connection the server had
-  closed) is retried the same way, a timeout is not;
+  8 s (a header that names no positive wait counts as absent); a wait longer than
+  ``max_retry_delay`` is not made and the error is raised at once, saying so; a connection that
+  fails before any answer (refused, reset, a pooled connection the server had closed) is retried
+  the same way, a timeout is not;
+- the whole call runs within ``deadline`` seconds (``DEFAULT_DEADLINE``, 10 minutes): the
+  credential, connecting, every retry and its wait, reading the whole answer or stream; past it,
+  ``DeadlineExceededError``, and a retry whose wait would end past it is not made;
 - error statuses and transport failures become the typed errors of ``_openai_errors``;
 - answers are read within ``max_response_bytes``; streams go through the SSE parser;
 - the credentials are kept out of ``repr``, of every error message and of the answers recorded.
@@ -19,6 +23,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import contextlib
+import math
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar, Protocol, Self
 
@@ -34,6 +39,7 @@ from ._openai_errors import (
     APIConnectionError,
     APIStatusError,
     APITimeoutError,
+    DeadlineExceededError,
     OpenAIConfigurationError,
     OpenAIError,
     TruncatedStreamError,
@@ -50,10 +56,15 @@ from ._openai_http import (
 )
 from ._sse import ServerSentEvent, SSEDecoder
 
-__all__ = ("DEFAULT_TIMEOUT", "HTTPChatClient", "Sleep", "WireStream")
+__all__ = ("DEFAULT_DEADLINE", "DEFAULT_TIMEOUT", "HTTPChatClient", "Sleep", "WireStream")
 
 _log = logger("clients")
 DEFAULT_TIMEOUT = 60.0
+DEFAULT_DEADLINE = 600.0
+"""How long one model call may take in all, by default: 10 minutes. Long enough for the slowest
+answers a hosted model gives whole (a long reasoning answer; Anthropic's own SDK refuses to wait
+longer than this for a call that is not streamed), short enough that a server answering one byte
+at a time, or a token provider that never returns, cannot hold a run for ever."""
 _MASK = "***"
 
 Sleep = Callable[[float], Awaitable[None]]
@@ -86,13 +97,23 @@ class HTTPChatClient(BaseChatClient):
         http_client: httpx.AsyncClient | None = None,
         sleep: Sleep | None = None,
         max_response_bytes: int | None = DEFAULT_MAX_RESPONSE_BYTES,
+        deadline: float | None = DEFAULT_DEADLINE,
     ) -> None:
         self.model: str = model
         self.base_url = base_url.rstrip("/")
         self.default_headers = dict(default_headers or {})
         self.timeout = timeout
         self.max_retries = max_retries
+        if not _is_seconds(max_retry_delay, zero=True):
+            raise OpenAIConfigurationError(
+                f"max_retry_delay must be a finite number of seconds, 0 or more, not {max_retry_delay!r}"
+            )
         self.max_retry_delay = max_retry_delay
+        if deadline is not None and not _is_seconds(deadline, zero=False):
+            raise OpenAIConfigurationError(
+                f"deadline must be a finite number of seconds above 0, or None, not {deadline!r}"
+            )
+        self.deadline = deadline
         if max_response_bytes is not None and (type(max_response_bytes) is not int or max_response_bytes < 1):
             raise OpenAIConfigurationError(
                 f"max_response_bytes must be a positive int or None, not {max_response_bytes!r}"
@@ -174,10 +195,12 @@ class HTTPChatClient(BaseChatClient):
     ) -> ChatResponse:
         """One model call; ``client_kwargs`` as the client's module docstring describes."""
         options = options or {}
-        with self._masked():
+        deadline = _Deadline(self.deadline, self._shown_url(options))
+        with self._masked(), deadline.bounds():
             body = self._body(messages, options, stream=False)
             extras = client_kwargs or {}
-            response = await self._send(body, options, extras, stream=False)
+            response = await self._send(body, options, extras, deadline, stream=False)
+            deadline.doing = "reading the answer"
             try:  # read as a stream, so a body that inflates past the limit stops there
                 content = await read_all(response, self.max_response_bytes)
             finally:
@@ -199,15 +222,28 @@ class HTTPChatClient(BaseChatClient):
         client_kwargs: Mapping[str, Any] | None = None,
         **kwargs: Any,
     ) -> AsyncIterator[ChatResponseUpdate]:
-        """One model call, streamed: text deltas as they arrive, function calls whole."""
+        """One model call, streamed: text deltas as they arrive, function calls whole.
+
+        The deadline runs from the first update asked for to the stream's end, the time the
+        caller spends between updates included; it is kept around each read rather than across
+        the ``yield``, so no cancel scope is left open in the caller's code."""
         options = options or {}
+        deadline = _Deadline(self.deadline, self._shown_url(options))
         with self._masked():
             body = self._body(messages, options, stream=True)
             extras = client_kwargs or {}
-            response = await self._send(body, options, extras, stream=True)
+            with deadline.bounds():
+                response = await self._send(body, options, extras, deadline, stream=True)
+            deadline.doing = "reading the stream"
             secrets = _secrets(response.request, extras)
+            updates = self._read_stream(response, options.get("model") or self.model, options)
             try:
-                async for update in self._read_stream(response, options.get("model") or self.model, options):
+                while True:
+                    with deadline.bounds():
+                        try:
+                            update = await anext(updates)
+                        except StopAsyncIteration:
+                            break
                     if update.contents:
                         contents = masked_contents(update.contents, secrets)
                         if contents is not update.contents:
@@ -218,11 +254,12 @@ class HTTPChatClient(BaseChatClient):
                             update = msgspec.structs.replace(update, conversation_id=kept)
                     yield update
             finally:
+                await updates.aclose()
                 await response.aclose()
 
     async def _read_stream(
         self, response: httpx.Response, model: str, options: ChatOptions
-    ) -> AsyncIterator[ChatResponseUpdate]:
+    ) -> AsyncGenerator[ChatResponseUpdate, None]:
         if response.headers.get("content-type", "").startswith("application/json"):
             whole = self._parse(await read_all(response, self.max_response_bytes), model, options)
             for update in _as_updates(whole):
@@ -242,28 +279,44 @@ class HTTPChatClient(BaseChatClient):
     # -- HTTP ----------------------------------------------------------------------------------
 
     async def _send(
-        self, body: dict[str, Any], options: ChatOptions, extras: Mapping[str, Any], *, stream: bool
+        self,
+        body: dict[str, Any],
+        options: ChatOptions,
+        extras: Mapping[str, Any],
+        deadline: _Deadline,
+        *,
+        stream: bool,
     ) -> httpx.Response:
         """POST ``body``, retrying what may succeed later; a non-2xx answer becomes an error."""
         http = self._client()
         attempt = 0
         while True:
-            request = self._request(http, body, options, extras, await self._auth_headers(), stream=stream)
+            deadline.doing = "getting the credential"
+            auth = await self._auth_headers()
+            deadline.doing = "sending the request and waiting for its answer"
+            request = self._request(http, body, options, extras, auth, stream=stream)
+            failure: OpenAIError
             try:
                 response = await send_request(http, request, True)  # read by us, within the size limit
-            except APIConnectionError as failure:  # no answer at all: the connection failed
-                delay = self._reconnect_delay(failure, attempt)
-                if delay is None:
-                    raise
-                what = f"failed ({type(failure.__cause__).__name__})"
+            except APIConnectionError as lost:  # no answer at all: the connection failed
+                failure, delay = lost, self._reconnect_delay(lost, attempt)
+                what = f"failed ({type(lost.__cause__).__name__})"
             else:
                 if response.is_success:
                     return response
+                deadline.doing = "reading the error"
                 error = await status_error_of(request, response)
-                delay = self._retry_delay(error, attempt)
-                if delay is None:
-                    raise error
+                failure, delay = error, self._retry_delay(error, attempt)
                 what = f"answered {response.status_code}"
+            if delay is None:
+                raise failure
+            left = deadline.left()
+            if delay > left:
+                raise _noted(
+                    failure,
+                    f"not retried: the wait of {_shown(delay)} s would end past the call's deadline "
+                    f"of {_shown(deadline.seconds)} s ({max(left, 0.0):.1f} s left)",
+                )
             _log.warning(
                 "%s %s %s; retry %d of %d in %.1f s",
                 request.method,
@@ -273,6 +326,7 @@ class HTTPChatClient(BaseChatClient):
                 self.max_retries,
                 delay,
             )
+            deadline.doing = f"waiting {_shown(delay)} s before retry {attempt + 1}"
             await self._sleep(delay)
             attempt += 1
 
@@ -311,11 +365,29 @@ class HTTPChatClient(BaseChatClient):
         return _backoff(attempt)
 
     def _retry_delay(self, error: APIStatusError, attempt: int) -> float | None:
+        """How long to wait before sending again after an error status (None: raise). A wait the
+        server asks for past ``max_retry_delay`` is refused by raising the error, saying so."""
         status = error.status_code
         if attempt >= self.max_retries or not (status in (408, 429) or status >= 500):
             return None
-        delay = error.retry_after if error.retry_after is not None else _backoff(attempt)
-        return delay if delay <= self.max_retry_delay else None
+        asked = error.retry_after
+        if asked is None:
+            return _backoff(attempt)
+        if asked > self.max_retry_delay:
+            raise _noted(
+                error,
+                f"not retried: the server asked for a wait of {_shown(asked)} s, longer than "
+                f"max_retry_delay ({_shown(self.max_retry_delay)} s)",
+            )
+        return asked
+
+    def _shown_url(self, options: ChatOptions) -> str:
+        """Where a call goes, as a message may show it (no query, no user information)."""
+        try:
+            url = httpx.URL(self._url(options))
+        except (httpx.InvalidURL, TypeError, ValueError):
+            return "the server"
+        return f"POST {url.copy_with(query=None, fragment=None, username=None, password=None)}"
 
     def _client(self) -> httpx.AsyncClient:
         """The connection pool: the one given, or one of ours per event loop."""
@@ -342,6 +414,57 @@ class HTTPChatClient(BaseChatClient):
 
 
 # -- helpers ----------------------------------------------------------------------------------
+
+
+class _Deadline:
+    """The deadline of one model call: when it ends, and what the call was doing meanwhile."""
+
+    __slots__ = ("doing", "ends", "seconds", "where")
+
+    def __init__(self, seconds: float | None, where: str) -> None:
+        self.seconds = seconds
+        self.where = where
+        self.ends = math.inf if seconds is None else anyio.current_time() + seconds
+        self.doing = "starting"
+
+    def left(self) -> float:
+        """Seconds until the deadline (infinite without one)."""
+        return self.ends - anyio.current_time()
+
+    @contextlib.contextmanager
+    def bounds(self) -> Iterator[None]:
+        """Run the block until the deadline at most; past it, ``DeadlineExceededError``."""
+        if self.seconds is None:
+            yield
+            return
+        with anyio.move_on_after(self.left()) as scope:
+            yield
+        if scope.cancelled_caught:
+            raise DeadlineExceededError(
+                f"{self.where}: the model call passed its deadline of {_shown(self.seconds)} s while "
+                f"{self.doing} (the deadline counts the credential, connecting, every retry and its "
+                "wait, and the whole answer; raise the client's deadline= if calls this long are "
+                "expected)",
+                deadline=self.seconds,
+            )
+
+
+def _noted(error: OpenAIError, note: str) -> OpenAIError:
+    """``error`` with ``note`` added to its message."""
+    error.args = (f"{error}; {note}", *error.args[1:])
+    return error
+
+
+def _shown(seconds: float | None) -> str:
+    """Seconds as a message shows them: 0.5, 30, 3600, 1e+308, inf."""
+    return "none" if seconds is None else f"{seconds:g}"
+
+
+def _is_seconds(value: object, *, zero: bool) -> bool:
+    """Whether ``value`` is a finite number of seconds above 0 (or 0 too, with ``zero``)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    return math.isfinite(value) and (value >= 0 if zero else value > 0)
 
 
 def _secrets(request: httpx.Request, extras: Mapping[str, Any]) -> set[str]:

@@ -6,9 +6,11 @@
     ├── OpenAIConfigurationError (ValueError)   no model, or no API key for the hosted API
     ├── APIConnectionError                      the server could not be reached
     │   └── APITimeoutError                     no answer within the timeout
+    │       └── DeadlineExceededError           the whole call passed the client's deadline
     ├── APIStatusError                          an error status (status_code, code, request_id)
     │   ├── BadRequestError                     400, 404, 422 and the other 4xx
     │   ├── AuthenticationError                 401, 403: the key is missing, wrong or not allowed
+    │   │   └── TokenProviderError              the token provider failed: no request was sent
     │   ├── RateLimitError                      429, once the retries are used up (retry_after)
     │   └── ServerError                         5xx, once the retries are used up
     ├── ResponseFailedError                     the server reported a failure inside its answer
@@ -32,6 +34,7 @@ __all__ = (
     "APITimeoutError",
     "AuthenticationError",
     "BadRequestError",
+    "DeadlineExceededError",
     "MalformedResponseError",
     "OpenAIConfigurationError",
     "OpenAIError",
@@ -39,6 +42,7 @@ __all__ = (
     "ResponseFailedError",
     "ResponseTooLargeError",
     "ServerError",
+    "TokenProviderError",
     "TruncatedStreamError",
     "status_error",
 )
@@ -58,6 +62,17 @@ class APIConnectionError(OpenAIError):
 
 class APITimeoutError(APIConnectionError):
     """The server did not answer within the client's timeout."""
+
+
+class DeadlineExceededError(APITimeoutError):
+    """The model call as a whole took longer than the client's ``deadline`` (seconds): the token
+    provider, connecting, every retry and its wait, and reading the whole answer (a stream: to its
+    last event) all count. ``timeout`` bounds each read; this bounds the call, so a server that
+    answers one byte at a time cannot hold it for ever. Not retried."""
+
+    def __init__(self, message: str, *, deadline: float) -> None:
+        super().__init__(message)
+        self.deadline = deadline
 
 
 class APIStatusError(OpenAIError):
@@ -85,6 +100,17 @@ class BadRequestError(APIStatusError):
 
 class AuthenticationError(APIStatusError):
     """The API key is missing, wrong or not allowed to do this (401, 403)."""
+
+
+class TokenProviderError(AuthenticationError):
+    """The client's token provider (Azure's ``ad_token_provider``) raised, or returned something
+    other than a non-empty text token: no request was sent. ``status_code`` is 401, what a request
+    without a valid credential earns. The message names the provider's error, with credentials cut
+    out of it; the provider's exception is not chained, since its message or traceback may hold
+    the token."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, status_code=401)
 
 
 class RateLimitError(APIStatusError):

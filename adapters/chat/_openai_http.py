@@ -29,6 +29,7 @@ from ._openai_errors import (
     APIConnectionError,
     APIStatusError,
     APITimeoutError,
+    MalformedResponseError,
     ResponseTooLargeError,
     TruncatedStreamError,
     status_error,
@@ -154,7 +155,8 @@ MAX_ERROR_BYTES = 64 * 1024
 
 async def body_chunks(response: httpx.Response, limit: int | None = None) -> AsyncIterator[bytes]:
     """The streamed body, decompressed, up to ``limit`` bytes in all (``ResponseTooLargeError``
-    past it); a connection lost midway is a truncated stream."""
+    past it); a connection lost midway is a truncated stream, a body that does not decompress as
+    its ``Content-Encoding`` says is malformed."""
     total = 0
     try:
         async for chunk in response.aiter_bytes():
@@ -170,6 +172,8 @@ async def body_chunks(response: httpx.Response, limit: int | None = None) -> Asy
         raise APITimeoutError("the stream stalled past the timeout") from exc
     except httpx.TransportError as exc:
         raise TruncatedStreamError(f"the connection broke during the stream: {exc}") from exc
+    except httpx.DecodingError as exc:
+        raise MalformedResponseError(f"{_undecodable(response)}: {exc}") from exc
 
 
 async def read_all(response: httpx.Response, limit: int | None = None) -> bytes:
@@ -182,13 +186,20 @@ async def read_all(response: httpx.Response, limit: int | None = None) -> bytes:
         raise APITimeoutError("the answer stalled past the timeout") from exc
     except httpx.TransportError as exc:
         raise TruncatedStreamError(f"the connection broke during the answer: {exc}") from exc
+    except httpx.DecodingError as exc:
+        raise MalformedResponseError(f"{_undecodable(response)}: {exc}") from exc
+
+
+def _undecodable(response: httpx.Response) -> str:
+    encoding = response.headers.get("content-encoding", "")[:40]
+    return f"the answer's body does not decode as its Content-Encoding ({encoding!r}) says"
 
 
 async def status_error_of(request: httpx.Request, response: httpx.Response) -> APIStatusError:
     try:
         content = await read_all(response, MAX_ERROR_BYTES)
         detail, code = _error_detail(content)
-    except (httpx.HTTPError, ResponseTooLargeError, TruncatedStreamError, APITimeoutError):
+    except (httpx.HTTPError, ResponseTooLargeError, MalformedResponseError, APITimeoutError):
         detail, code = "(the error body could not be read)", None
     finally:
         await response.aclose()
@@ -226,17 +237,31 @@ def _error_detail(content: bytes) -> tuple[str, str | None]:
 
 
 def retry_after(headers: httpx.Headers) -> float | None:
-    """Seconds to wait from ``retry-after-ms`` or ``Retry-After`` (seconds or an HTTP date)."""
-    with contextlib.suppress(ValueError):
-        if "retry-after-ms" in headers:
-            return max(0.0, float(headers["retry-after-ms"]) / 1000)
-    value = headers.get("retry-after")
-    if not value:
-        return None
-    with contextlib.suppress(ValueError):
-        return max(0.0, float(value))
+    """Seconds to wait from ``retry-after-ms`` or ``Retry-After`` (seconds or an HTTP date).
+
+    A header that says nothing usable (not a number or a date, zero, negative, NaN, a date
+    already passed) counts as absent, so the client waits its own backoff instead of retrying at
+    once; ``retry-after-ms`` is read first, ``Retry-After`` when it is absent or unusable. A huge
+    value (``1e308``, ``inf``, a date in the year 9999) is returned as it is, for the caller to
+    refuse against its cap."""
+    for name, scale in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
+        value = headers.get(name)
+        if value:
+            seconds = _seconds(value.strip(), scale, dates=name == "retry-after")
+            if seconds is not None:
+                return seconds
+    return None
+
+
+def _seconds(value: str, scale: float, *, dates: bool) -> float | None:
+    """The positive wait ``value`` names, or None."""
     try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - time.time())
+        seconds = float(value) / scale
+    except ValueError:
+        if not dates:
+            return None
+        try:
+            seconds = email.utils.parsedate_to_datetime(value).timestamp() - time.time()
+        except (TypeError, ValueError, OverflowError, IndexError):  # not a date, or out of range
+            return None
+    return seconds if seconds > 0 else None  # NaN is not > 0 either

@@ -21,8 +21,9 @@ so ``AnthropicClient().as_agent(name=..., instructions=..., tools=[...])`` works
 
 How messages, tools, tool choice, structured output, stop reasons and usage map to the wire:
 see ``_anthropic_messages``. Retries (429, 529 and the other 5xx, 408; ``retry-after`` honoured),
-``max_response_bytes`` and the masking of the key work as in the OpenAI clients, and the errors
-are the same classes (``agentledger.adapters.chat.openai``'s tree, re-exported here).
+the call's ``deadline``, ``max_response_bytes`` and the masking of the key work as in the OpenAI
+clients, and the errors are the same classes (``agentledger.adapters.chat.openai``'s tree,
+re-exported here).
 """
 
 from __future__ import annotations
@@ -37,13 +38,14 @@ from agentledger.clients import ChatOptions, ChatResponse
 from agentledger.core.messages import Message
 
 from ._anthropic_messages import MessagesStream, messages_request, messages_response, output_tool_name
-from ._http_client import HTTPChatClient, Sleep, WireStream
+from ._http_client import DEFAULT_DEADLINE, HTTPChatClient, Sleep, WireStream
 from ._openai_errors import (
     APIConnectionError,
     APIStatusError,
     APITimeoutError,
     AuthenticationError,
     BadRequestError,
+    DeadlineExceededError,
     MalformedResponseError,
     OpenAIConfigurationError,
     OpenAIError,
@@ -65,6 +67,7 @@ __all__ = (
     "AnthropicClient",
     "AuthenticationError",
     "BadRequestError",
+    "DeadlineExceededError",
     "MalformedResponseError",
     "OpenAIConfigurationError",
     "OpenAIError",
@@ -102,6 +105,7 @@ class AnthropicClient(HTTPChatClient):
         http_client: httpx.AsyncClient | None = None,
         sleep: Sleep | None = None,
         max_response_bytes: int | None = DEFAULT_MAX_RESPONSE_BYTES,
+        deadline: float | None = DEFAULT_DEADLINE,
     ) -> None:
         env = os.environ
         chosen = model or env.get("ANTHROPIC_CHAT_MODEL_ID") or env.get("ANTHROPIC_MODEL") or DEFAULT_MODEL
@@ -120,6 +124,7 @@ class AnthropicClient(HTTPChatClient):
             http_client=http_client,
             sleep=sleep,
             max_response_bytes=max_response_bytes,
+            deadline=deadline,
         )
 
     async def _auth_headers(self) -> dict[str, str]:

@@ -22,8 +22,10 @@ argument                   environment (used when the argument is not given)
 Chat goes to ``{endpoint}/openai/deployments/{deployment}/chat/completions``; responses go to
 ``{endpoint}/openai/responses`` with the deployment as the model; both carry ``api-version`` in
 the query (``client_kwargs["extra_query"]`` may replace it). A token provider needs no Azure
-package here: ``azure.identity.get_bearer_token_provider(credential, scope)`` returns one.
-The key and every token are kept out of errors and of the log as the OpenAI clients keep theirs.
+package here: ``azure.identity.get_bearer_token_provider(credential, scope)`` returns one. A
+plain function runs in a worker thread, within the call's ``deadline``; one that raises, or
+returns no usable token, is a ``TokenProviderError`` and nothing is sent. The key and every
+token are kept out of errors and of the log as the OpenAI clients keep theirs.
 """
 
 from __future__ import annotations
@@ -32,10 +34,13 @@ import inspect
 import os
 from collections.abc import Awaitable, Callable, Mapping
 
+import anyio.to_thread
 import httpx
 
-from ._http_client import Sleep
-from ._openai_errors import OpenAIConfigurationError
+from agentledger.redaction import mask_values, scrub_text
+
+from ._http_client import DEFAULT_DEADLINE, Sleep
+from ._openai_errors import OpenAIConfigurationError, TokenProviderError
 from ._openai_http import DEFAULT_MAX_RESPONSE_BYTES
 from .openai import OpenAIChatClient, OpenAIResponsesClient
 
@@ -84,6 +89,7 @@ class _AzureSettings:
         self.api_version = api_version or env.get("AZURE_OPENAI_API_VERSION") or default_version
         self.api_key = (api_key if api_key is not None else env.get("AZURE_OPENAI_API_KEY")) or None
         self.token_provider = ad_token_provider
+        self._last_token: str | None = None
         if self.api_key is None and ad_token_provider is None:
             raise OpenAIConfigurationError(
                 "no credential: pass api_key=... (or set AZURE_OPENAI_API_KEY) or ad_token_provider=..."
@@ -91,12 +97,44 @@ class _AzureSettings:
 
     async def headers(self) -> dict[str, str]:
         if self.token_provider is not None:
-            token = self.token_provider()
-            if inspect.isawaitable(token):
-                token = await token
-            return {"Authorization": f"Bearer {token}"}
+            return {"Authorization": f"Bearer {await self._token(self.token_provider)}"}
         assert self.api_key is not None
         return {"api-key": self.api_key}
+
+    async def _token(self, provider: TokenProvider) -> str:
+        """A token from ``provider``; its failure, or a value that is no token, is a
+        ``TokenProviderError`` whose message has the credentials cut out.
+
+        A plain function runs in a worker thread (``azure.identity``'s provider blocks while it
+        fetches a token), so the call's deadline can give up on one that hangs; a coroutine
+        function is awaited on the loop."""
+        failure: str | None = None
+        try:
+            if inspect.iscoroutinefunction(provider):
+                token: object = provider()
+            else:
+                token = await anyio.to_thread.run_sync(provider, abandon_on_cancel=True)
+            if inspect.isawaitable(token):
+                token = await token
+        except Exception as exc:  # the provider's own failure, whatever it is
+            failure = f"{type(exc).__name__}: {exc}"
+        if failure is not None:  # raised here, not in the handler, so the original is not chained
+            raise TokenProviderError(self._scrubbed(f"ad_token_provider raised {failure}"))
+        if not isinstance(token, str) or not token.strip():
+            shown = "an empty str" if isinstance(token, str) else type(token).__name__
+            raise TokenProviderError(f"ad_token_provider returned {shown}, not a token (a non-empty str)")
+        if not (token.isascii() and token.isprintable()) or token != token.strip():
+            raise TokenProviderError(
+                "ad_token_provider returned a str with spaces around it or characters an HTTP header "
+                "cannot carry (line breaks, control characters, non-ASCII letters)"
+            )
+        self._last_token = token
+        return token
+
+    def _scrubbed(self, text: str) -> str:
+        """``text`` without the last token the provider gave nor any credential by its shape."""
+        known = [t for t in (self._last_token, self.api_key) if t]
+        return scrub_text(mask_values(text, known, mask="***") if known else text)
 
 
 class _AzureAuth:
@@ -136,6 +174,7 @@ class AzureOpenAIChatClient(_AzureAuth, OpenAIChatClient):
         http_client: httpx.AsyncClient | None = None,
         sleep: Sleep | None = None,
         max_response_bytes: int | None = DEFAULT_MAX_RESPONSE_BYTES,
+        deadline: float | None = DEFAULT_DEADLINE,
     ) -> None:
         self._azure = _AzureSettings(
             deployment_name=deployment_name,
@@ -159,6 +198,7 @@ class AzureOpenAIChatClient(_AzureAuth, OpenAIChatClient):
             http_client=http_client,
             sleep=sleep,
             max_response_bytes=max_response_bytes,
+            deadline=deadline,
         )
         self.api_version = self._azure.api_version
 
@@ -184,6 +224,7 @@ class AzureOpenAIResponsesClient(_AzureAuth, OpenAIResponsesClient):
         http_client: httpx.AsyncClient | None = None,
         sleep: Sleep | None = None,
         max_response_bytes: int | None = DEFAULT_MAX_RESPONSE_BYTES,
+        deadline: float | None = DEFAULT_DEADLINE,
     ) -> None:
         self._azure = _AzureSettings(
             deployment_name=deployment_name,
@@ -206,5 +247,6 @@ class AzureOpenAIResponsesClient(_AzureAuth, OpenAIResponsesClient):
             http_client=http_client,
             sleep=sleep,
             max_response_bytes=max_response_bytes,
+            deadline=deadline,
         )
         self.api_version = self._azure.api_version

@@ -25,8 +25,11 @@ is left alone for chat middleware and never sent:
 
 Errors are the tree in ``_openai_errors`` (re-exported here). 408, 429 and 5xx answers are
 retried up to ``max_retries`` times, waiting what ``Retry-After`` (or ``retry-after-ms``) says,
-else 0.5 s, 1 s, 2 s... capped at 8 s; a wait longer than ``max_retry_delay`` is not made and the
-error is raised at once. The waiting goes through ``sleep`` so tests can replace it. The API key
+else 0.5 s, 1 s, 2 s... capped at 8 s (a header naming no positive wait counts as absent); a wait
+longer than ``max_retry_delay`` is not made and the error is raised at once. A whole call (every
+retry and wait, the whole answer or stream) runs within ``deadline`` seconds, 10 minutes unless
+told otherwise, else ``DeadlineExceededError``. The waiting goes through ``sleep`` so tests can
+replace it. The API key
 is sent only in the ``Authorization`` header: it is kept out of ``repr``, of every error message
 (a server that echoes it back is masked) and so out of the run's events.
 """
@@ -42,7 +45,7 @@ import httpx
 from agentledger.clients import ChatOptions, ChatResponse
 from agentledger.core.messages import Message
 
-from ._http_client import HTTPChatClient, Sleep, WireStream
+from ._http_client import DEFAULT_DEADLINE, HTTPChatClient, Sleep, WireStream
 from ._openai_chat import ChatStream, chat_request, chat_response
 from ._openai_errors import (
     APIConnectionError,
@@ -50,6 +53,7 @@ from ._openai_errors import (
     APITimeoutError,
     AuthenticationError,
     BadRequestError,
+    DeadlineExceededError,
     MalformedResponseError,
     OpenAIConfigurationError,
     OpenAIError,
@@ -57,6 +61,7 @@ from ._openai_errors import (
     ResponseFailedError,
     ResponseTooLargeError,
     ServerError,
+    TokenProviderError,
     TruncatedStreamError,
 )
 from ._openai_http import DEFAULT_MAX_RESPONSE_BYTES
@@ -64,12 +69,14 @@ from ._openai_responses import ResponsesStream, responses_continuation, response
 
 __all__ = (
     "DEFAULT_BASE_URL",
+    "DEFAULT_DEADLINE",
     "DEFAULT_MAX_RESPONSE_BYTES",
     "APIConnectionError",
     "APIStatusError",
     "APITimeoutError",
     "AuthenticationError",
     "BadRequestError",
+    "DeadlineExceededError",
     "MalformedResponseError",
     "OpenAIChatClient",
     "OpenAIConfigurationError",
@@ -79,6 +86,7 @@ __all__ = (
     "ResponseFailedError",
     "ResponseTooLargeError",
     "ServerError",
+    "TokenProviderError",
     "TruncatedStreamError",
 )
 
@@ -104,6 +112,7 @@ class _OpenAIClient(HTTPChatClient):
         http_client: httpx.AsyncClient | None = None,
         sleep: Sleep | None = None,
         max_response_bytes: int | None = DEFAULT_MAX_RESPONSE_BYTES,
+        deadline: float | None = DEFAULT_DEADLINE,
     ) -> None:
         env = os.environ
         chosen = model or env.get(self.model_variable) or env.get("OPENAI_MODEL") or ""
@@ -125,6 +134,7 @@ class _OpenAIClient(HTTPChatClient):
             http_client=http_client,
             sleep=sleep,
             max_response_bytes=max_response_bytes,
+            deadline=deadline,
         )
 
     async def _auth_headers(self) -> dict[str, str]:

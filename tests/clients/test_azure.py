@@ -1,10 +1,15 @@
-"""The Azure OpenAI clients: the request shape (URL, api-version, credentials) of recorded exchanges."""
+"""The Azure OpenAI clients: the request shape (URL, api-version, credentials) of recorded exchanges,
+and what a token provider that fails, hangs or returns no token does to a call (against a real
+server on 127.0.0.1, which must see no request)."""
 
 from __future__ import annotations
 
 import json
+import threading
+import traceback
 from typing import Any
 
+import anyio
 import httpx
 import pytest
 
@@ -15,9 +20,15 @@ from agentledger.adapters.chat.azure import (
     AzureOpenAIChatClient,
     AzureOpenAIResponsesClient,
 )
-from agentledger.adapters.chat.openai import AuthenticationError, OpenAIConfigurationError
-from agentledger.core.events import RunStarted, encode_event
+from agentledger.adapters.chat.openai import (
+    AuthenticationError,
+    DeadlineExceededError,
+    OpenAIConfigurationError,
+    TokenProviderError,
+)
+from agentledger.core.events import ModelFailed, RunStarted, encode_event
 from agentledger.testing import FixedClock, SequentialIds, capture_events
+from tests._loopback import json_answer, replying, serve
 
 KEY = "azure-key-0123456789abcdef"
 ENDPOINT = "https://contoso.openai.azure.com"
@@ -198,3 +209,124 @@ async def test_the_key_stays_out_of_the_log_and_errors() -> None:
     assert not any(KEY.encode() in encode_event(e) for e in events)
     started = [e for e in events if isinstance(e, RunStarted)]
     assert started[0].provider_name == "azure.ai.openai"
+
+
+# -- token providers that fail, hang or give no token -----------------------------------------
+
+TOKEN = "tok-0123456789abcdefghij"
+BOUND = 10.0
+"""How long a test lets a call run whose deadline is well under a second: a generous margin."""
+
+
+@pytest.mark.anyio
+async def test_a_token_provider_that_hangs_is_cut_off_at_the_deadline() -> None:
+    """Three calls at once, each asking a provider that never returns: an async one awaiting for
+    ever, and a plain function blocked in its thread. Each call ends at its deadline, naming it,
+    and no request is sent."""
+    released = threading.Event()
+
+    async def waits_for_ever() -> str:
+        await anyio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    def blocks() -> str:
+        released.wait(BOUND)
+        return TOKEN
+
+    failures: list[BaseException] = []
+
+    async def one(provider: Any, url: str) -> None:
+        llm = AzureOpenAIChatClient("dep", base_url=url, ad_token_provider=provider, deadline=0.5)
+        try:
+            await llm.get_response(USER)
+        except DeadlineExceededError as exc:
+            failures.append(exc)
+
+    try:
+        async with serve(replying(json_answer(200, COMPLETION))) as server:
+            with anyio.fail_after(BOUND):
+                async with anyio.create_task_group() as group:
+                    for provider in (waits_for_ever, blocks, blocks):
+                        group.start_soon(one, provider, server.url)
+    finally:
+        released.set()  # the abandoned threads end too
+    assert len(failures) == 3
+    assert all("deadline of 0.5 s while getting the credential" in str(f) for f in failures)
+    assert server.requests == []
+
+
+@pytest.mark.anyio
+async def test_a_token_provider_that_raises_is_an_authentication_error_without_its_secret() -> None:
+    """The provider's failure is a TokenProviderError (an AuthenticationError) naming it, with the
+    token it quoted cut out of the run's error, its cause, their traceback and the log; nothing
+    is sent."""
+
+    def provider() -> str:
+        raise RuntimeError(f"token refresh failed: secret={TOKEN}")
+
+    async with serve(replying(json_answer(200, COMPLETION))) as server:
+        llm = AzureOpenAIChatClient("dep", base_url=server.url, ad_token_provider=provider, deadline=5)
+        agent: Any = llm.as_agent(name="A", clock=FixedClock(), ids=SequentialIds())
+        with capture_events() as events, anyio.fail_after(BOUND), pytest.raises(ModelCallError) as raised:
+            await agent.run("Hello?")
+    error = raised.value.__cause__
+    assert isinstance(error, TokenProviderError)
+    assert isinstance(error, AuthenticationError)
+    assert error.status_code == 401
+    assert "ad_token_provider raised RuntimeError" in str(error)
+    shown = "".join(traceback.format_exception(raised.value))
+    assert TOKEN not in shown
+    assert "RuntimeError" in shown
+    assert (error.__cause__, error.__context__) == (None, None)
+    (failed,) = [e for e in events if isinstance(e, ModelFailed)]
+    assert failed.error_type == "TokenProviderError"
+    assert not any(TOKEN.encode() in encode_event(e) for e in events)
+    assert server.requests == []
+
+
+@pytest.mark.anyio
+async def test_a_token_the_provider_gave_before_is_cut_out_of_its_later_failure() -> None:
+    """A provider that gave a token, then fails quoting it bare (no ``secret=`` to recognise)."""
+    given: list[str] = []
+
+    async def provider() -> str:
+        if given:
+            raise RuntimeError(f"cannot refresh {given[0]}: expired")
+        given.append(TOKEN)
+        return TOKEN
+
+    async with serve(replying(json_answer(200, COMPLETION))) as server:
+        llm = AzureOpenAIChatClient("dep", base_url=server.url, ad_token_provider=provider, deadline=5)
+        with anyio.fail_after(BOUND):
+            assert (await llm.get_response(USER)).text == "Hi."
+            with pytest.raises(TokenProviderError) as raised:
+                await llm.get_response(USER)
+        await llm.aclose()
+    assert TOKEN not in str(raised.value)
+    assert "cannot refresh *** expired" in str(raised.value).replace(":", "")
+    assert [r.headers["authorization"] for r in server.requests] == [f"Bearer {TOKEN}"]
+
+
+@pytest.mark.parametrize(
+    ("token", "said"),
+    [
+        (None, "returned NoneType"),
+        (42, "returned int"),
+        (b"tok-bytes-0123456789", "returned bytes"),
+        ("", "returned an empty str"),
+        ("   ", "returned an empty str"),
+        (f"{TOKEN}\r\nX-Injected: 1", "an HTTP header cannot carry"),
+        (f" {TOKEN}", "spaces around it"),
+    ],
+    ids=["none", "int", "bytes", "empty", "blank", "line-break", "padded"],
+)
+@pytest.mark.anyio
+async def test_a_provider_returning_no_usable_token_is_a_typed_error(token: Any, said: str) -> None:
+    """A value that is not a non-empty header-safe str is refused before any request goes out."""
+    async with serve(replying(json_answer(200, COMPLETION))) as server:
+        llm = AzureOpenAIResponsesClient(
+            "dep", base_url=server.url, ad_token_provider=lambda: token, deadline=5
+        )
+        with anyio.fail_after(BOUND), pytest.raises(TokenProviderError, match=said):
+            await llm.get_response(USER)
+    assert server.requests == []

@@ -266,12 +266,14 @@ def test_public_names_are_pinned() -> None:
     """The module exports exactly the clients, the error tree and the default URL."""
     assert set(openai.__all__) == {
         "DEFAULT_BASE_URL",
+        "DEFAULT_DEADLINE",
         "DEFAULT_MAX_RESPONSE_BYTES",
         "APIConnectionError",
         "APIStatusError",
         "APITimeoutError",
         "AuthenticationError",
         "BadRequestError",
+        "DeadlineExceededError",
         "MalformedResponseError",
         "OpenAIChatClient",
         "OpenAIConfigurationError",
@@ -281,6 +283,7 @@ def test_public_names_are_pinned() -> None:
         "ResponseFailedError",
         "ResponseTooLargeError",
         "ServerError",
+        "TokenProviderError",
         "TruncatedStreamError",
     }
     assert all(hasattr(openai, name) for name in openai.__all__)
@@ -294,6 +297,8 @@ def test_public_names_are_pinned() -> None:
         (ServerError, (openai.APIStatusError,)),
         (BadRequestError, (openai.APIStatusError,)),
         (APITimeoutError, (APIConnectionError,)),
+        (openai.DeadlineExceededError, (APITimeoutError,)),
+        (openai.TokenProviderError, (AuthenticationError,)),
         (TruncatedStreamError, (MalformedResponseError,)),
         (OpenAIConfigurationError, (ValueError,)),
         (ResponseFailedError, ()),
@@ -575,12 +580,13 @@ async def test_429_is_retried_after_the_retry_after_delay() -> None:
 
 
 @pytest.mark.anyio
-async def test_retry_after_as_an_http_date_in_the_past_means_no_wait() -> None:
-    """An HTTP-date Retry-After already passed gives a zero wait."""
+async def test_retry_after_as_an_http_date_in_the_past_waits_the_backoff() -> None:
+    """An HTTP-date Retry-After already passed names no wait: the client's own backoff is waited,
+    not none (a server would otherwise be asked again at once)."""
     sleeps = Sleeps()
     server = Server(error(429, headers={"Retry-After": "Wed, 21 Oct 2015 07:28:00 GMT"}), completion())
     await client(server, sleeps).get_response(USER)
-    assert sleeps == [0.0]
+    assert sleeps == [0.5]
 
 
 @pytest.mark.anyio
