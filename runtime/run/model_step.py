@@ -285,7 +285,8 @@ def _model_failed(binding: RunBinding, iteration: int, exc: Exception, kind: typ
     name = kind.__name__ if kind is ModelResponseError else safe_text(type(exc).__name__)
     message = binding.scrub(safe_text(str(exc)))
     event = binding.recorder.record(ModelFailed, iteration=iteration, error_type=name, message=message)
-    error = kind(f"model call {iteration} failed: {type(exc).__name__}: {exc}", run_id=binding.run_id)
+    # The caller's message is the log's, scrubbed alike; the client's own error is its cause.
+    error = kind(f"model call {iteration} failed: {type(exc).__name__}: {message}", run_id=binding.run_id)
     error.__cause__ = exc
     binding.fail_with(error, event)
 

@@ -163,10 +163,14 @@ async def test_a_client_that_raises_is_a_failed_model_call_kept_for_the_driver()
 
 async def test_a_client_error_text_is_scrubbed_of_what_the_log_must_not_show() -> None:
     client = Answers(RuntimeError("refused key sk-test-0123456789abcdef0123 for tenant zebra-77"))
-    _, events = await _call(client, client_kwargs={"tenant": "zebra-77"})
+    binding, events = await _call(client, client_kwargs={"tenant": "zebra-77"})
     failed = _failed(events)
     assert "zebra-77" not in failed.message
     assert "sk-test-0123456789abcdef0123" not in failed.message
+    raised = str(binding.raised_error())  # what agent.run's caller reads: scrubbed alike
+    assert "zebra-77" not in raised
+    assert "sk-test-0123456789abcdef0123" not in raised
+    assert raised.startswith("model call 1 failed: RuntimeError: refused key ")
 
 
 async def test_an_answer_that_is_no_chat_response_is_a_response_error() -> None:
