@@ -352,7 +352,7 @@ def _change(change: Any, secret: Callable[[str], bool]) -> Any:
 
 
 def holds_redactions(events: Sequence[Event]) -> bool:
-    """Whether any of ``events`` holds the redaction marker (a cassette, or a log whose kwargs
-    were redacted): a comparison with such a run compares what an artefact shows."""
+    """Whether any of ``events`` holds the redaction marker (a cassette does, and so does a log
+    whose kwargs its policy redacted)."""
     marker = REDACTED.encode()
     return any(marker in encode_event(event) for event in events)

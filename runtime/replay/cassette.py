@@ -7,8 +7,8 @@ the session from (``RecordedRun.prior``).
 It holds what a log holds, redacted as every artefact is (``redact_events``: credentials by
 their shape, values under secret-named keys), so it can be read in a pull request and checked in
 beside the test. A replay against a cassette compares both sides as redacted (see
-``agentledger.replay.differences``): a value the cassette holds as ``[redacted]`` matches a
-rerun's value that redacts to it.
+``agentledger.replay.compare.differences``): a value the cassette holds as ``[redacted]``
+matches a rerun's value that redacts to it.
 """
 
 from __future__ import annotations

@@ -408,12 +408,14 @@ def differences(
 ) -> list[Finding]:
     """Every difference between a recorded run's events and its rerun's, in log order.
 
-    A recorded run that holds the redaction marker (a cassette, which holds its events as
-    ``redact_events`` gives them) is compared as an artefact shows it: both sides redacted, so a
-    value recorded as ``[redacted]`` matches the rerun's value that redacts to it, and a change
-    only inside a secret is no difference."""
+    A recorded run that is an artefact (a cassette: it holds the redaction marker, and redacting
+    it changes nothing) is compared as an artefact shows it: both sides redacted, so a value
+    recorded as ``[redacted]`` matches the rerun's value that redacts to it, and a change only
+    inside a secret is no difference. A log is compared as it is, even with redacted kwargs."""
     if holds_redactions(recorded):
-        recorded, rerun = redact_events(recorded), redact_events(rerun)
+        shown = redact_events(recorded)
+        if shown == list(recorded):
+            recorded, rerun = shown, redact_events(rerun)
     ordered = in_model_order(recorded) and in_model_order(rerun)
     left = _Side(recorded, anonymous=False, ordered=ordered)
     right = _Side(rerun, anonymous=False, ordered=ordered)
