@@ -41,6 +41,7 @@ from ._version import __version__
 from .core.events import ChildRunStarted, Event, encode_event
 from .errors import AgentLedgerError, RunNotFoundError
 from .listing import OUTCOMES, RunQuery
+from .redaction import redact_events
 from .runtree import check_run_tree
 from .store import EventStore, SupportsAclose
 
@@ -180,7 +181,7 @@ def _show(args: argparse.Namespace) -> int:
 
     store = open_store(args.store)
     _resolve(store, args)
-    events = _run(lambda: _with_children(store, args.run))
+    events = redact_events(_run(lambda: _with_children(store, args.run)))
     console = _console()
     if args.json:
         print(msgspec.json.encode(run_document(events)[0]).decode())
@@ -211,12 +212,13 @@ def _view(args: argparse.Namespace) -> int:
 
 
 def _state(args: argparse.Namespace) -> int:
-    from .replay import load
+    from .replay import RecordedRun, load
 
     store = open_store(args.store)
     _resolve(store, args)
-    recorded = _run(lambda: load(store, args.run))
-    check_schema(recorded.events, args.run)
+    loaded = _run(lambda: load(store, args.run))
+    check_schema(loaded.events, args.run)
+    recorded = RecordedRun(redact_events(loaded.events), prior=redact_events(loaded.prior))
     last = len(recorded.events) - 1
     seq = last if args.at is None else args.at
     if not 0 <= seq <= last:
@@ -367,7 +369,7 @@ def _export(args: argparse.Namespace) -> int:
     events = _run(lambda: _read(store, args.run))
     out = open(args.output, "wb") if args.output else sys.stdout.buffer  # noqa: SIM115
     try:
-        for event in events:
+        for event in redact_events(events):
             out.write(encode_event(event) + b"\n")
     finally:
         if args.output:

@@ -23,6 +23,7 @@ import msgspec
 from .core.events import BatchClaimed, Event, RunCompleted, RunFailed, RunStarted
 from .errors import LogCorruptError, UnreadableStreamWarning
 from .logs import warn
+from .redaction import redact_value
 
 __all__ = (
     "OUTCOMES",
@@ -75,7 +76,8 @@ class RunQuery(msgspec.Struct, frozen=True, kw_only=True):
 
 class RunSummary(msgspec.Struct, frozen=True, kw_only=True):
     """One run as a list shows it. ``reason`` is ``RunCompleted.reason`` or ``RunFailed.error_type``;
-    ``answer`` the final text of a completed run; ``started_at`` nanoseconds since the epoch."""
+    ``answer`` the final text of a completed run (``redact_value``: without the credentials it
+    quotes); ``started_at`` nanoseconds since the epoch."""
 
     run_id: str
     agent: str
@@ -115,7 +117,7 @@ def summarize(first: Event, last: Event) -> RunSummary | None:
         reason=reason,
         events=last.seq + 1,
         parent_run_id=first.parent_run_id,
-        answer=answer,
+        answer=redact_value(answer),  # what a list shows: no credential the answer quotes
         resumed_by=resumed_by,
     )
 

@@ -9,6 +9,12 @@ Credentials also hide in values: a connection string ``postgresql://user:secret@
 its password in any string value, whatever the key. The default policy replaces the password of
 every ``scheme://user:password@`` form, and ``scrub_text`` does the same (and hides a bearer
 token and a URL's query string) in the error messages a run records.
+
+What is made from a log (``show``, ``state``, ``diff``, cassettes, the viewer, OTLP, the
+structlog sink, the OpenTelemetry bridge, ``agentledger serve``) passes ``redact_value`` (and
+``redact_event`` for whole events): every string scrubbed (``scrub_text``), the value of every
+key named like a credential replaced. The log itself keeps what the run recorded, so a replay is
+exact. ``mark_secret_keys`` and ``mark_secret_values`` (or ``AGENTLEDGER_SECRET_KEYS``) mark more.
 """
 
 from __future__ import annotations
@@ -17,19 +23,31 @@ import base64
 import functools
 import itertools
 import json
+import os
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 from urllib.parse import quote, quote_plus
 
+import msgspec
+
+from .core.events import Event, decode_event, encode_event
+
 __all__ = (
     "REDACTED",
+    "SECRET_KEYS_ENV",
     "Redactor",
     "default_redactor",
     "hidden_values",
+    "holds_redactions",
+    "mark_secret_keys",
+    "mark_secret_values",
     "mask_values",
     "redact_all",
+    "redact_event",
+    "redact_events",
     "redact_keys",
+    "redact_value",
     "scrub_shapes",
     "scrub_text",
     "wire_forms",
@@ -210,3 +228,131 @@ every credential of a known shape (``scrub_shapes``) in a string value."""
 def redact_all(kwargs: Mapping[str, Any]) -> dict[str, Any]:
     """A policy that records the keys only."""
     return dict.fromkeys(kwargs, REDACTED)
+
+
+# -- artefacts ------------------------------------------------------------------------------------
+
+SECRET_KEYS_ENV = "AGENTLEDGER_SECRET_KEYS"
+"""An environment variable of more secret key patterns (regular expressions, comma-separated)
+that every artefact writer honours, for processes such as ``agentledger show`` and
+``agentledger serve`` that a program cannot call ``mark_secret_keys`` in."""
+
+_marked_keys: list[str] = []
+_marked_values: list[Callable[[str], bool]] = []
+
+
+def mark_secret_keys(*patterns: str) -> None:
+    """Mark the keys matching any of ``patterns`` (regular expressions, searched without case)
+    as secret in every artefact this process writes, besides the usual credential names."""
+    for pattern in patterns:
+        re.compile(pattern)  # a bad pattern fails here, not in the middle of a write
+    _marked_keys.extend(patterns)
+    _key_rule.cache_clear()
+
+
+def mark_secret_values(*predicates: Callable[[str], bool]) -> None:
+    """Mark the strings for which any of ``predicates`` is true as secret in every artefact this
+    process writes: each such string value is replaced by ``[redacted]`` whole."""
+    _marked_values.extend(predicates)
+
+
+@functools.lru_cache(maxsize=64)
+def _key_rule(patterns: tuple[str, ...]) -> Callable[[str], bool]:
+    extra = re.compile("|".join(f"(?:{p})" for p in patterns), re.I) if patterns else None
+
+    @functools.lru_cache(maxsize=4096)
+    def secret(key: str) -> bool:
+        return _looks_secret(key) or (extra is not None and extra.search(key) is not None)
+
+    return secret
+
+
+def _rules(extra: Iterable[str]) -> Callable[[str], bool]:
+    from_env = [p.strip() for p in os.environ.get(SECRET_KEYS_ENV, "").split(",") if p.strip()]
+    return _key_rule((*_marked_keys, *from_env, *extra))
+
+
+def _hide(value: Any, secret: Callable[[str], bool], keyed: bool, depth: int) -> Any:
+    if isinstance(value, str):
+        if _marked_values and any(marked(value) for marked in _marked_values):
+            return REDACTED
+        return scrub_text(value)
+    if isinstance(value, _JSON):
+        return value
+    if depth >= _MAX_DEPTH:
+        return f"<{type(value).__name__} nested too deep>"
+    if isinstance(value, Mapping):
+        return {
+            scrub_shapes(str(k)): REDACTED
+            if keyed and secret(str(k)) and v is not None
+            else _hide(v, secret, keyed, depth + 1)
+            for k, v in value.items()
+        }
+    if isinstance(value, list | tuple):
+        return [_hide(v, secret, keyed, depth + 1) for v in value]
+    return f"<{type(value).__name__}>"
+
+
+def redact_value(value: Any, *, extra: Iterable[str] = ()) -> Any:
+    """``value`` as an artefact may show it: every string scrubbed (``scrub_text``: credentials of
+    a known shape, ``scheme://user:password@``, bearer tokens, URL query strings, ``password=``),
+    the value of every key named like a credential (``api_key``, ``password``, ``client_secret``,
+    ``X-Auth-Token``, ...; ``passenger_count`` and ``author`` are not: words, not substrings) or
+    matching a pattern of ``extra``, ``mark_secret_keys`` or ``AGENTLEDGER_SECRET_KEYS`` replaced
+    by ``[redacted]``, and so is every string a ``mark_secret_values`` predicate holds. Dicts and
+    lists are walked 64 levels deep; deeper containers become a marker. ``redact_value`` of its
+    own result is that result."""
+    return _hide(value, _rules(extra), True, 0)
+
+
+# Fields of an event that hold what a run was given or made (kwargs, arguments, results, messages,
+# session values): their keys are the program's, and a key named like a credential loses its
+# value. The other fields (options, usage, config, tool schemas) have the library's or the
+# service's keys (``max_tokens``, ``input_tokens``): only their strings are scrubbed.
+_KEYED_FIELDS = frozenset({"function_invocation_kwargs", "arguments", "result", "tool_result", "messages"})
+_PLAIN_FIELDS = frozenset({"type", "run_id", "seq", "at"})
+
+
+def redact_event(event: Event, *, extra: Iterable[str] = ()) -> Event:
+    """``event`` as an artefact may show it (``redact_value`` of its fields): a session value
+    under a secret key, a secret-named kwarg, argument or result key, and every credential in its
+    text become ``[redacted]``. The event's shape, ids and numbers stay, so what reads events
+    (a tree, a viewer, a span) reads the copy as it reads the log."""
+    return _redact_event(event, _rules(extra))
+
+
+def redact_events(events: Iterable[Event], *, extra: Iterable[str] = ()) -> list[Event]:
+    """``redact_event`` of each of ``events``: what every artefact writer applies to the log."""
+    secret = _rules(extra)
+    return [_redact_event(event, secret) for event in events]
+
+
+def _redact_event(event: Event, secret: Callable[[str], bool]) -> Event:
+    data: dict[str, Any] = msgspec.json.decode(encode_event(event))
+    out: dict[str, Any] = {}
+    for name, value in data.items():
+        if name in _PLAIN_FIELDS:
+            out[name] = value
+        elif name == "changes" and isinstance(value, list):
+            out[name] = [_change(change, secret) for change in value]
+        else:
+            out[name] = _hide(value, secret, name in _KEYED_FIELDS, 1)
+    return decode_event(msgspec.json.encode(out))
+
+
+def _change(change: Any, secret: Callable[[str], bool]) -> Any:
+    """A session change: the value of a secret key goes whole, any other is walked by key."""
+    if not isinstance(change, dict) or not isinstance(change.get("key"), str):
+        return _hide(change, secret, True, 2)
+    key = change["key"]
+    shown = {**change, "key": scrub_shapes(key)}
+    if "value" in change:
+        shown["value"] = REDACTED if secret(key) else _hide(change["value"], secret, True, 3)
+    return shown
+
+
+def holds_redactions(events: Sequence[Event]) -> bool:
+    """Whether any of ``events`` holds the redaction marker (a cassette does, and so does a log
+    whose kwargs its policy redacted)."""
+    marker = REDACTED.encode()
+    return any(marker in encode_event(event) for event in events)

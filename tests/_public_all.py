@@ -230,7 +230,7 @@ PINNED: dict[str, tuple[str, ...]] = {
         "report_unreadable", "select", "summarize"
     ),
     "agentledger.logs": (
-        "ROOT", "logger", "warn"
+        "ROOT", "HttpxCredentialFilter", "guard_httpx_log", "logger", "warn"
     ),
     "agentledger.middleware": (
         "AgentMiddleware", "ChainOutcome", "ChatMiddleware", "FunctionMiddleware", "Layer",
@@ -248,8 +248,10 @@ PINNED: dict[str, tuple[str, ...]] = {
         "SessionContext", "check_providers", "provide_after", "provide_before", "provider_names"
     ),
     "agentledger.redaction": (
-        "REDACTED", "Redactor", "default_redactor", "hidden_values", "mask_values", "redact_all",
-        "redact_keys", "scrub_shapes", "scrub_text", "wire_forms"
+        "REDACTED", "SECRET_KEYS_ENV", "Redactor", "default_redactor", "hidden_values",
+        "holds_redactions", "mark_secret_keys", "mark_secret_values", "mask_values", "redact_all",
+        "redact_event", "redact_events", "redact_keys", "redact_value", "scrub_shapes", "scrub_text",
+        "wire_forms"
     ),
     "agentledger.render": (
         "plain_run", "render_run", "run_document"

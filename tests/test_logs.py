@@ -83,3 +83,42 @@ def test_deprecated_calls_and_unknown_options_are_logged(caplog: pytest.LogCaptu
 def test_nothing_is_printed_unless_the_application_asks() -> None:
     root = logging.getLogger("agentledger")
     assert any(isinstance(h, logging.NullHandler) for h in root.handlers)
+
+
+async def test_httpx_request_lines_hold_no_credential(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """httpx logs every request's URL at INFO on its own logger; a chat client installs
+    ``HttpxCredentialFilter`` there, so a base URL's ``user:password@`` and a query's ``api-key=``
+    and ``sig=`` are scrubbed from the line, which still names the method, host and status."""
+    from agentledger.adapters.chat.openai import OpenAIChatClient
+    from agentledger.logs import HttpxCredentialFilter, guard_httpx_log
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        message = {"role": "assistant", "content": "ok"}
+        return httpx.Response(
+            200, json={"id": "r", "model": "m", "choices": [{"index": 0, "message": message}]}
+        )
+
+    monkeypatch.setattr(logging.getLogger("httpx"), "filters", [])  # as before any client was made
+    http = httpx.AsyncClient(transport=httpx.MockTransport(answer))
+    chat = OpenAIChatClient(
+        "m", api_key="k", base_url="https://ada:planted-password@models.example/v1", http_client=http
+    )
+
+    def installed() -> int:
+        return sum(isinstance(f, HttpxCredentialFilter) for f in logging.getLogger("httpx").filters)
+
+    assert installed() == 1  # the client installed it
+    guard_httpx_log()
+    assert installed() == 1  # once, however often
+    with caplog.at_level(logging.INFO, logger="httpx"):
+        query = {"api-key": "planted-azure-key", "sig": "planted-sas-signature"}
+        await Agent(client=chat).run("hi", client_kwargs={"extra_query": query})
+    lines = [r.getMessage() for r in caplog.records if r.name == "httpx"]
+    assert len(lines) == 1
+    assert lines[0].startswith("HTTP Request: POST https://ada:[redacted]@models.example/v1/")
+    assert '"HTTP/1.1 200 OK"' in lines[0]
+    assert not [
+        s for s in ("planted-password", "planted-azure-key", "planted-sas-signature") if s in lines[0]
+    ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import re
 
 import pytest
 
@@ -104,3 +105,109 @@ def test_more_credential_names_are_secret() -> None:
         "author": "a",
     }
     assert default_redactor(kwargs) == {**dict.fromkeys(kwargs, "[redacted]"), "author": "a"}
+
+
+# -- artefacts ------------------------------------------------------------------------------------
+
+
+def test_redact_value_scrubs_shapes_and_secret_keys_at_any_depth() -> None:
+    """Strings lose credentials of a known shape; secret-named keys lose their value whole; other
+    keys, numbers and the shape of the value stay."""
+    from agentledger.redaction import redact_value
+
+    key = "sk-proj-" + "Q" * 24
+    value = {
+        "note": f"used {key} today",
+        "api_key": {"nested": "whole"},
+        "passenger_count": 3,
+        "rows": [{"client_secret": "cs-1", "region": "eu"}, "Bearer abcdef123456"],
+        "empty_token": None,
+    }
+    assert redact_value(value) == {
+        "note": "used [redacted] today",
+        "api_key": REDACTED,
+        "passenger_count": 3,
+        "rows": [{"client_secret": REDACTED, "region": "eu"}, "Bearer [redacted]"],
+        "empty_token": None,
+    }
+    assert redact_value(redact_value(value)) == redact_value(value)
+    assert redact_value({"tenant": "t", "user": "u"}, extra=[r"^tenant$"]) == {
+        "tenant": REDACTED,
+        "user": "u",
+    }
+
+
+def test_redact_value_stops_at_the_depth_bound() -> None:
+    from agentledger.redaction import redact_value
+
+    deep: object = "sk-ant-" + "x" * 30
+    for _ in range(100):
+        deep = [deep]
+    walked = redact_value(deep)
+    for _ in range(64):
+        assert isinstance(walked, list)
+        walked = walked[0]
+    assert walked == "<list nested too deep>"
+
+
+def test_redact_event_keeps_library_keys_and_hides_program_secrets() -> None:
+    """Session values under secret keys and secret-named result keys go; ``max_tokens`` in the
+    options and the usage counts stay: they are the library's keys, not secrets."""
+    from agentledger.core import ModelResponded, SessionUpdated, ToolReturned
+    from agentledger.core.events import StateChange
+    from agentledger.core.messages import Content, Message, Usage
+    from agentledger.redaction import redact_event
+
+    session = SessionUpdated(
+        run_id="r", seq=3, at=1, session_id="s", by="c1",
+        changes=(StateChange("api_key", "set", "3f9a" * 8), StateChange("region", "set", "eu")),
+    )  # fmt: skip
+    shown = redact_event(session)
+    assert isinstance(shown, SessionUpdated)
+    assert [(c.key, c.value) for c in shown.changes] == [("api_key", REDACTED), ("region", "eu")]
+    returned = ToolReturned(run_id="r", seq=4, at=2, call_id="c1", name="t", result={"token": "t0k", "n": 1})
+    assert redact_event(returned) == ToolReturned(
+        run_id="r", seq=4, at=2, call_id="c1", name="t", result={"token": REDACTED, "n": 1}
+    )
+    responded = ModelResponded(
+        run_id="r",
+        seq=5,
+        at=3,
+        iteration=1,
+        message=Message("assistant", (Content("text", text="hi"),)),
+        usage=Usage(input_tokens=7),
+    )
+    assert redact_event(responded) == responded
+    started = RunStarted(
+        run_id="r", seq=0, at=0, agent_id="a", options={"max_tokens": 9, "note": "sk-" + "a" * 24}
+    )
+    shown_started = redact_event(started)
+    assert isinstance(shown_started, RunStarted)
+    assert shown_started.options == {"max_tokens": 9, "note": REDACTED}
+
+
+def test_marked_keys_and_values_reach_every_artefact_rule(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``mark_secret_keys``, ``mark_secret_values`` and ``AGENTLEDGER_SECRET_KEYS`` add to the
+    rules ``redact_value`` and ``redact_event`` apply."""
+    from agentledger import redaction
+    from agentledger.redaction import SECRET_KEYS_ENV, mark_secret_keys, mark_secret_values, redact_value
+
+    monkeypatch.setattr(redaction, "_marked_keys", [])
+    monkeypatch.setattr(redaction, "_marked_values", [])
+    value = {"tenant": "acme", "badge": "B-1", "note": "internal-7", "user": "ada"}
+    assert redact_value(value) == value
+    mark_secret_keys(r"^tenant$")
+    mark_secret_values(lambda text: text.startswith("internal-"))
+    monkeypatch.setenv(SECRET_KEYS_ENV, "badge, ")
+    assert redact_value(value) == {"tenant": REDACTED, "badge": REDACTED, "note": REDACTED, "user": "ada"}
+    with pytest.raises(re.error):
+        mark_secret_keys("(unclosed")
+
+
+def test_holds_redactions_tells_a_redacted_log() -> None:
+    from agentledger.redaction import holds_redactions
+
+    plain = RunStarted(run_id="r", seq=0, at=0, agent_id="a", function_invocation_kwargs={"user": "u"})
+    marked = RunStarted(run_id="r", seq=0, at=0, agent_id="a", function_invocation_kwargs={"key": REDACTED})
+    assert not holds_redactions([plain])
+    assert holds_redactions([plain, marked])

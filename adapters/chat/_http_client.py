@@ -33,7 +33,7 @@ import msgspec
 
 from agentledger.clients import BaseChatClient, ChatOptions, ChatResponse, ChatResponseUpdate
 from agentledger.core.messages import Content, Message
-from agentledger.logs import logger
+from agentledger.logs import guard_httpx_log, logger
 
 from ._openai_errors import (
     APIConnectionError,
@@ -124,6 +124,7 @@ class HTTPChatClient(BaseChatClient):
         self._owns_http = http_client is None
         self._http_loop: object = None
         self._closer: AsyncGenerator[None, None] | None = None
+        guard_httpx_log()  # httpx logs each request's URL whole: its credentials go
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(model={self.model!r}, base_url={self.base_url!r})"

@@ -27,6 +27,7 @@ import msgspec
 
 from agentledger.core.events import Event
 from agentledger.cost import cost_report
+from agentledger.redaction import redact_events
 
 from ._html_chart import cost_chart
 from ._html_model import HIDDEN, build_payload
@@ -108,8 +109,10 @@ def render_html(
     state and the history at each event are the ones ``state_at`` gives. ``nav`` are links
     (address, label) shown before the title, as ``agentledger serve`` shows its pages. Without
     ``include_content`` message texts, arguments, results, error messages, instructions and
-    session values are replaced by ``HIDDEN``; names, ids, tool specs and counts remain.
+    session values are replaced by ``HIDDEN``; names, ids, tool specs and counts remain. The
+    page shows the events as ``redact_events`` gives them: no credential reaches it.
     """
+    events, prior = redact_events(events), redact_events(prior)
     payload = build_payload(events, prior=prior, title=title, include_content=include_content)
     runs = len(payload["runs"])
     count = sum(len(run["events"]) for run in payload["runs"].values())

@@ -24,6 +24,7 @@ import threading
 
 from agentledger import __version__
 from agentledger.core.events import Event
+from agentledger.redaction import redact_event
 from agentledger.run.recorder import watching
 
 from ._otel_live import LiveRuns
@@ -59,7 +60,7 @@ class OtelBridge:
     def __call__(self, event: Event) -> None:
         with self.lock:
             for live in self.live(event):
-                for op in self.fold.apply(live):
+                for op in self.fold.apply(redact_event(live)):  # spans are artefacts: redacted
                     self._apply(op)
 
     def attached(self) -> contextlib.AbstractContextManager[None]:

@@ -38,6 +38,7 @@ import msgspec
 from agentledger.core.events import Event, RunStarted
 from agentledger.errors import AgentLedgerError
 from agentledger.logs import logger
+from agentledger.redaction import redact_events
 
 from ._otlp_encode import INSTALL_HINT, assemble, request_json, request_protobuf
 from ._otlp_fold import SpanFold
@@ -122,9 +123,10 @@ def spans_from_events(
 
     Runs whose ``RunStarted`` is missing are skipped; spans still open where a log ends are closed
     at the run's last event and marked ``agentledger.incomplete``. ``provider_name``
-    names the model provider (``gen_ai.provider.name``), which the log does not record.
+    names the model provider (``gen_ai.provider.name``), which the log does not record. Spans
+    are made from the events as ``redact_events`` gives them: no credential reaches a span.
     """
-    ordered = _ordered(events)
+    ordered = _ordered(redact_events(events))
     fold = SpanFold(include_content=include_content, provider_name=provider_name, roots=_roots(ordered))
     ops = [op for event in ordered for op in fold.apply(event)]
     return assemble([*ops, *fold.finish()])

@@ -11,7 +11,8 @@ the event's other fields follow (``at`` in nanoseconds). Content (messages, inst
 arguments, results, session values, ``function_invocation_kwargs`` values) is left out unless
 ``include_content=True``; session changes keep their keys and operations, model responses the
 names of the tools they call. Secrets are never written: the events hold no ``client_kwargs``
-values, and ``function_invocation_kwargs`` only as redacted. Tool specs appear by name.
+values, ``function_invocation_kwargs`` only as redacted, and each line is made from the event
+as ``agentledger.redaction.redact_event`` gives it. Tool specs appear by name.
 
 Failures log at ``warning`` (a failed model or tool call, rejected arguments, an unknown tool)
 and ``error`` (a failed run); everything else at ``info``. Replays are not logged (see
@@ -36,6 +37,7 @@ from agentledger.core.events import (
     ToolFailed,
     ToolNotFound,
 )
+from agentledger.redaction import redact_event
 from agentledger.run.recorder import watching
 
 from ._otel_live import LiveRuns
@@ -58,7 +60,9 @@ _LEVELS: dict[type, str] = {
 
 
 def event_fields(event: Event, *, include_content: bool = False) -> dict[str, Any]:
-    """The fields one log line carries for ``event`` (without ``type``, ``run_id`` and ``seq``)."""
+    """The fields one log line carries for ``event`` (without ``type``, ``run_id`` and ``seq``),
+    as ``redact_event`` gives them: no credential reaches a line."""
+    event = redact_event(event)
     fields: dict[str, Any] = msgspec.to_builtins(event)
     for name in _ENVELOPE:
         fields.pop(name, None)

@@ -4,9 +4,11 @@ A cassette is a JSON Lines file, one event a line, as ``agentledger export`` wri
 lead run's events, then each sub-agent run's, depth first in the order the lead called them,
 then (when the lead continued a session) the session's earlier runs, which a replay rebuilds
 the session from (``RecordedRun.prior``).
-It holds what a log holds, redacted as the log is (``client_kwargs`` values are never recorded,
-``function_invocation_kwargs`` pass the agent's redaction policy), so it can be read in a pull
-request and checked in beside the test.
+It holds what a log holds, redacted as every artefact is (``redact_events``: credentials by
+their shape, values under secret-named keys), so it can be read in a pull request and checked in
+beside the test. A replay against a cassette compares both sides as redacted (see
+``agentledger.replay.compare.differences``): a value the cassette holds as ``[redacted]``
+matches a rerun's value that redacts to it.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import msgspec
 
 from ..core.events import ChildRunStarted, Event, RunStarted, SessionUpdated, decode_event, encode_event
 from ..errors import LogCorruptError, RunCycleError
+from ..redaction import redact_event
 from .state import RecordedRun
 
 __all__ = ("read_cassette", "tree_events", "tree_of", "write_cassette")
@@ -43,13 +46,14 @@ def tree_of(events: Iterable[Event], run_id: str) -> RecordedRun:
 
 
 def write_cassette(path: str | os.PathLike[str], events: Iterable[Event]) -> Path:
-    """Write ``events`` (a run tree's) to ``path`` as a cassette, atomically; return the path."""
+    """Write ``events`` (a run tree's) to ``path`` as a cassette, atomically, each as
+    ``redact_event`` gives it; return the path."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_name(target.name + ".part")
     with partial.open("wb") as out:
         for event in events:
-            out.write(encode_event(event) + b"\n")
+            out.write(encode_event(redact_event(event)) + b"\n")
     partial.replace(target)
     return target
 

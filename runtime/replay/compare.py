@@ -42,6 +42,7 @@ from ..core.events import (
     ToolsRemoved,
 )
 from ..errors import ReplayDivergence
+from ..redaction import holds_redactions, redact_events
 from .findings import Finding, FindingKind, text_diff
 
 __all__ = ("call_of", "canonical", "compare", "diff_runs", "differences", "in_model_order")
@@ -405,7 +406,16 @@ def _align(left: _Side, right: _Side, findings: _Findings) -> list[Finding]:
 def differences(
     recorded: Sequence[Event], rerun: Sequence[Event], *, path: tuple[str, ...] = ()
 ) -> list[Finding]:
-    """Every difference between a recorded run's events and its rerun's, in log order."""
+    """Every difference between a recorded run's events and its rerun's, in log order.
+
+    A recorded run that is an artefact (a cassette: it holds the redaction marker, and redacting
+    it changes nothing) is compared as an artefact shows it: both sides redacted, so a value
+    recorded as ``[redacted]`` matches the rerun's value that redacts to it, and a change only
+    inside a secret is no difference. A log is compared as it is, even with redacted kwargs."""
+    if holds_redactions(recorded):
+        shown = redact_events(recorded)
+        if shown == list(recorded):
+            recorded, rerun = shown, redact_events(rerun)
     ordered = in_model_order(recorded) and in_model_order(rerun)
     left = _Side(recorded, anonymous=False, ordered=ordered)
     right = _Side(rerun, anonymous=False, ordered=ordered)
@@ -418,8 +428,10 @@ def diff_runs(a: Sequence[Event], b: Sequence[Event]) -> list[Finding]:
 
     As ``differences``, but what names a run rather than what it did is left out (run, session,
     response and conversation ids), and calls are matched by their place in the run, since each
-    model names its calls its own way. ``seq`` is run A's, ``rerun_seq`` run B's.
+    model names its calls its own way. ``seq`` is run A's, ``rerun_seq`` run B's. Both runs
+    are compared as ``redact_events`` gives them, so no finding shows a credential.
     """
+    a, b = redact_events(a), redact_events(b)
     ordered = in_model_order(a) and in_model_order(b)
     left, right = _Side(a, anonymous=True, ordered=ordered), _Side(b, anonymous=True, ordered=ordered)
     first = left.events[0].run_id if left.events else ""

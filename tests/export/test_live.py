@@ -164,10 +164,11 @@ async def test_structlog_levels_follow_outcomes(clock: FixedClock, ids: Sequenti
 
 
 def test_event_fields_drop_content_but_keep_errors() -> None:
-    """Without content a result is dropped; a failure's message stays."""
-    returned = ToolReturned(run_id="r", seq=3, at=9, call_id="c", name="t", result={"secret-ish": 1})
+    """Without content a result is dropped; a failure's message stays; with content a value under
+    a secret-named key is redacted, as in every artefact."""
+    returned = ToolReturned(run_id="r", seq=3, at=9, call_id="c", name="t", result={"secret-ish": 1, "n": 2})
     assert event_fields(returned) == {"at": 9, "call_id": "c", "name": "t"}  # defaults are left out
-    assert event_fields(returned, include_content=True)["result"] == {"secret-ish": 1}
+    assert event_fields(returned, include_content=True)["result"] == {"secret-ish": "[redacted]", "n": 2}
 
 
 # -- the OpenTelemetry bridge --------------------------------------------------------------------

@@ -10,9 +10,10 @@ import pytest
 
 from agentledger import Agent, FunctionInvocationContext, MemoryEventStore, ReplayDivergence, tool
 from agentledger.adapters.chat.scripted import Call, ScriptedChatClient
-from agentledger.core import ModelResponded, ToolReturned
+from agentledger.core import Event, ModelResponded, RunStarted, ToolCalled, ToolReturned
 from agentledger.demo import build_demo_agent, run_demo
-from agentledger.replay import RecordedRun, fork, load, rerun
+from agentledger.redaction import REDACTED
+from agentledger.replay import RecordedRun, differences, fork, load, rerun
 from agentledger.testing import event_types
 
 pytestmark = pytest.mark.anyio
@@ -208,3 +209,28 @@ async def test_a_tool_added_during_the_run_refuses_again_what_it_refused() -> No
     replayed = await rerun(recorded, Agent(client=ScriptedChatClient([]), tools=[load_double], store=False))
     assert replayed is not None
     assert replayed.text == "4"
+
+
+def _returned(result: object, *, kwargs: dict[str, object] | None = None) -> list[Event]:
+    started = RunStarted(run_id="r", seq=0, at=0, agent_id="a", function_invocation_kwargs=kwargs or {})
+    called = ToolCalled(run_id="r", seq=1, at=1, call_id="c1", name="t")
+    return [started, called, ToolReturned(run_id="r", seq=2, at=2, call_id="c1", name="t", result=result)]
+
+
+def test_a_cassette_value_held_as_redacted_matches_the_rerun_value_it_redacts_to() -> None:
+    """A recorded run redaction leaves as it is and that holds the marker (a cassette) is compared
+    redacted on both sides: a secret under a secret key or of a known shape matches the marker,
+    any other change is found."""
+    recorded = _returned({"api_key": REDACTED, "note": f"key {REDACTED}"})
+    same = _returned({"api_key": "3f9a" * 8, "note": "key sk-proj-" + "b" * 24})
+    assert differences(recorded, same) == []
+    other = _returned({"api_key": "3f9a" * 8, "note": "no key"})
+    assert [f.field for f in differences(recorded, other)] == ["result.note"]
+
+
+def test_a_log_with_redacted_kwargs_is_compared_as_it_is() -> None:
+    """A log whose kwargs its policy redacted still compares what redaction would hide in an
+    artefact: a changed query string is found."""
+    recorded = _returned("https://h/search?q=1", kwargs={"api_key": REDACTED})
+    rerun = _returned("https://h/search?q=2", kwargs={"api_key": REDACTED})
+    assert [f.field for f in differences(recorded, rerun)] == ["result"]
