@@ -36,7 +36,7 @@ from ._openai_common import (
     tool_fields,
     tool_mode,
 )
-from ._openai_errors import ResponseFailedError, TruncatedStreamError
+from ._openai_errors import MalformedResponseError, ResponseFailedError, TruncatedStreamError
 from ._sse import ServerSentEvent
 
 __all__ = (
@@ -228,6 +228,10 @@ def responses_response(payload: bytes, model: str) -> ChatResponse:
     """A whole response as a ``ChatResponse``."""
     response = decode(payload, _Response, "the response")
     _raise_if_failed(response)
+    if not response.output and response.status is None and response.id is None:
+        # Every response names itself and its status: a body with neither is no response (an
+        # empty object, a proxy's answer), not an empty answer to record as the model's.
+        raise MalformedResponseError("the response has no id, status or output")
     contents = _output_contents(response.output)
     return ChatResponse(
         Message("assistant", contents),

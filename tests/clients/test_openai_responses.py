@@ -339,6 +339,17 @@ async def test_failed_response_and_malformed_body() -> None:
 
 
 @pytest.mark.anyio
+@pytest.mark.parametrize("body", [{}, {"output": []}, {"usage": None}])
+async def test_a_body_that_is_no_response_is_malformed_not_an_empty_answer(body: dict[str, Any]) -> None:
+    """A proxy's empty object is not the model answering nothing."""
+    with pytest.raises(MalformedResponseError, match="no id, status or output"):
+        await client(Server(httpx.Response(200, json=body))).get_response(USER)
+    nothing = httpx.Response(200, json={"status": "completed", "output": []})
+    empty = await client(Server(nothing)).get_response(USER)  # an answer that says nothing is one
+    assert (empty.text, empty.finish_reason) == ("", "stop")
+
+
+@pytest.mark.anyio
 async def test_status_errors_and_retries_are_shared_with_chat() -> None:
     """401 raises AuthenticationError; 429 is retried after Retry-After, then raised."""
     with pytest.raises(AuthenticationError):
