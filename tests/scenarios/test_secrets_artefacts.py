@@ -149,15 +149,19 @@ def read_all(path: Path, run_id: str) -> list[Event]:
 
 
 def served_pages(path: Path, runs: list[str]) -> Iterator[tuple[str, str]]:
-    app = create_app(SqliteEventStore(path, read_only=True), token="t" * 43)
-    with TestClient(app, base_url="http://127.0.0.1") as client:
-        for page in ("/", "/api/runs", "/approvals", *(f"/runs/{run}" for run in runs)):
-            answer = client.get(page)
-            assert answer.status_code == 200, page
-            yield f"serve {page}", answer.text
-        answer = client.get("/diff", params={"a": runs[0], "b": runs[1]})
-        assert answer.status_code == 200
-        yield "serve /diff", answer.text
+    store = SqliteEventStore(path, read_only=True)
+    app = create_app(store, token="t" * 43)
+    try:
+        with TestClient(app, base_url="http://127.0.0.1") as client:
+            for page in ("/", "/api/runs", "/approvals", *(f"/runs/{run}" for run in runs)):
+                answer = client.get(page)
+                assert answer.status_code == 200, page
+                yield f"serve {page}", answer.text
+            answer = client.get("/diff", params={"a": runs[0], "b": runs[1]})
+            assert answer.status_code == 200
+            yield "serve /diff", answer.text
+    finally:  # the app serves a store it was given: closing it is the caller's part
+        anyio.run(store.aclose)
 
 
 def test_no_secret_of_any_shape_reaches_any_artefact(
