@@ -61,6 +61,8 @@ def _frozen_layers(layers: Mapping[str, list[Layer]]) -> dict[str, tuple[Layer, 
     return {kind: tuple(items) for kind, items in layers.items()}
 
 
+_IMMUTABLE = frozenset({str, int, float, bool, type(None)})
+
 _NO_PRICE = (
     "max_cost needs prices: pass Agent(price=...), e.g. agentledger.adapters.prices.genai_price "
     "(pip install 'agentledger[prices]')"
@@ -152,6 +154,8 @@ class Agent:
         self.id = id or (name or "agent")
         self.tools = normalize_tools(tools)
         self._offered: tuple[FunctionTool, ...] = ()  # the last run's tools, shared by runs offering them
+        # The spec of a run given no arguments, with what it was made from (``_plain_spec``).
+        self._plain: tuple[tuple[Any, ...], dict[str, Any], RunSpec] | None = None
         self.middleware = list(middleware or ())
         self._layers = _frozen_layers(split_middleware(self.middleware))
         self.default_options = dict(default_options or {})
@@ -297,6 +301,38 @@ class Agent:
     ) -> RunSpec:
         """The specification of one run of this agent with these arguments (what ``run`` builds;
         drivers other than the local one start from it too)."""
+        if parent is None and share_history and not arguments:
+            return self._plain_spec()
+        return self._make_spec(parent=parent, share_history=share_history, **arguments)
+
+    def _plain_spec(self) -> RunSpec:
+        """The spec of a run given no arguments, made once and kept while nothing it was made
+        from changes: the agent's attributes (by identity; its tools and providers item by item)
+        and ``default_options`` (by value, kept only while every value is immutable, so that a
+        change inside one cannot go unseen)."""
+        made_from = (
+            self.client, self.instructions, self.name, self.id, self.store, self.clock, self.redact,
+            self.price, self.config, self.event_sinks, self._layers, tuple(self.tools),
+            tuple(self.context_providers),
+        )  # fmt: skip
+        plain = self._plain
+        if plain is not None and plain[0] == made_from and plain[1] == self.default_options:
+            return plain[2]
+        spec = self._make_spec().with_started_static()
+        options = self.default_options
+        if all(type(value) in _IMMUTABLE for value in options.values()):
+            self._plain = (made_from, dict(options), spec)
+        else:
+            self._plain = None
+        return spec
+
+    def _make_spec(
+        self,
+        *,
+        parent: tuple[str, str] | None = None,
+        share_history: bool = True,
+        **arguments: Unpack[SpecArguments],
+    ) -> RunSpec:
         options = arguments.get("options")
         function_invocation_kwargs = arguments.get("function_invocation_kwargs")
         client_kwargs = arguments.get("client_kwargs")

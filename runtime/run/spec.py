@@ -271,6 +271,9 @@ class RunSpec(msgspec.Struct, frozen=True, kw_only=True):
     context_providers: tuple[Any, ...] = ()
     """The run's context providers (``agentledger.providers``), or in a rerun the stand-in that
     repeats their recorded contributions."""
+    started_static: Mapping[str, Any] | None = None
+    """``RunStarted``'s fields that do not change from run to run of this spec, made once
+    (``with_started_static``); None: made for each run. ``replace`` drops them."""
 
     def awaits_approval(self, function: FunctionTool, call: Content) -> bool:
         """Whether a call of a gated tool waits for a human: unless its arguments cannot run and
@@ -299,24 +302,36 @@ class RunSpec(msgspec.Struct, frozen=True, kw_only=True):
 
     def replace(self, **changes: Any) -> RunSpec:
         """The same run with some fields changed (a rerun: another client, no store...)."""
+        changes.setdefault("started_static", None)  # made from the fields: made again
         return msgspec.structs.replace(self, **changes)
+
+    def with_started_static(self) -> RunSpec:
+        """This spec holding the part of ``RunStarted`` that is the same for every run of it
+        (an agent keeps one such spec for the runs it starts without arguments)."""
+        return msgspec.structs.replace(self, started_static=self._started_static())
 
     def started_fields(
         self, *, messages: Sequence[Message], session_id: str | None, history_length: int
     ) -> dict[str, Any]:
         """The fields of the run's ``RunStarted`` (its envelope aside)."""
+        static = self.started_static if self.started_static is not None else self._started_static()
+        return {
+            **static,
+            "messages": tuple(messages),
+            "session_id": session_id,
+            "history_length": history_length,
+        }
+
+    def _started_static(self) -> dict[str, Any]:
         parent, keys = self.parent, self.run_option_keys
         return {
             "agent_id": self.agent_id,
             "agent_name": self.agent_name,
             "instructions": self.options.get("instructions"),
-            "messages": tuple(messages),
             "tools": tuple([t.spec for t in self.tools]),
             "options": options_record(self.options),
             "function_invocation_kwargs": self.redact(self.function_invocation_kwargs),
             "client_kwargs_keys": tuple(self.client_kwargs) if self.client_kwargs else (),
-            "session_id": session_id,
-            "history_length": history_length,
             "config": self.config,
             "parent_run_id": parent[0] if parent else None,
             "parent_call_id": parent[1] if parent else None,

@@ -296,3 +296,59 @@ def test_the_started_fields_name_the_parent_and_the_runs_own_settings() -> None:
         (),
         (),
     )
+
+
+# The spec an agent keeps for runs given no arguments
+
+
+async def _started(agent: Agent) -> Any:
+    response = await agent.run("Hi.")
+    return response.events[0]
+
+
+def _answering(*answers: str) -> ScriptedChatClient:
+    return ScriptedChatClient([Message("assistant", a) for a in answers])
+
+
+def test_runs_given_no_arguments_share_one_spec_while_nothing_changes() -> None:
+    agent = Agent(client=ScriptedChatClient([]), tools=[balance], default_options={"temperature": 0.2})
+    first = agent.run_spec()
+    assert agent.run_spec() is first
+    assert first.started_static is not None
+    assert agent.run_spec(options={"seed": 1}) is not first  # arguments make a spec of their own
+    assert agent.run_spec(options={"seed": 1}).started_static is None
+
+
+@pytest.mark.anyio
+async def test_a_change_to_the_agent_between_runs_reaches_the_next_runs_start() -> None:
+    agent = Agent(client=_answering("a", "b", "c", "d", "e", "f"), tools=[balance])
+    await _started(agent)
+    agent.default_options["temperature"] = 0.7  # changed in place
+    assert (await _started(agent)).options == {"temperature": 0.7}
+    agent.tools.append(rate)
+    assert [t.name for t in (await _started(agent)).tools] == ["balance", "rate"]
+    agent.instructions = "Be brief."
+    assert (await _started(agent)).instructions == "Be brief."
+    agent.name = "renamed"
+    assert (await _started(agent)).agent_name == "renamed"
+    agent.store = None
+    response = await agent.run("Hi.")
+    assert response.events[0].agent_name == "renamed"
+    assert agent.store is None
+
+
+@pytest.mark.anyio
+async def test_a_change_inside_a_mutable_default_option_reaches_the_next_run() -> None:
+    agent = Agent(client=_answering("a", "b"), default_options={"stop": ["END"]})
+    assert (await _started(agent)).options == {"stop": ["END"]}
+    agent.default_options["stop"].append("STOP")  # the dict is equal to itself: only a copy sees it
+    assert (await _started(agent)).options == {"stop": ["END", "STOP"]}
+
+
+def test_a_replaced_spec_makes_its_started_fields_again() -> None:
+    agent = Agent(client=ScriptedChatClient([]), tools=[balance])
+    spec = agent.run_spec()
+    other = spec.replace(run_tool_names=("x",))
+    assert other.started_static is None
+    fields = other.started_fields(messages=[], session_id=None, history_length=0)
+    assert fields["run_tool_names"] == ("x",)
