@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from datetime import timedelta
 from typing import Any, TypeVar
 
@@ -225,9 +225,10 @@ class _WorkflowRun:
 
     # -- the executor: model calls and tool calls ----------------------------------------------
 
-    async def before(self, command: Command) -> None:
+    def before(self, command: Command) -> Coroutine[Any, Any, None] | None:
         if isinstance(command, CallModel) and self._should_continue():
-            await self._continue_as_new()
+            return self._continue_as_new()
+        return None
 
     async def call_model(self, command: CallModel, step: StepLog) -> None:
         if sum(len(_encode(e)) for e in self.pending) > self.job.limits.payload_bytes:

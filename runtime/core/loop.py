@@ -132,8 +132,10 @@ class Executor(Protocol):
         """Whether a batch's calls run one after another rather than concurrently."""
         ...
 
-    async def before(self, command: Command) -> None:
-        """What the driver does before a command: store the log so far, continue as new..."""
+    def before(self, command: Command) -> Awaitable[None] | None:
+        """What the driver does before a command (store the log so far, continue as new...):
+        an awaitable the loop awaits, or None when that is done already or nothing is to do (a
+        step with nothing to wait for costs no coroutine)."""
         ...
 
     async def call_model(self, command: CallModel, step: StepLog) -> None:
@@ -335,7 +337,9 @@ class RunLoop:
             command = commands.pop(0)
             if type(command) is FinishRun:
                 return command
-            await executor.before(command)
+            waiting = executor.before(command)
+            if waiting is not None:
+                await waiting
             if type(command) is CallModel:
                 step = self.step(live=True)
                 try:

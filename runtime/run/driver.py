@@ -86,12 +86,12 @@ class LocalDriver:
 
     # -- the executor ---------------------------------------------------------------------------
 
-    async def before(self, command: Command) -> None:
+    def before(self, command: Command) -> Coroutine[Any, Any, None] | None:
         if self.stored < len(self.log):  # nothing new: no flush to await
-            if self._append_nowait is not None:
-                self._store_now(self._append_nowait)
-            else:
-                await self.flush()
+            if self._append_nowait is None:
+                return self.flush()
+            self._store_now(self._append_nowait)  # an in-memory store: done, nothing to await
+        return None
 
     def call_model(self, command: CallModel, step: StepLog) -> Coroutine[Any, Any, None]:
         # The call sets the run's current step itself (``RunRecorder.into`` without a layer).

@@ -71,8 +71,8 @@ class Script:
     def sequential(self) -> bool:
         return self._sequential
 
-    async def before(self, command: Command) -> None:
-        pass
+    def before(self, command: Command) -> None:
+        return None
 
     async def call_model(self, command: CallModel, step: StepLog) -> None:
         step.record(ModelResponded, iteration=command.iteration, message=self.answers.pop(0))
