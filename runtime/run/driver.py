@@ -21,7 +21,6 @@ from typing import Any
 import anyio
 
 from ..core.commands import CallModel, Command, FinishRun, InvokeTools
-from ..core.events import Event
 from ..core.loop import StepLog
 from ..core.messages import Content
 from ..errors import ConflictError, MiddlewareFailure, RunIdTakenError
@@ -46,7 +45,7 @@ class LocalDriver:
     """Carries out one run's commands in this process and appends its log to the run's store
     as it goes (an ``Executor`` of ``RunLoop``)."""
 
-    __slots__ = ("_append_nowait", "_in_doubt", "binding", "log", "recorder", "sequential", "store", "stored")
+    __slots__ = ("_in_doubt", "_nowait", "binding", "log", "recorder", "sequential", "store", "stored")
 
     def __init__(
         self, binding: RunBinding, recorder: RunRecorder, store: EventStore | None, *, stored: int = 0
@@ -60,11 +59,9 @@ class LocalDriver:
         """Whether a batch's calls run one after another (``RunConfig.sequential_tools``)."""
         self.log = recorder.loop.log  # the run's log (one list for the whole run)
         self._in_doubt = False  # an append that may have been written without saying so
-        self._append_nowait: Callable[[str, Sequence[Event], int], int] | None = (
-            typing.cast(SupportsAppendNowait, store).append_nowait
-            if store is not None and _appends_nowait(type(store))
-            else None
-        )
+        # Whether the store appends without IO (``append_nowait``): a flag, not the bound method,
+        # which would be one more object for the collector per run in flight.
+        self._nowait = store is not None and _appends_nowait(type(store))
 
     def drive(self) -> Coroutine[Any, Any, FinishRun]:
         """Run the loop until the machine says it is over (``RunLoop.drive`` with this driver,
@@ -88,9 +85,9 @@ class LocalDriver:
 
     def before(self, command: Command) -> Coroutine[Any, Any, None] | None:
         if self.stored < len(self.log):  # nothing new: no flush to await
-            if self._append_nowait is None:
+            if not self._nowait:
                 return self.flush()
-            self._store_now(self._append_nowait)  # an in-memory store: done, nothing to await
+            self._store_now()  # an in-memory store: done, nothing to await
         return None
 
     def call_model(self, command: CallModel, step: StepLog) -> Coroutine[Any, Any, None]:
@@ -144,8 +141,8 @@ class LocalDriver:
         log = self.log
         if self.store is None or self.stored >= len(log):
             return
-        if self._append_nowait is not None:  # an in-memory store: no IO to wait for, nothing in doubt
-            self._store_now(self._append_nowait)
+        if self._nowait:  # an in-memory store: no IO to wait for, nothing in doubt
+            self._store_now()
             return
         if self._in_doubt:
             await self._read_back()
@@ -161,10 +158,11 @@ class LocalDriver:
             conflict = exc
         self._refused(conflict)
 
-    def _store_now(self, append_nowait: Callable[[str, Sequence[Event], int], int]) -> None:
+    def _store_now(self) -> None:
         """``flush`` to a store that does no IO: nothing to await (``before`` makes no coroutine)."""
         try:
-            self.stored = append_nowait(self.recorder.run_id, self.log[self.stored :], self.stored)
+            store = typing.cast(SupportsAppendNowait, self.store)
+            self.stored = store.append_nowait(self.recorder.run_id, self.log[self.stored :], self.stored)
             return
         except ConflictError as exc:
             conflict = exc
