@@ -7,6 +7,7 @@ caller's context is left as it was found."""
 from __future__ import annotations
 
 import contextvars
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
@@ -257,24 +258,23 @@ async def test_an_answer_agent_middleware_replaced_that_the_log_cannot_hold_fail
     assert log[-1].error_type == "UnrecordableError"
 
 
-async def test_an_answer_in_the_runs_place_that_the_log_cannot_hold_fails_the_run() -> None:
-    async def short(context: AgentContext, call_next: CallNext) -> None:
-        context.result = "bad \ud800"
-
-    agent = _agent([], middleware=[short])
-    with pytest.raises(UnrecordableError):
-        await _run(agent).execute("Hi.")
-    log = await _stored(agent)
-    assert event_types(log) == ["RunStarted", "RunFailed"]
-    assert isinstance(log[-1], RunFailed)
-    assert log[-1].error_type == "UnrecordableError"
+async def _answer_unrecordable(context: AgentContext, call_next: CallNext) -> None:
+    context.result = "bad \ud800"
 
 
-async def test_a_termination_reason_the_log_cannot_hold_fails_the_run() -> None:
-    async def stop(context: AgentContext, call_next: CallNext) -> None:
-        raise MiddlewareTermination("bad \ud800")
+async def _terminate_unrecordable(context: AgentContext, call_next: CallNext) -> None:
+    raise MiddlewareTermination("bad \ud800")
 
-    agent = _agent([], middleware=[stop])
+
+@pytest.mark.parametrize(
+    "middleware",
+    [_answer_unrecordable, _terminate_unrecordable],
+    ids=["answer in the run's place", "termination reason"],
+)
+async def test_agent_middleware_ending_the_run_with_text_the_log_cannot_hold_fails_it(
+    middleware: Callable[[AgentContext, CallNext], Awaitable[None]],
+) -> None:
+    agent = _agent([], middleware=[middleware])
     with pytest.raises(UnrecordableError):
         await _run(agent).execute("Hi.")
     log = await _stored(agent)
