@@ -158,6 +158,9 @@ def _response_text(messages: Sequence[Message]) -> str:
     return ""
 
 
+_NO_CONFIG = RunConfig()
+_NO_USAGE = Usage()  # both frozen: every machine starts from the same ones
+
 class RunMachine:
     """One run: its state, the transitions of ``TRANSITIONS`` over it, and its live projections."""
 
@@ -205,9 +208,9 @@ class RunMachine:
         self._history = tuple(history)
         self._tools = ToolsProjection()
         self._transcript = TranscriptProjection()
-        self._config = RunConfig()
+        self._config = _NO_CONFIG
         self._tool_choice: ToolChoice | None = None
-        self._usage = Usage()
+        self._usage = _NO_USAGE
         self._cost = 0.0
         self._calls_made = 0
         self._error_streak = 0
