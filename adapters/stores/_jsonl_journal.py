@@ -26,7 +26,7 @@ from agentledger.listing import RunQuery
 
 from ._codec import EXPECTED, check_sequence, decode_block, decode_records
 from ._group import Append
-from ._lines import LineFile, OpenLineFile, make_directory
+from ._lines import LineFile, OpenLineFile
 from ._listing import Edges, Listing, summaries
 
 __all__ = ("Journal",)
@@ -59,10 +59,11 @@ class Journal:
     def commit(self, group: list[Append[bytes]]) -> None:
         """The group's batches as one write and one sync; each append checked in queue order."""
         writing = any(append.records for append in group)
-        if writing:
-            make_directory(self.file.path.parent, fsync=self.file.fsync)
         accepted: list[Append[bytes]] = []
-        with self.file.locked(create=writing) as handle:
+        # The directory is made only when the file cannot be created without it: a commit makes
+        # one system call fewer than if it looked for the directory first. Each call lets go of
+        # the GIL, and taking it back from a busy event loop thread can take a switch interval.
+        with self.file.locked(create=writing, parents=writing) as handle:
             index = self._refresh(handle) if handle is not None else {}
             versions: dict[str, int] = {}
             records: list[bytes] = []

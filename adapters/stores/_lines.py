@@ -162,11 +162,14 @@ class LineFile:
         self._lock = threading.Lock()
 
     @contextmanager
-    def locked(self, *, create: bool, decoding: bool = False) -> Iterator[OpenLineFile | None]:
+    def locked(
+        self, *, create: bool, decoding: bool = False, parents: bool = False
+    ) -> Iterator[OpenLineFile | None]:
         """Open, lock and catch up; ``None`` when the file is missing and ``create`` is false.
-        ``decoding``: the operation will decode what it reads now (see ``catch_up``)."""
+        ``decoding``: the operation will decode what it reads now (see ``catch_up``). ``parents``:
+        a file created where its directory is missing gets the directory (``make_directory``)."""
         with self._lock:
-            fd = self._open(create)
+            fd = self._open(create, parents)
             if fd is None:
                 yield None
                 return
@@ -199,7 +202,7 @@ class LineFile:
             finally:
                 os.close(fd)  # also releases the flock
 
-    def _open(self, create: bool) -> int | None:
+    def _open(self, create: bool, parents: bool = False) -> int | None:
         flags = os.O_RDWR | os.O_APPEND | os.O_CLOEXEC
         if self.read_only:
             try:
@@ -215,6 +218,11 @@ class LineFile:
             fd = os.open(self.path, flags | os.O_CREAT | os.O_EXCL, 0o644)
         except FileExistsError:
             return os.open(self.path, flags)
+        except FileNotFoundError:  # no directory to create the file in
+            if not parents:
+                raise
+            make_directory(self.path.parent, fsync=self.fsync)
+            return self._open(create)
         if self.fsync:
             try:
                 fsync_directory(self.path.parent)

@@ -4,10 +4,11 @@ Theory of operation. ``StreamVersions`` keeps, per stream, the id and version th
 connection committed last (the most recently written 10,000 streams). While ``PRAGMA
 data_version`` is unchanged no other connection has written, so they are still true; otherwise
 they are dropped. Streams not known are read in one query. Each append is then checked in queue
-order (a stale one fails alone, writing nothing) and the accepted batches are inserted with one
-``executemany``. The primary key and the trigger back the check: a row in the wrong place raises
-``sqlite3.IntegrityError``, and the store then takes the group back and runs ``insert_each``,
-which checks and inserts append by append, each checked against the database itself.
+order (a stale one fails alone, writing nothing) and the accepted batches are inserted by a few
+multi-row statements (``insert_rows``: chunks of up to 128 rows). The primary key and the trigger
+back the check: a row in the wrong place raises ``sqlite3.IntegrityError``, and the store then
+takes the group back and runs ``insert_each``, which checks and inserts append by append, each
+checked against the database itself.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from agentledger.errors import ConflictError
 
 from ._group import Append, remember
 
-__all__ = ("StreamVersions", "insert_each")
+__all__ = ("StreamVersions", "insert_each", "insert_rows")
 
 _KNOWN_STREAMS = 10_000
 """How many streams' ids and versions a store keeps between commits (the most recently written)."""
@@ -28,6 +29,15 @@ _LOOKUP_CHUNK = 500
 Length = Callable[[sqlite3.Connection, str], int]
 """How many events a stream holds, read from the database."""
 _INSERT = "INSERT INTO events (stream, seq, last, data) VALUES (?, ?, ?, ?)"
+_CHUNKS = (128, 64, 32, 16, 8, 4, 2, 1)
+"""Rows per insert statement of a group: a few statements (and at most ``len(_CHUNKS)`` distinct
+ones, each prepared once) instead of a step per row. Each step lets go of the GIL and takes it
+back, and taking it back from a busy event loop thread costs both threads a switch; 128 rows are
+512 parameters, under older SQLite's 999."""
+_INSERT_MANY = {
+    count: "INSERT INTO events (stream, seq, last, data) VALUES " + ", ".join(["(?, ?, ?, ?)"] * count)
+    for count in _CHUNKS
+}
 
 
 class StreamVersions:
@@ -69,7 +79,7 @@ class StreamVersions:
             rows.append((stream_id, version, version + len(records) - 1, b"\n".join(records)))
             versions[stream] = (stream_id, version + len(records))
         if rows:
-            connection.executemany(_INSERT, rows)
+            insert_rows(connection, rows)
         return accepted, versions
 
     def remember(self, committed: dict[str, tuple[int, int]]) -> None:
@@ -79,6 +89,22 @@ class StreamVersions:
     def forget(self) -> None:
         """Drop every version kept (after a refused row, or a commit whose outcome is not known)."""
         self.known.clear()
+
+
+def insert_rows(connection: sqlite3.Connection, rows: Sequence[tuple[int, int, int, bytes]]) -> None:
+    """Insert ``rows`` in order, with a statement per chunk of ``_CHUNKS`` rows.
+
+    SQLite inserts a statement's rows one after the other, each checked by the trigger against
+    the rows before it, as separate statements would be; a refused row undoes its statement and
+    raises ``sqlite3.IntegrityError``.
+    """
+    start, left = 0, len(rows)
+    for count in _CHUNKS:
+        while left >= count:
+            chunk = rows[start : start + count]
+            connection.execute(_INSERT_MANY[count], [value for row in chunk for value in row])
+            start += count
+            left -= count
 
 
 def insert_each(

@@ -13,7 +13,7 @@ rows, and refuses a second batch at a taken seq.
 Appends are committed in groups (``_group``): a group runs in one ``BEGIN IMMEDIATE`` transaction
 (one writer at a time, others wait up to ``busy_timeout``) that, for each append in turn, compares
 the stream's length with its ``expected_version`` (a stale one fails alone, writing nothing),
-inserts the other batches' rows with one ``executemany``, then commits once, so a batch is stored
+inserts the other batches' rows with a few multi-row statements, then commits once, so a batch is stored
 whole or not at all. The lengths come from what this connection committed last, while ``PRAGMA
 data_version`` shows no other writer, or from one query. The unique index and a trigger back the
 check: a batch can never start anywhere but right after its stream's last event, and if that were
@@ -181,9 +181,9 @@ class SqliteEventStore(ThreadedStore):
 
         The versions come from what this connection knows of its own commits while no other
         connection has written (``PRAGMA data_version`` unchanged), else from one query; the
-        group's batches go in with one ``executemany``. A row the key or the trigger refuses (a
-        version that was not what it seemed) takes the group back and checks it append by
-        append, as a lone writer would.
+        group's batches go in with a few multi-row ``INSERT`` statements. A row the key or the
+        trigger refuses (a version that was not what it seemed) takes the group back and checks
+        it append by append, as a lone writer would.
         """
         with self._lock, self._errors(appending(group)):
             connection = self._connect()

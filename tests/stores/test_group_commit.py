@@ -149,6 +149,28 @@ async def test_a_conflict_fails_only_its_own_append(store: GatedSqlite | GatedJs
 
 
 @pytest.mark.anyio
+async def test_a_large_group_keeps_every_batch_in_order(store: GatedSqlite | GatedJsonl) -> None:
+    """203 appends in one group (SQLite inserts the 202 accepted in statements of 128, 64, 8 and
+    2 rows): each stream's two batches land in order, and a stale append in the middle fails alone."""
+    appends = [(f"run_{i}", version, f"t{i}_{version}") for i in range(101) for version in (0, 2)]
+    appends.insert(150, ("run_3", 0, "stale"))
+    outcomes = await held_then_released(store, appends)
+    assert store.gate.groups == [1, 203]
+    stale = outcomes.pop(150)
+    assert isinstance(stale, ConflictError)
+    assert (stale.expected, stale.actual) == (0, 4)
+    assert outcomes == [2, 4] * 101
+    fresh = reopen(store)
+    for i in range(101):
+        stream = f"run_{i}"
+        expected = make_events(stream, 0, 2, f"t{i}_0") + make_events(stream, 2, 2, f"t{i}_2")
+        assert await fresh.read(stream) == expected
+    assert await fresh.streams() == ["run_first"] + [f"run_{i}" for i in range(101)]
+    fresh.close()
+    store.close()
+
+
+@pytest.mark.anyio
 async def test_a_failed_commit_fails_every_append_of_its_group_only(store: GatedSqlite | GatedJsonl) -> None:
     """A group that cannot be written fails each of its appends; the next group goes on."""
     store.gate.failure = (2, StoreError("the disk is gone"))

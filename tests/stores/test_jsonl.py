@@ -251,3 +251,22 @@ def test_jsonl_lines_lost_repeated_or_moved_are_corrupt(tmp_path: Path, layout: 
     with pytest.raises(LogCorruptError, match="expected seq") as info:
         JsonlEventStore(tmp_path / layout).read_sync("run_1")
     assert info.value.where.startswith(f"{path}:")
+
+
+def test_jsonl_journal_makes_its_directories_when_it_first_writes(tmp_path: Path) -> None:
+    """A journal whose directories are missing gets them on its first append, not before
+    (opening the store or reading creates nothing); one removed later is made again."""
+    path = tmp_path / "a" / "b" / "runs.jsonl"
+    store = JsonlEventStore(path)
+    assert store.read_sync("run_1") == []
+    assert not (tmp_path / "a").exists()
+    assert store.append_sync("run_1", make_events("run_1", 0, 2, "a"), 0) == 2
+    assert store.read_sync("run_1") == make_events("run_1", 0, 2, "a")
+    path.unlink()
+    path.parent.rmdir()
+    assert store.append_sync("run_2", make_events("run_2", 0, 1, "b"), 0) == 1
+    store.close()
+    fresh = JsonlEventStore(path)
+    assert fresh.read_sync("run_2") == make_events("run_2", 0, 1, "b")
+    assert fresh.streams_sync() == ["run_2"]
+    fresh.close()
