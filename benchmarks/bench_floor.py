@@ -45,7 +45,6 @@ import enum
 import gc
 import itertools
 import json
-import re
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -141,9 +140,24 @@ AnyEvent = RunStarted | ModelCalled | ModelResponded | ToolCalled | ToolReturned
 _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.Decoder(AnyEvent).decode
 MAX_DEPTH = 256
-# A number that could be an integer past 64 bits: 20 digits, or 19 starting with a 9 (a false
-# alarm on digits inside a string is refused, never a miss).
-_WIDE = re.compile(rb"\d{20}|9\d{18}")
+_DIGITS = bytes(0x30 if 0x30 <= b <= 0x39 else 0x20 for b in range(256))  # a digit: "0", else " "
+_RUN_19 = b" " + b"0" * 19
+
+
+def _wide(data: bytes) -> bool:
+    """limits.may_overflow: a number that could be an integer past 64 bits (20 digits, or 19
+    starting with a 9). Digits inside a string can give a false alarm, never a miss."""
+    digits = b" " + data.translate(_DIGITS)  # digits[i + 1] stands for data[i]
+    if b"0" * 20 in digits:
+        return True
+    start = digits.find(_RUN_19)
+    while start >= 0:
+        if data[start] == 0x39:
+            return True
+        start = digits.find(_RUN_19, start + 20)
+    return False
+
+
 _ping_arguments = msgspec.json.Decoder(PingArguments, strict=False).decode
 
 # -- commands and the machine -------------------------------------------------------------------
@@ -284,7 +298,7 @@ class Recorder:
         # limits.check_event (_check_json, may_overflow): no deeper than MAX_DEPTH, no integer
         # past 64 bits (on an alarm agentledger measures exactly; the floor refuses).
         deep = len(data) > 2 * MAX_DEPTH and data.count(b"[") + data.count(b"{") > MAX_DEPTH
-        if deep or _WIDE.search(data):
+        if deep or _wide(data):
             raise RuntimeError(f"{cls.__name__} cannot be recorded")
         _decode(data)  # the gate: it must read back (raises if not)
         events, commands = self.machine.handle(event)
