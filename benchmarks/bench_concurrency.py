@@ -106,15 +106,18 @@ async def _floor_batch(runs: int, latency: float) -> None:
     from ._scenarios import SCENARIOS
 
     class SlowFloor(floor.FloorRunner):
-        async def model(self, transcript: Sequence[floor.Message]) -> floor.Message:
+        async def model(
+            self, transcript: Sequence[floor.Message], tools: Sequence[floor.ToolSpec]
+        ) -> floor.Response:
             await asyncio.sleep(latency)
             tools_done = sum(1 for m in transcript if m.role == "tool")
             if tools_done >= 2:
-                return floor.Message("assistant", (floor.Content("text", text=ANSWER),))
+                answer = floor.Message("assistant", (floor.Content("text", text=ANSWER),))
+                return floor.Response((answer,), "slow-1")
             call = floor.Content(
                 "function_call", call_id=f"c{tools_done}", name=TOOL_NAME, arguments='{"n": 1}'
             )
-            return floor.Message("assistant", (call,))
+            return floor.Response((floor.Message("assistant", (call,)),), "slow-1")
 
     class Versions(floor.MemoryStore):
         """Checks each append's expected version, keeps no events (the agents keep no log)."""

@@ -4,16 +4,27 @@ timed beside agentledger and agent-framework-core in process CPU time.
 Theory of operation. ``FloorRunner`` does the work agentledger does for a run, organised the same
 way and nothing more: msgspec events (tagged, frozen, untracked by the cycle collector); a
 recorder that stamps each input event with ``run_id``, ``seq`` and ``at``, encodes it once and
-decodes it once (the gate: it must read back) and feeds it to a machine; a machine that looks the
-pair (phase, event type) up in a transition table, checks ``seq``, folds the event into a
-transcript and answers with the events it derives and the commands the driver carries out next;
-a driver that runs those commands (one model call; the calls of a batch, concurrently when there
-are several); and an in-memory store appended to, with its expected version, before each model
-call and each batch of calls and at the end. A run writes exactly the events agentledger's run of
-the same scenario writes: 4 for (a), 44 for (b), 106 for (c) (``RunStarted``, a ``ModelCalled``
-and ``ModelResponded`` per model call, a ``ToolCalled`` and ``ToolReturned`` per tool call,
-``RunCompleted``), and the scripted model answers with a fresh response on every call, as the
-other two benchmarks' clients do (``benchmarks/_scenarios.py``).
+checks it as the log does (no deeper than ``MAX_DEPTH``, no integer past 64 bits, and it must
+decode back) and feeds it to a machine; a machine that looks the pair (phase, event type) up in a
+transition table, checks ``seq``, folds the event into a transcript (one tool message a batch,
+its results in the order of the calls) and answers with the events it derives and the commands
+the driver carries out next; a driver that runs those commands; and an in-memory store appended
+to, with its expected version, before each model call and each batch of calls and at the end.
+
+The checks are agentledger's, each named where the floor makes it. A model call offers the
+specs of the tools ``ModelCalled`` lists; the client's answer (its own response type) becomes
+the recorded message; a response whose calls lack an id or repeat one, or call a tool not
+offered, is refused. A tool call's argument text is decoded to the tool's parameter type
+(``n: int``) before ``ToolCalled`` is recorded and the tool runs; the machine takes a
+``ToolCalled`` or ``ToolReturned`` only for a call the open batch awaits. Where agentledger
+records a refusal as an event (``ArgumentsRejected``, ``ToolNotFound``, a failed model call) the
+floor raises: the benchmark runs never take those paths, and the checks are what they cost.
+
+A run writes exactly the events agentledger's run of the same scenario writes: 4 for (a), 44 for
+(b), 106 for (c) (``RunStarted``, a ``ModelCalled`` and ``ModelResponded`` per model call, a
+``ToolCalled`` and ``ToolReturned`` per tool call, ``RunCompleted``), and the scripted model
+answers with a fresh response on every call, as the other two benchmarks' clients do
+(``benchmarks/_scenarios.py``).
 
 Timing is interleaved as in ``bench_overhead``: each round times one batch per runner (floor,
 agentledger, the reference), the order rotating between rounds, each batch on a fresh runner after
@@ -72,6 +83,19 @@ class ToolSpec(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
     parameters: dict[str, Any]
 
 
+class PingArguments(msgspec.Struct, gc=False):
+    """The ping tool's parameters (``n: int``) as a type, made once as agentledger's tool makes it."""
+
+    n: int
+
+
+class Response(msgspec.Struct, frozen=True, gc=False):
+    """What the scripted client answers with: its own type, not the recorded message."""
+
+    messages: tuple[Message, ...]
+    model: str
+
+
 class Event(msgspec.Struct, frozen=True, kw_only=True, tag=True, omit_defaults=True, gc=False):
     run_id: str
     seq: int
@@ -115,7 +139,26 @@ class RunCompleted(Event, frozen=True, kw_only=True):
 AnyEvent = RunStarted | ModelCalled | ModelResponded | ToolCalled | ToolReturned | RunCompleted
 _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.Decoder(AnyEvent).decode
-_arguments = msgspec.json.Decoder(dict[str, Any]).decode
+MAX_DEPTH = 256
+_DIGITS = bytes(0x30 if 0x30 <= b <= 0x39 else 0x20 for b in range(256))  # a digit: "0", else " "
+_RUN_19 = b" " + b"0" * 19
+
+
+def _wide(data: bytes) -> bool:
+    """limits.may_overflow: a number that could be an integer past 64 bits (20 digits, or 19
+    starting with a 9). Digits inside a string can give a false alarm, never a miss."""
+    digits = b" " + data.translate(_DIGITS)  # digits[i + 1] stands for data[i]
+    if b"0" * 20 in digits:
+        return True
+    start = digits.find(_RUN_19)
+    while start >= 0:
+        if data[start] == 0x39:
+            return True
+        start = digits.find(_RUN_19, start + 20)
+    return False
+
+
+_ping_arguments = msgspec.json.Decoder(PingArguments, strict=False).decode
 
 # -- commands and the machine -------------------------------------------------------------------
 
@@ -129,10 +172,11 @@ class Phase(enum.Enum):
 
 class CallModel(msgspec.Struct, frozen=True, gc=False):
     iteration: int
+    tools: tuple[str, ...]
 
 
 class InvokeTools(msgspec.Struct, frozen=True, gc=False):
-    calls: tuple[ToolCalled, ...]
+    calls: tuple[Content, ...]
 
 
 class Finish(msgspec.Struct, frozen=True, gc=False):
@@ -152,7 +196,9 @@ class Machine:
         self.iteration = 0
         self.tools: tuple[str, ...] = ()
         self.transcript: list[Message] = []
-        self.pending: dict[str, ToolCalled] = {}
+        self.batch: tuple[str, ...] = ()
+        self.open: frozenset[str] = frozenset()
+        self.results: dict[str, Content] = {}
 
     def handle(self, event: AnyEvent) -> tuple[list[AnyEvent], list[Command]]:
         handler = _TABLE.get((self.phase, type(event)))
@@ -173,7 +219,7 @@ class Machine:
         self.iteration += 1
         out.append(self._derive(ModelCalled, at, iteration=self.iteration, tools=self.tools))
         self.phase = Phase.AWAITING_MODEL
-        commands.append(CallModel(self.iteration))
+        commands.append(CallModel(self.iteration, self.tools))
 
     def _started(self, event: RunStarted, out: list[AnyEvent], commands: list[Command]) -> None:
         self.tools = tuple(spec.name for spec in event.tools)
@@ -182,35 +228,43 @@ class Machine:
 
     def _responded(self, event: ModelResponded, out: list[AnyEvent], commands: list[Command]) -> None:
         self.transcript.append(event.message)
-        calls = [c for c in event.message.contents if c.type == "function_call"]
+        calls = tuple(c for c in event.message.contents if c.type == "function_call")
         if not calls:
             text = "".join(c.text for c in event.message.contents if c.type == "text")
             out.append(self._derive(RunCompleted, event.at, text=text))
             self.phase = Phase.DONE
             commands.append(Finish(text))
             return
-        derived = tuple(
-            self._derive(
-                ToolCalled, event.at, call_id=c.call_id, name=c.name, arguments=_arguments(c.arguments)
-            )
-            for c in calls
-        )
-        out.extend(derived)
-        self.pending = {call.call_id: call for call in derived}
+        self.batch = tuple(c.call_id for c in calls)
+        self.open = frozenset(self.batch)
+        # RunMachine._check_answer (messages.malformed_calls): every call has an id, none twice.
+        if "" in self.open or len(self.open) != len(self.batch):
+            raise RuntimeError(f"ModelResponded (seq {event.seq}) cannot carry such calls")
+        # RunMachine._on_model_responded: a call of a tool not offered is not run.
+        if any(c.name not in self.tools for c in calls):
+            raise RuntimeError(f"ModelResponded (seq {event.seq}) calls a tool not offered")
+        self.results = {}
         self.phase = Phase.RUNNING_TOOLS
-        commands.append(InvokeTools(derived))
+        commands.append(InvokeTools(calls))
+
+    def _awaited(self, event: ToolCalled | ToolReturned, *_: Any) -> None:
+        # RunMachine._check_call (Transcript.awaits): a call the open batch awaits a result of.
+        if event.call_id not in self.open or event.call_id in self.results:
+            raise RuntimeError(f"call {event.call_id!r} is not awaiting a result in this batch")
 
     def _returned(self, event: ToolReturned, out: list[AnyEvent], commands: list[Command]) -> None:
-        del self.pending[event.call_id]
+        self._awaited(event)
         result = Content("function_result", text=str(event.result), call_id=event.call_id)
-        self.transcript.append(Message("tool", (result,)))
-        if not self.pending:
+        self.results[event.call_id] = result
+        if len(self.results) == len(self.batch):  # Transcript._close_if_whole: one message a batch
+            self.transcript.append(Message("tool", tuple(map(self.results.__getitem__, self.batch))))
             self._call_model(event.at, out, commands)
 
 
 _TABLE: dict[tuple[Phase, type[Any]], Callable[..., None]] = {
     (Phase.NEW, RunStarted): Machine._started,
     (Phase.AWAITING_MODEL, ModelResponded): Machine._responded,
+    (Phase.RUNNING_TOOLS, ToolCalled): Machine._awaited,
     (Phase.RUNNING_TOOLS, ToolReturned): Machine._returned,
 }
 
@@ -230,7 +284,7 @@ class MemoryStore:
 
 
 class Recorder:
-    """Stamps input events, checks each once (encode, decode) and feeds it to the machine."""
+    """Stamps input events, checks each once as the log does and feeds it to the machine."""
 
     def __init__(self, machine: Machine, clock: Callable[[], int]) -> None:
         self.machine = machine
@@ -240,7 +294,13 @@ class Recorder:
 
     def record(self, cls: type[AnyEvent], **fields: Any) -> None:
         event = cls(run_id=self.machine.run_id, seq=self.machine.next_seq, at=self.clock(), **fields)
-        _decode(_encode(event))  # the gate: it must read back (raises if not)
+        data = _encode(event)
+        # limits.check_event (_check_json, may_overflow): no deeper than MAX_DEPTH, no integer
+        # past 64 bits (on an alarm agentledger measures exactly; the floor refuses).
+        deep = len(data) > 2 * MAX_DEPTH and data.count(b"[") + data.count(b"{") > MAX_DEPTH
+        if deep or _wide(data):
+            raise RuntimeError(f"{cls.__name__} cannot be recorded")
+        _decode(data)  # the gate: it must read back (raises if not)
         events, commands = self.machine.handle(event)
         self.log.extend(events)
         self.commands.extend(commands)
@@ -270,24 +330,28 @@ class FloorRunner:
                 {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]},
             ),
         )
+        self.by_name = {spec.name: spec for spec in self.specs}
 
     async def ping(self, n: int) -> str:
         self.counter.tool_calls += 1
         return "ok"
 
-    async def model(self, transcript: Sequence[Message]) -> Message:
+    async def model(self, transcript: Sequence[Message], tools: Sequence[ToolSpec]) -> Response:
         step: Step = self.scenario.steps[self.position]
         self.position = (self.position + 1) % len(self.scenario.steps)
         self.counter.model_calls += 1
         if isinstance(step, str):
-            return Message("assistant", (Content("text", text=step),))
+            return Response((Message("assistant", (Content("text", text=step),)),), "bench-1")
         calls = (
             Content("function_call", call_id=f"call_{next(_call_ids)}", name=n, arguments=a) for n, a in step
         )
-        return Message("assistant", tuple(calls))
+        return Response((Message("assistant", tuple(calls)),), "bench-1")
 
-    async def call(self, recorder: Recorder, call: ToolCalled) -> None:
-        result = await self.ping(**call.arguments)
+    async def call(self, recorder: Recorder, call: Content) -> None:
+        # FunctionTool.arguments_from: the arguments decoded to the tool's parameter type.
+        arguments = {"n": _ping_arguments(call.arguments).n}
+        recorder.record(ToolCalled, call_id=call.call_id, name=call.name, arguments=arguments)
+        result = await self.ping(**arguments)
         recorder.record(ToolReturned, call_id=call.call_id, name=call.name, result=result)
 
     async def run(self) -> str:
@@ -307,8 +371,16 @@ class FloorRunner:
             command = recorder.commands.pop(0)
             stored = self.store.append(run_id, recorder.log[stored:], stored)
             if isinstance(command, CallModel):
-                message = await self.model(machine.transcript)
-                recorder.record(ModelResponded, iteration=command.iteration, message=message, model="bench-1")
+                # model_step.call_model: the tools offered are the specs of the names ModelCalled lists.
+                response = await self.model(machine.transcript, [self.by_name[n] for n in command.tools])
+                # model_step._responded (_contents): the client's response as the recorded message.
+                if not isinstance(response, Response):
+                    raise TypeError(f"the client returned {type(response).__name__}, not a Response")
+                contents = tuple(c for m in response.messages for c in m.contents)
+                message = Message("assistant", contents)
+                recorder.record(
+                    ModelResponded, iteration=command.iteration, message=message, model=response.model
+                )
             elif isinstance(command, InvokeTools):
                 if len(command.calls) == 1:
                     await self.call(recorder, command.calls[0])
