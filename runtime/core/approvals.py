@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from .messages import Content, Message
 
 __all__ = (
+    "answers_refused",
     "approval_requests",
     "approval_responses",
     "conversation",
@@ -95,3 +96,40 @@ def unmatched_approvals(history: Sequence[Message], inputs: Sequence[Message]) -
     calls = {c.call_id for m in messages for c in m.contents if c.type == "function_call"}
     done = {c.call_id for m in messages for c in m.contents if c.type == "function_result"}
     return [a for a in answers if a not in calls or a in done]
+
+
+def answers_refused(
+    history: Sequence[Message],
+    inputs: Sequence[Message],
+    answers: Sequence[Content],
+    awaits: Callable[[Content], bool] | None = None,
+) -> str | None:
+    """Why a run on ``history`` may not take ``inputs``, whose approval responses are
+    ``answers``, or ``None``: each rule keeps a call of the conversation from being left without
+    its result. Refused are: a new turn while a batch waits for approval; responses that answer
+    no call awaiting approval; two different answers for one call; answers mixed with new
+    conversation; and (given ``awaits``, which says whether a call of the paused batch waits for
+    a human) a resume that leaves a request of the paused batch unanswered."""
+    if not answers:
+        paused = paused_calls(history) if history else None
+        if paused:
+            return f"calls {paused} wait for approval: answer them before the conversation goes on"
+        return None
+    unmatched = unmatched_approvals(history, inputs)
+    if unmatched:
+        return (
+            f"approval responses for {unmatched} match no call awaiting approval; "
+            "resume on the session of the run that asked for them"
+        )
+    responses = {c.call_id: bool(c.approved) for c in answers}
+    if len(responses) < len({(c.call_id, bool(c.approved)) for c in answers}):
+        return "one call has two different approval answers"
+    if any(c.type != "function_approval_response" for m in inputs for c in m.contents):
+        return "send approval answers on their own; new text goes in the run after them"
+    if awaits is None:
+        return None
+    batch = resumed_batch([*history, *inputs], responses)
+    missing = [c.call_id for c in batch if c.call_id not in responses and awaits(c)]
+    if missing:
+        return f"the paused batch also waits for approval of {missing}: answer every request it made"
+    return None

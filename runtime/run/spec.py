@@ -18,7 +18,7 @@ import msgspec
 
 from .._version import __version__
 from ..chat import ChatClient, ChatOptions
-from ..core.approvals import approval_responses, paused_calls, resumed_batch, unmatched_approvals
+from ..core.approvals import answers_refused, approval_responses
 from ..core.events import ALWAYS_REQUIRE, RunConfig, RunStarted
 from ..core.messages import Content, Message, Usage
 from ..errors import ApprovalError, ArgumentsError, OptionsError
@@ -195,43 +195,15 @@ def check_approvals(
     *,
     answers: Sequence[Content] | None = None,
 ) -> None:
-    """Refuse what would leave a call of the conversation without its result: approval
-    responses that answer no call awaiting approval, two different answers for one call, answers
-    mixed with new conversation, a new turn while a batch waits for approval, and (given the
-    run's ``spec``) a resume that leaves a request of the paused batch unanswered. ``answers``:
-    the approval responses among ``inputs``, when the caller has already found them."""
+    """Raise ``ApprovalError`` for input the run on ``history`` may not take: the rules are the
+    core's (``answers_refused``); given the run's ``spec``, a resume must also answer every
+    request of the paused batch (the spec knows which calls wait for a human). ``answers``: the
+    approval responses among ``inputs``, when the caller has already found them."""
     if answers is None:
         answers = approval_responses(inputs)
-    if not answers:
-        paused = paused_calls(history) if history else None
-        if paused:
-            raise ApprovalError(
-                f"calls {paused} wait for approval: answer them before the conversation goes on"
-            )
-        return
-    unmatched = unmatched_approvals(history, inputs)
-    if unmatched:
-        raise ApprovalError(
-            f"approval responses for {unmatched} match no call awaiting approval; "
-            "resume on the session of the run that asked for them"
-        )
-    responses = {c.call_id: bool(c.approved) for c in answers}
-    if len(responses) < len({(c.call_id, bool(c.approved)) for c in answers}):
-        raise ApprovalError("one call has two different approval answers")
-    if any(c.type != "function_approval_response" for m in inputs for c in m.contents):
-        raise ApprovalError("send approval answers on their own; new text goes in the run after them")
-    if spec is None:
-        return
-    gated = {t.name: t for t in spec.tools if t.approval_mode == ALWAYS_REQUIRE}
-    missing = [
-        c.call_id
-        for c in resumed_batch([*history, *inputs], responses)
-        if c.call_id not in responses and c.name in gated and spec.awaits_approval(gated[c.name], c)
-    ]
-    if missing:
-        raise ApprovalError(
-            f"the paused batch also waits for approval of {missing}: answer every request it made"
-        )
+    reason = answers_refused(history, inputs, answers, spec.awaits_call if spec is not None else None)
+    if reason is not None:
+        raise ApprovalError(reason)
 
 
 class RunSpec(msgspec.Struct, frozen=True, kw_only=True):
@@ -274,6 +246,14 @@ class RunSpec(msgspec.Struct, frozen=True, kw_only=True):
     started_static: Mapping[str, Any] | None = None
     """``RunStarted``'s fields that do not change from run to run of this spec, made once
     (``with_started_static``); None: made for each run. ``replace`` drops them."""
+
+    def awaits_call(self, call: Content) -> bool:
+        """Whether ``call`` (of a paused batch) waits for a human: a call of a tool that always
+        requires approval, unless ``awaits_approval`` says its arguments take it past the gate."""
+        for tool in self.tools:
+            if tool.name == call.name:
+                return tool.approval_mode == ALWAYS_REQUIRE and self.awaits_approval(tool, call)
+        return False
 
     def awaits_approval(self, function: FunctionTool, call: Content) -> bool:
         """Whether a call of a gated tool waits for a human: unless its arguments cannot run and

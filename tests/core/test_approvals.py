@@ -4,6 +4,7 @@ paused batch is, read from messages alone."""
 from __future__ import annotations
 
 from agentledger.core.approvals import (
+    answers_refused,
     approval_requests,
     approval_responses,
     conversation,
@@ -124,3 +125,45 @@ def test_a_call_and_its_result_in_the_inputs_count_as_conversation() -> None:
 
 def test_inputs_without_answers_leave_nothing_unmatched() -> None:
     assert unmatched_approvals(_paused_history(), [Message("user", "what now?")]) == []
+
+
+# -- answers_refused: the rules a run's input must meet -------------------------------------------
+
+
+def _refused(history: list[Message], inputs: list[Message], awaits: object = None) -> str | None:
+    answers = approval_responses(inputs)
+    return answers_refused(history, inputs, answers, awaits)  # type: ignore[arg-type]
+
+
+def test_a_new_turn_while_a_batch_waits_is_refused_and_names_the_calls() -> None:
+    reason = _refused(_paused_history(), [Message("user", "Anything else?")])
+    assert reason is not None and "'c2'" in reason and "'c3'" in reason
+    assert _refused([Message("user", "Hi."), Message("assistant", "Hello.")], [Message("user", "More.")]) is None
+    assert _refused([], [Message("user", "Hi.")]) is None
+
+
+def test_answers_that_match_nothing_or_disagree_or_come_with_text_are_refused() -> None:
+    history = _paused_history()
+    assert "match no call" in (_refused(history, [Message("user", (_answer("c9"),))]) or "")
+    assert "match no call" in (_refused(history, [Message("user", (_answer("c1"),))]) or "")  # c1 has a result
+    two = [Message("user", (_answer("c2"), _answer("c2", approved=False)))]
+    assert "two different approval answers" in (_refused(history, two) or "")
+    assert _refused(history, [Message("user", (_answer("c2"), _answer("c2")))]) is None  # the same answer twice
+    mixed = [Message("user", ("And also:", _answer("c2")))]
+    assert "on their own" in (_refused(history, mixed) or "")
+
+
+def test_a_resume_must_answer_every_call_of_the_batch_that_waits_for_a_human() -> None:
+    """``awaits`` is asked only of the batch's unanswered calls; without it nothing is missing."""
+    history, inputs = _paused_history(), [Message("user", (_answer("c2"),))]
+    asked: list[str | None] = []
+
+    def awaits(call: Content) -> bool:
+        asked.append(call.call_id)
+        return call.name == "log"
+
+    reason = _refused(history, inputs, awaits)
+    assert reason is not None and "['c3']" in reason
+    assert asked == ["c3"]  # c1 has its result, c2 is answered
+    assert _refused(history, inputs, lambda call: False) is None
+    assert _refused(history, inputs) is None
