@@ -148,8 +148,8 @@ PINNED: dict[str, tuple[str, ...]] = {
         "decode_event", "decode_events", "encode_event"
     ),
     "agentledger.core.approvals": (
-        "approval_requests", "approval_responses", "conversation", "paused_calls", "resumed_batch",
-        "unmatched_approvals"
+        "answers_refused", "approval_requests", "approval_responses", "conversation", "paused_calls",
+        "resumed_batch", "unmatched_approvals"
     ),
     "agentledger.core.claims": (
         "ClaimDecision", "HistoryGrowth", "PausedBatch", "arguments_digest", "decide_claim",
@@ -288,14 +288,14 @@ PINNED: dict[str, tuple[str, ...]] = {
     "agentledger.run": (
         "AgentRun", "CallOutcome", "Layers", "LocalDriver", "RunBinding", "RunRecorder", "RunSpec", "Sink",
         "Sinks", "ToolRegistry", "arguments_valid", "call_model", "capture_sinks", "check_approvals",
-        "check_tool_choice", "claim_batches", "invoke_call", "merge_options", "options_record",
-        "record_outcome", "refusal", "to_recorded", "watching"
+        "check_tool_choice", "claim_batches", "claim_resume", "invoke_call", "merge_options",
+        "options_record", "record_outcome", "to_recorded", "watching"
     ),
     "agentledger.run.binding": (
         "RunBinding",
     ),
     "agentledger.run.claims": (
-        "Claims", "claim_batches", "refusal"
+        "Claims", "claim_batches", "claim_resume"
     ),
     "agentledger.run.driver": (
         "LocalDriver",

@@ -13,7 +13,7 @@
 """
 
 from .binding import RunBinding
-from .claims import claim_batches, refusal
+from .claims import claim_batches, claim_resume
 from .driver import LocalDriver
 from .lifecycle import AgentRun
 from .model_step import call_model
@@ -45,11 +45,11 @@ __all__ = (
     "check_approvals",
     "check_tool_choice",
     "claim_batches",
+    "claim_resume",
     "invoke_call",
     "merge_options",
     "options_record",
     "record_outcome",
-    "refusal",
     "to_recorded",
     "watching",
 )

@@ -14,10 +14,10 @@ caller said it stopped for good): the resume then finishes that run from its log
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 from ..core.approvals import approval_responses
-from ..core.claims import ClaimDecision, arguments_digest, decide_claim, paused_batch
+from ..core.claims import arguments_digest, decide_claim, paused_batch
 from ..core.events import BatchClaimed, Event
 from ..core.messages import Message
 from ..errors import (
@@ -27,20 +27,12 @@ from ..errors import (
     ConflictError,
     RunNotFoundError,
 )
+from ..session import AgentSession
 from ..store import EventStore
 
-__all__ = ("Claims", "claim_batches", "refusal")
+__all__ = ("Claims", "claim_batches", "claim_resume")
 
 _ATTEMPTS = 3
-
-
-def refusal(decision: ClaimDecision) -> ApprovalError:
-    """The typed error for a decision that does not let the resume run."""
-    if decision.kind == "unknown":
-        return CallOutcomeUnknownError(decision.reason, call_ids=decision.call_ids, run_id=decision.holder)
-    if decision.kind == "mismatch":
-        return ApprovalMismatchError(decision.reason)
-    return ApprovalError(decision.reason)
 
 
 class Claims:
@@ -55,6 +47,33 @@ class Claims:
 
 
 _NONE = Claims([])
+
+
+async def claim_resume(
+    store: EventStore | None,
+    session: AgentSession,
+    history: Sequence[Message],
+    inputs: Sequence[Message],
+    *,
+    run_id: str,
+    at: int,
+    sinks: Sequence[Callable[[Event], None]] = (),
+) -> Claims:
+    """A resume in this process on ``session``: ``claim_batches`` with the session's paused runs
+    and permissions to run again, each permission a claim uses spent (it is used once; all of
+    them, for a resume that continues the run holding the batch), and each claim shown to
+    ``sinks`` (watchers see the paused run's log as stored)."""
+    rerun = session.rerun_allowed
+    paused = session.paused_runs
+    claims = await claim_batches(store, paused, history, inputs, run_id=run_id, at=at, rerun=rerun)
+    for claim in claims.claims:
+        rerun.difference_update(claim.rerun)
+        if claims.continues is not None:
+            rerun.difference_update(a.call_id for a in claim.answers)
+    for sink in sinks:
+        for claim in claims.claims:
+            sink(claim)
+    return claims
 
 
 async def claim_batches(
@@ -138,8 +157,12 @@ async def _claim(
         )
         if decision.kind == "held":
             return None  # this run's claim is stored already (a retried step)
+        if decision.kind == "unknown":
+            raise CallOutcomeUnknownError(decision.reason, call_ids=decision.call_ids, run_id=decision.holder)
+        if decision.kind == "mismatch":
+            raise ApprovalMismatchError(decision.reason)
         if decision.kind not in ("claim", "continue") or decision.claim is None:
-            raise refusal(decision)
+            raise ApprovalError(decision.reason)
         try:
             await store.append(paused_run, [decision.claim], paused.version)
         except ConflictError:

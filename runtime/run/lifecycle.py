@@ -5,7 +5,7 @@ runs agent middleware around the local driver's loop, and has the machine record
 ``RunCompleted`` with the run's response (or what agent middleware answered instead), or
 ``RunFailed``. Then the session's history grows by the one rule every driver applies
 (``AgentSession.after_run``). A resume first claims the paused batch in the store
-(``claim_batches``), before anything of it is recorded; it then runs its calls one at a time,
+(``claim_resume``), before anything of it is recorded; it then runs its calls one at a time,
 each stored as started before its tool runs (the store's log says how far a resume got, so a
 process killed in the middle is never repeated). A resume whose claim says to continue the run
 holding the batch (it stopped part way) finishes that run from its stored log instead.
@@ -53,7 +53,7 @@ from ..providers import provide_after, provide_before
 from ..response import AgentResponse, AgentResponseUpdate
 from ..session import AgentSession, writer
 from .binding import RunBinding
-from .claims import Claims, claim_batches
+from .claims import Claims, claim_resume
 from .driver import LocalDriver
 from .recorder import RunRecorder, capture_sinks
 from .spec import RunSpec, check_approvals, check_tool_choice, options_record
@@ -99,7 +99,10 @@ class AgentRun:
             claims: Claims | None = None
             if answers and session is not None and spec.share_history:
                 release = session.claim((c.call_id for c in answers), self.run_id)
-                claims = await self._claim(session, history, inputs)
+                claims = await claim_resume(
+                    spec.store, session, history, inputs,
+                    run_id=self.run_id, at=spec.clock(), sinks=capture_sinks.get(),
+                )  # fmt: skip
                 if claims.continues is not None:
                     return await self._continue(claims.continues, history)
             driver = self._open(RunMachine(history))
@@ -116,30 +119,6 @@ class AgentRun:
                 capture_sinks.reset(token)
             if self._recorder is not None:
                 self._recorder.release()
-
-    async def _claim(
-        self, session: AgentSession, history: Sequence[Message], inputs: list[Message]
-    ) -> Claims:
-        """Claim the paused batches the input answers, in the store (which decides across
-        processes: a claim on the paused run's own log), before anything of this run is recorded."""
-        spec = self.spec
-        claims = await claim_batches(
-            spec.store,
-            session.paused_runs,
-            history,
-            inputs,
-            run_id=self.run_id,
-            at=spec.clock(),
-            rerun=session.rerun_allowed,
-        )
-        for claim in claims.claims:  # a permission to run again is used once
-            session.rerun_allowed.difference_update(claim.rerun)
-            if claims.continues is not None:
-                session.rerun_allowed.difference_update(a.call_id for a in claim.answers)
-        for sink in capture_sinks.get():  # watchers see the paused run's log as stored
-            for claim in claims.claims:
-                sink(claim)
-        return claims
 
     def _open(self, machine: RunMachine, log: Sequence[Event] = ()) -> LocalDriver:
         """The run's recorder around ``machine`` (holding ``log``, the run's stored events, when

@@ -440,3 +440,28 @@ async def test_a_resume_against_a_memory_store_without_the_paused_run_is_refused
     assert resumed.text == "Sent."
     assert ledger.read_text(encoding="utf-8").splitlines() == ["sent 5"]
     store.close()
+
+
+async def test_claim_resume_spends_the_permissions_it_uses_and_shows_the_claim() -> None:
+    """``claim_resume`` appends the claim to the paused run's log and hands it to the sinks; a
+    first claim takes over nobody, so it uses no permission to run again and both stay (one a
+    take-over uses is spent: ``test_the_caller_may_say_explicitly_...``)."""
+    from agentledger.run import claim_resume
+
+    store, ran = MemoryEventStore(), list[str]()
+    agent = _bank(store, ran, ScriptedChatClient([Call("wire", {"amount": 1, "note": "a"})]))
+    paused = await agent.run("Send it.", session=AgentSession("s"))
+    session = await _rebuilt(store, "s")
+    (call_id,) = session.paused_runs
+    session.allow_rerun(call_id, "call_elsewhere")
+    seen: list[object] = []
+    claims = await claim_resume(
+        store, session, session.history, [_answer(session)], run_id="run_b", at=7, sinks=[seen.append]
+    )
+    assert claims.continues is None
+    (claim,) = claims.claims
+    assert (claim.by_run_id, claim.after_run_id, claim.rerun, claim.at) == ("run_b", None, (), 7)
+    assert seen == [claim]
+    assert (await store.read(paused.run_id))[-1] == claim
+    assert session.rerun_allowed == {call_id, "call_elsewhere"}
+    assert ran == []  # a claim runs nothing
