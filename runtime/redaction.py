@@ -62,6 +62,13 @@ _SECRET_WORDS = frozenset(
      "connectionstring", "connstr", "sas", "pem", "hmac", "accesstoken", "authtoken", "apitoken",
      "bearertoken", "refreshtoken", "idtoken"}
 )  # fmt: skip
+_TOKEN_WORDS = frozenset({"token", "tokens"})
+_COUNT_WORDS = frozenset(
+    {"max", "min", "num", "n", "total", "input", "output", "prompt", "completion", "reasoning", "cached",
+     "cache", "count", "counts", "used", "limit", "limits", "budget", "remaining"}
+)  # fmt: skip
+"""Words beside ``token(s)`` that make the key a count of model tokens (``max_tokens``,
+``total_token_count``, ``tokens_used``), not a credential."""
 _WORDS = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+")
 _MAX_DEPTH = 64  # deeper values are recorded as a marker, not walked
 # scheme://user:password@ (also with an empty user): the password goes.
@@ -175,13 +182,22 @@ def hidden_values(kwargs: Mapping[str, Any], recorded: Mapping[str, Any]) -> lis
 
 @functools.lru_cache(maxsize=4096)
 def _looks_secret(key: str) -> bool:
-    """A key is secret when one of its words is (``api_key``, ``X-Auth-Token``, ``sessionToken``).
+    """A key is secret when one of its words is (``api_key``, ``X-Auth-Token``, ``sessionToken``),
+    except ``token(s)`` beside a word that makes it a count (``max_tokens``, ``tokens_used``).
 
     Memoised: a run's keys are the same run after run, and splitting a key into words is a
     regular expression."""
     words = [w.lower() for w in _WORDS.findall(key)]
     joined = {a + b for a, b in itertools.pairwise(words)}
-    return bool(_SECRET_WORDS.intersection(words) or _SECRET_WORDS.intersection(joined))
+    if _SECRET_WORDS.intersection(joined):
+        return True
+    for index, word in enumerate(words):
+        if word not in _SECRET_WORDS:
+            continue
+        if word in _TOKEN_WORDS and _COUNT_WORDS.intersection(words[max(index - 1, 0) : index + 2]):
+            continue  # a count of model tokens: max_tokens, tokens_used
+        return True
+    return False
 
 
 _JSON = (str, int, float, bool, type(None))

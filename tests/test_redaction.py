@@ -27,6 +27,17 @@ def test_ordinary_keys_are_kept(key: str) -> None:
     assert default_redactor({key: 3}) == {key: 3}
 
 
+@pytest.mark.parametrize("key", ["max_tokens", "maxTokens", "tokens_used", "total_token_count", "n_tokens"])
+def test_counts_of_model_tokens_are_kept(key: str) -> None:
+    """``token`` beside a word that makes it a count is a number of model tokens, not a credential."""
+    assert default_redactor({key: 256}) == {key: 256}
+
+
+@pytest.mark.parametrize("key", ["token", "tokens", "api_tokens", "auth_token", "access_token", "token_secret"])
+def test_tokens_without_a_count_word_stay_secret(key: str) -> None:
+    assert default_redactor({key: "t0k3n"}) == {key: REDACTED}
+
+
 def test_nested_values_and_non_json() -> None:
     """Nested mappings are scrubbed by key; values that are not JSON become their type name."""
     kwargs = {"db": {"password": "x", "host": "h"}, "when": datetime.date(2026, 1, 1), "ids": [1, 2]}
