@@ -33,7 +33,9 @@ def test_counts_of_model_tokens_are_kept(key: str) -> None:
     assert default_redactor({key: 256}) == {key: 256}
 
 
-@pytest.mark.parametrize("key", ["token", "tokens", "api_tokens", "auth_token", "access_token", "token_secret"])
+@pytest.mark.parametrize(
+    "key", ["token", "tokens", "api_tokens", "auth_token", "access_token", "token_secret"]
+)
 def test_tokens_without_a_count_word_stay_secret(key: str) -> None:
     assert default_redactor({key: "t0k3n"}) == {key: REDACTED}
 

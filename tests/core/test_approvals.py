@@ -137,18 +137,22 @@ def _refused(history: list[Message], inputs: list[Message], awaits: object = Non
 
 def test_a_new_turn_while_a_batch_waits_is_refused_and_names_the_calls() -> None:
     reason = _refused(_paused_history(), [Message("user", "Anything else?")])
-    assert reason is not None and "'c2'" in reason and "'c3'" in reason
-    assert _refused([Message("user", "Hi."), Message("assistant", "Hello.")], [Message("user", "More.")]) is None
+    assert reason is not None
+    assert "'c2'" in reason
+    assert "'c3'" in reason
+    answered = [Message("user", "Hi."), Message("assistant", "Hello.")]
+    assert _refused(answered, [Message("user", "More.")]) is None
     assert _refused([], [Message("user", "Hi.")]) is None
 
 
 def test_answers_that_match_nothing_or_disagree_or_come_with_text_are_refused() -> None:
     history = _paused_history()
     assert "match no call" in (_refused(history, [Message("user", (_answer("c9"),))]) or "")
-    assert "match no call" in (_refused(history, [Message("user", (_answer("c1"),))]) or "")  # c1 has a result
+    # c1 has its result already: an answer to it answers nothing
+    assert "match no call" in (_refused(history, [Message("user", (_answer("c1"),))]) or "")
     two = [Message("user", (_answer("c2"), _answer("c2", approved=False)))]
     assert "two different approval answers" in (_refused(history, two) or "")
-    assert _refused(history, [Message("user", (_answer("c2"), _answer("c2")))]) is None  # the same answer twice
+    assert _refused(history, [Message("user", (_answer("c2"), _answer("c2")))]) is None  # said twice
     mixed = [Message("user", ("And also:", _answer("c2")))]
     assert "on their own" in (_refused(history, mixed) or "")
 
@@ -163,7 +167,8 @@ def test_a_resume_must_answer_every_call_of_the_batch_that_waits_for_a_human() -
         return call.name == "log"
 
     reason = _refused(history, inputs, awaits)
-    assert reason is not None and "['c3']" in reason
+    assert reason is not None
+    assert "['c3']" in reason
     assert asked == ["c3"]  # c1 has its result, c2 is answered
     assert _refused(history, inputs, lambda call: False) is None
     assert _refused(history, inputs) is None
