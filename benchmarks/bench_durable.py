@@ -1,17 +1,20 @@
 """Durable throughput: whole agent runs per second with many runs at once, per event store.
 
 Theory of operation. One agent with a scripted client runs a 5-tool-call run (6 model calls, 5
-sequential tool calls, 24 events, about 12 appends) many times, with 1, 10, 100 and 1,000 runs in
-flight at once (that many tasks, each starting its next run when one ends). Each store is used at
-its full durability: SQLite ``synchronous=FULL``, JSONL ``fsync=True``, PostgreSQL with its
-server's settings (``synchronous_commit``, reported). The memory store, the agent's default, is
-measured in the same invocation, and each durable figure is also given as a ratio of the memory
-store's events per second at the same concurrency. The timings go in rounds: each round times
-every store once, the memory store included, in an order that rotates from round to round, and
-a store's ratio in a round divides its events/s by the memory store's of the same round, so the
-two share whatever else the machine was doing then. Each case starts from an empty store; a
-figure is the median over ``--repeat`` rounds, and the ratio columns give the median of the
-rounds' ratios and the lowest and highest of them (a target "in every round" is the lowest).
+sequential tool calls, 24 events, about 12 appends) many times, with 1, 10, 100 and 1,000 runs
+in flight at once (that many tasks, each starting its next run when one ends). Each store is
+used at its full durability: SQLite ``synchronous=FULL``, JSONL ``fsync=True``, PostgreSQL with
+its server's settings (``synchronous_commit``, reported). The memory store, the agent's default,
+is measured in the same invocation, and each durable figure is also given as a ratio of the
+memory store's events per second at the same concurrency. Each of the runs in flight does at
+least 20 runs in a timing (2,000 at 100 in flight), so that neither the start and the end of a
+timing, below the full concurrency, nor a moment of a busy machine decides a round. The timings
+go in rounds: each round times every store once, the memory store included, in an order that
+rotates from round to round, and a store's ratio in a round divides its events/s by the memory
+store's of the same round, so the two share whatever else the machine was doing then. Each case
+starts from an empty store; a figure is the median over ``--repeat`` rounds, and the ratio
+columns give the median of the rounds' ratios and the lowest and highest of them (a target "in
+every round" is the lowest).
 
 PostgreSQL is measured when a server answers at ``--postgres`` (default
 ``postgresql://postgres@127.0.0.1:5432/test``); each case uses a fresh schema, dropped afterwards.
@@ -43,6 +46,12 @@ from agentledger.store import EventStore
 
 TOOL_CALLS = 5
 EVENTS_PER_RUN = 4 * TOOL_CALLS + 4  # RunStarted, 6 model calls (2 each), 5 tool calls (2 each), RunCompleted
+# Each of the runs in flight does at least this many runs in a timing. The first and the last
+# run of each are not at the full concurrency (the durable stores' groups are smaller then), and a
+# timing far shorter than a second is one bad moment of a busy machine away from a low round: with
+# 400 runs at 100 in flight (4 runs each, about 0.1 s for the memory store) SQLite's rounds
+# spread from 28% to 54% of the memory store in one invocation; with 20 each, 50% to 59%.
+RUNS_PER_WORKER = 20
 DSN = os.environ.get("AGENTLEDGER_POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/test")
 
 StoreFactory = Callable[[Path], EventStore | None]
@@ -198,7 +207,9 @@ def paired(
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--concurrency", default="1,10,100,1000", help="runs in flight, comma-separated")
-    parser.add_argument("--runs", type=int, default=400, help="runs per case (at least 2x the concurrency)")
+    parser.add_argument(
+        "--runs", type=int, default=400, help=f"runs per case (at least {RUNS_PER_WORKER}x the concurrency)"
+    )
     parser.add_argument("--repeat", type=int, default=5, help="rounds (each times every store once)")
     parser.add_argument("--only", default="", help="measure only the stores whose name contains this")
     parser.add_argument("--dir", type=Path, default=None, help="where to put the stores (a temp dir)")
@@ -216,7 +227,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     names = [n for n in factories if not args.only or args.only.lower() in n.lower() or n == MEMORY]
     try:
         for level in levels:
-            runs = max(args.runs, 2 * level)
+            runs = max(args.runs, RUNS_PER_WORKER * level)
             measured = paired(names, factories, level, runs, args.repeat, root, args.postgres)
             for name, figure, ratios in measured:
                 rates = f"{figure.runs_per_s:,.0f} | {figure.events_per_s:,.0f}"
