@@ -23,7 +23,6 @@ from ..chat import ChatResponseUpdate, normalize_messages
 from ..context import AgentContext, SessionSink
 from ..core.approvals import approval_responses
 from ..core.commands import FinishRun
-from ..core.errors import UnrecordableError
 from ..core.events import (
     ApprovalRequested,
     ArgumentsRejected,
@@ -104,12 +103,12 @@ class AgentRun:
                     run_id=self.run_id, at=spec.clock(), sinks=capture_sinks.get(),
                 )  # fmt: skip
                 if claims.continues is not None:
-                    return await self._continue(claims.continues, history)
+                    return await self._drive(await self._reopen(claims.continues, history), None, stream)
             driver = self._open(RunMachine(history))
             self._start(driver.recorder, inputs, history)
             if claims is not None and claims.claims:
                 driver.write_ahead()  # a resume could repeat a call: each is stored before it runs
-            running = self._run(driver, inputs, stream)
+            running = self._drive(driver, inputs, stream)
             del inputs  # the run holds its input until it is recorded, this frame does not
             return await running
         finally:
@@ -139,41 +138,11 @@ class AgentRun:
         recorder.follow(binding.registry)
         return LocalDriver(binding, recorder, self.spec.store, stored=len(log))
 
-    def _start(self, recorder: RunRecorder, inputs: list[Message], history: Sequence[Message]) -> None:
-        """Record ``RunStarted``, as the spec builds it."""
-        session_id = self.session.session_id if self.session is not None else None
-        fields = self.spec.started_fields(messages=inputs, session_id=session_id, history_length=len(history))
-        recorder.record(RunStarted, **fields)
-
-    async def _run(self, driver: LocalDriver, inputs: list[Message], stream: bool) -> AgentResponse:
-        """The run with its session and run context bound: agent middleware around the loop,
-        or the loop alone, then its end."""
-        binding, recorder = driver.binding, driver.recorder
-        binding.enter()  # held for the whole run (``bound()`` without an object to keep)
-        try:
-            if self.spec.layers["agent"]:
-                return await self._run_agent_layers(binding, driver, inputs, stream)
-            # The loop alone (no agent middleware): nothing can change the run's input.
-            try:
-                provided = await provide_before(binding, inputs) if self.spec.context_providers else None
-                del inputs  # recorded: a run waiting on its model keeps no list of its input
-                recorder.begin()
-                response = self._response(recorder, await driver.drive())
-                if provided is not None:
-                    await provide_after(provided, response)
-            except BaseException as exc:
-                await self._failed(driver, exc)
-                raise
-            return await self._complete(binding, driver, response, response)
-        finally:
-            binding.leave()
-
-    async def _continue(self, run_id: str, history: Sequence[Message]) -> AgentResponse:
-        """Finish the run ``run_id``, which holds the resumed batch and stopped part way, from
-        its stored log: the machine folds the log and carries out what it waits on, every call
-        the log has an outcome for is answered by it, and the first new append is made at the
-        log's version (a run still appending refuses it). Agent middleware and context
-        providers ran in that run already; they do not run again."""
+    async def _reopen(self, run_id: str, history: Sequence[Message]) -> LocalDriver:
+        """The driver of the run ``run_id``, which holds the resumed batch and stopped part way,
+        opened on its stored log: the machine folds the log and carries out what it waits on,
+        every call the log has an outcome for is answered by it, and the first new append is
+        made at the log's version (a run still appending refuses it)."""
         assert self.spec.store is not None
         log = await self.spec.store.read(run_id)
         started = log[0]
@@ -181,22 +150,50 @@ class AgentRun:
         self.run_id = run_id
         driver = self._open(RunMachine.from_events(log, history[: started.history_length]), log)
         driver.write_ahead()
+        return driver
+
+    def _start(self, recorder: RunRecorder, inputs: list[Message], history: Sequence[Message]) -> None:
+        """Record ``RunStarted``, as the spec builds it."""
+        session_id = self.session.session_id if self.session is not None else None
+        fields = self.spec.started_fields(messages=inputs, session_id=session_id, history_length=len(history))
+        recorder.record(RunStarted, **fields)
+
+    async def _drive(self, driver: LocalDriver, inputs: list[Message] | None, stream: bool) -> AgentResponse:
+        """The run with its session and run context bound: agent middleware around the loop,
+        the loop alone, or (``inputs`` None) the loop carried on from the run's stored log, whose
+        agent middleware and context providers ran already; then the run's end. Whatever
+        raises before the end is recorded fails the run here, and only here (``_failed``)."""
         binding, recorder = driver.binding, driver.recorder
-        binding.enter()
+        binding.enter()  # held for the whole run (``bound()`` without an object to keep)
         try:
             try:
-                recorder.carry_on()
-                response = self._response(recorder, await driver.drive())
+                own: AgentResponse | None
+                if inputs is None:
+                    recorder.carry_on()
+                    result = own = self._response(recorder, await driver.drive())
+                elif self.spec.layers["agent"]:
+                    result, own = await self._run_agent_layers(binding, driver, inputs, stream)
+                else:  # the loop alone (no agent middleware): nothing can change the run's input
+                    providers = self.spec.context_providers
+                    provided = await provide_before(binding, inputs) if providers else None
+                    del inputs  # recorded: a run waiting on its model keeps no list of its input
+                    recorder.begin()
+                    result = own = self._response(recorder, await driver.drive())
+                    if provided is not None:
+                        await provide_after(provided, own)
+                response = self._end(recorder, result, own)
             except BaseException as exc:
                 await self._failed(driver, exc)
                 raise
-            return await self._complete(binding, driver, response, response)
+            return await self._stored(binding, driver, response)
         finally:
             binding.leave()
 
     async def _run_agent_layers(
         self, binding: RunBinding, driver: LocalDriver, inputs: list[Message], stream: bool
-    ) -> AgentResponse:
+    ) -> tuple[Any, AgentResponse | None]:
+        """Agent middleware around the loop: what it answered, and the run's own response if
+        the loop ran. A record that fails on the way raises, and fails the run (``_drive``)."""
         recorder = driver.recorder
         context = AgentContext(
             agent=self.spec.agent,
@@ -226,41 +223,31 @@ class AgentRun:
         try:
             outcome = await run_chain(self.spec.layers["agent"], context, inner, binding.checkpoint)
         except MiddlewareTermination as exc:
-            if not finish:
-                try:  # a reason the log cannot hold fails the run like any other record
-                    reason = str(exc)
-                    recorder.record(
-                        RunTerminated, iteration=0, reason=reason, by="agent_middleware", leaves_history=True
-                    )
-                except BaseException as error:
-                    await self._failed(driver, error)
-                    raise
+            if not finish:  # a reason the log cannot hold fails the run like any other record
+                reason = str(exc)
+                recorder.record(
+                    RunTerminated, iteration=0, reason=reason, by="agent_middleware", leaves_history=True
+                )
                 finish.append(recorder.take_finish())
             # The answer: the exception's result, else what context.result holds (the run's own
             # response after call_next(), or what the middleware set), else the empty response.
             given = exc.result if exc.result is not None else context.result
             context.result = given if given is not None else self._response(recorder, finish[0])
             outcome = None
-        except BaseException as exc:
-            await self._failed(driver, exc)
-            raise
         finally:
             writer.reset(token)
         if outcome is not None and outcome.short_circuited_by is not None and not finish:
-            try:  # an answer the log cannot hold fails the run like any other record
-                recorder.record(
-                    MiddlewareShortCircuit,
-                    call_id=None,
-                    middleware=outcome.short_circuited_by,
-                    result=to_recorded(_text_of(context.result)),
-                    scope="run",
-                    leaves_history=True,
-                )
-            except BaseException as exc:
-                await self._failed(driver, exc)
-                raise
+            # an answer the log cannot hold fails the run like any other record
+            recorder.record(
+                MiddlewareShortCircuit,
+                call_id=None,
+                middleware=outcome.short_circuited_by,
+                result=to_recorded(_text_of(context.result)),
+                scope="run",
+                leaves_history=True,
+            )
             finish.append(recorder.take_finish())
-        return await self._complete(binding, driver, context.result, own[0] if own else None)
+        return context.result, own[0] if own else None
 
     def _record_input_changes(
         self, binding: RunBinding, context: AgentContext, inputs: list[Message]
@@ -300,33 +287,39 @@ class AgentRun:
             response_format=self._binding.options.get("response_format") if self._binding else None,
         )
 
-    async def _complete(
-        self, binding: RunBinding, driver: LocalDriver, result: Any, own: AgentResponse | None
-    ) -> AgentResponse:
-        recorder = driver.recorder
+    def _end(self, recorder: RunRecorder, result: Any, own: AgentResponse | None) -> AgentResponse | None:
+        """Record the run's end: ``RunFailed`` where the machine failed it (None, then), else
+        ``RunCompleted`` with the run's own response or with what agent middleware answered in
+        its place (an answer the log could not give back raises ``UnrecordableError``)."""
         if self.session is not None:
             self.session.state.checkpoint(every=True)
-        failure = recorder.machine.failure
-        if failure is not None:
+        if recorder.machine.failure is not None:
             recorder.finish()  # the machine records the failure as RunFailed
-            self._grow_history()
-            with anyio.CancelScope(shield=True), contextlib.suppress(StoreError):
-                await driver.flush()
-            seq = recorder.log[-1].seq
-            kind = UnpricedCallError if failure[0] == "UnpricedCallError" else UnknownToolError
-            raise binding.raised_error() or kind(failure[1], run_id=self.run_id, seq=seq)
+            return None
         response = result if isinstance(result, AgentResponse) else self._coerce(recorder, result)
         if response is own:
             recorder.finish()
         else:  # agent middleware answered in the run's place
-            try:
-                recorder.finish(messages=response.messages, text=response.text, usage=response.usage)
-            except UnrecordableError as exc:
-                await self._failed(driver, exc)
-                raise
-        await driver.flush()
-        self._grow_history()
+            recorder.finish(messages=response.messages, text=response.text, usage=response.usage)
         return response
+
+    async def _stored(
+        self, binding: RunBinding, driver: LocalDriver, response: AgentResponse | None
+    ) -> AgentResponse:
+        """The ended run stored and the session's history grown: its response, or the error the
+        machine failed it with (raised once the failure is stored, if the store can)."""
+        failure = driver.recorder.machine.failure
+        if response is not None:
+            await driver.flush()
+            self._grow_history()
+            return response
+        assert failure is not None
+        self._grow_history()
+        with anyio.CancelScope(shield=True), contextlib.suppress(StoreError):
+            await driver.flush()
+        seq = driver.log[-1].seq
+        kind = UnpricedCallError if failure[0] == "UnpricedCallError" else UnknownToolError
+        raise binding.raised_error() or kind(failure[1], run_id=self.run_id, seq=seq)
 
     def _coerce(self, recorder: RunRecorder, result: Any) -> AgentResponse:
         text = _text_of(result)

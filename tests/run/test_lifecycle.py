@@ -283,6 +283,28 @@ async def test_agent_middleware_ending_the_run_with_text_the_log_cannot_hold_fai
     assert log[-1].error_type == "UnrecordableError"
 
 
+class _NoText:
+    """An answer with no JSON form whose ``str`` raises: the run cannot say what it answered."""
+
+    def __str__(self) -> str:
+        raise RuntimeError("no text for this answer")
+
+
+async def _answer_without_text(context: AgentContext, call_next: CallNext) -> None:
+    await call_next()
+    context.result = _NoText()
+
+
+async def test_an_answer_whose_text_cannot_be_read_fails_the_run_and_is_stored() -> None:
+    agent = _agent(["Fine."], middleware=[_answer_without_text])
+    with pytest.raises(RuntimeError, match="no text"):
+        await _run(agent).execute("Hi.")
+    log = await _stored(agent)
+    assert event_types(log) == ["RunStarted", "ModelCalled", "ModelResponded", "RunFailed"]
+    assert isinstance(log[-1], RunFailed)
+    assert log[-1].error_type == "RuntimeError"
+
+
 async def test_a_paused_run_notes_its_waiting_calls_in_the_session() -> None:
     agent = _agent([Call("wire", {"amount": 5}, call_id="c1")])
     session = AgentSession("s")
