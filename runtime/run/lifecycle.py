@@ -102,14 +102,12 @@ class AgentRun:
                     spec.store, session, history, inputs,
                     run_id=self.run_id, at=spec.clock(), sinks=capture_sinks.get(),
                 )  # fmt: skip
-                if claims.continues is not None:
-                    return await self._drive(await self._reopen(claims.continues, history), None, stream)
-            driver = self._open(RunMachine(history))
-            self._start(driver.recorder, inputs, history)
-            if claims is not None and claims.claims:
-                driver.write_ahead()  # a resume could repeat a call: each is stored before it runs
-            running = self._drive(driver, inputs, stream)
-            del inputs  # the run holds its input until it is recorded, this frame does not
+            if claims is not None and claims.continues is not None:
+                driver, given = await self._reopen(claims.continues, history), None
+            else:
+                driver, given = self._started(inputs, history, claims), inputs
+            running = self._drive(driver, given, stream)
+            del inputs, given  # the run holds its input until it is recorded, this frame does not
             return await running
         finally:
             if release is not None:
@@ -152,11 +150,19 @@ class AgentRun:
         driver.write_ahead()
         return driver
 
-    def _start(self, recorder: RunRecorder, inputs: list[Message], history: Sequence[Message]) -> None:
-        """Record ``RunStarted``, as the spec builds it."""
+    def _started(
+        self, inputs: list[Message], history: Sequence[Message], claims: Claims | None
+    ) -> LocalDriver:
+        """The driver of a new run, with ``RunStarted`` (as the spec builds it) recorded; where
+        the run resumes a batch, each call is stored as started before its tool runs (a resume
+        could otherwise repeat it)."""
+        driver = self._open(RunMachine(history))
         session_id = self.session.session_id if self.session is not None else None
         fields = self.spec.started_fields(messages=inputs, session_id=session_id, history_length=len(history))
-        recorder.record(RunStarted, **fields)
+        driver.recorder.record(RunStarted, **fields)
+        if claims is not None and claims.claims:
+            driver.write_ahead()
+        return driver
 
     async def _drive(self, driver: LocalDriver, inputs: list[Message] | None, stream: bool) -> AgentResponse:
         """The run with its session and run context bound: agent middleware around the loop,
