@@ -291,6 +291,9 @@ PINNED: dict[str, tuple[str, ...]] = {
         "check_tool_choice", "claim_batches", "claim_resume", "invoke_call", "merge_options",
         "options_record", "record_outcome", "to_recorded", "watching"
     ),
+    "agentledger.run.agent_layers": (
+        "answer_text", "around_loop"
+    ),
     "agentledger.run.binding": (
         "RunBinding",
     ),

@@ -1,7 +1,8 @@
 """AgentRun: one run from ``RunStarted`` to how it ended, with agent middleware around the loop.
 
 ``execute`` records ``RunStarted`` (built by the spec), binds the session and the run context,
-runs agent middleware around the local driver's loop, and has the machine record the end:
+runs agent middleware around the local driver's loop (``agent_layers.around_loop``), and has
+the machine record the end:
 ``RunCompleted`` with the run's response (or what agent middleware answered instead), or
 ``RunFailed``. Then the session's history grows by the one rule every driver applies
 (``AgentSession.after_run``). A resume first claims the paused batch in the store
@@ -20,7 +21,7 @@ from typing import Any
 import anyio
 
 from ..chat import ChatResponseUpdate, normalize_messages
-from ..context import AgentContext, SessionSink
+from ..context import SessionSink
 from ..core.approvals import approval_responses
 from ..core.commands import FinishRun
 from ..core.events import (
@@ -29,9 +30,7 @@ from ..core.events import (
     CallsSkipped,
     Event,
     MiddlewareShortCircuit,
-    RunInputRewritten,
     RunStarted,
-    RunTerminated,
     ToolFailed,
     ToolNotFound,
     ToolReturned,
@@ -40,23 +39,20 @@ from ..core.machine import RunMachine
 from ..core.messages import Content, Message, result_text
 from ..core.projections import LIMIT_REACHED, error_text
 from ..errors import (
-    MiddlewareError,
-    MiddlewareTermination,
     RunError,
     StoreError,
     UnknownToolError,
     UnpricedCallError,
 )
-from ..middleware import run_chain
 from ..providers import provide_after, provide_before
 from ..response import AgentResponse, AgentResponseUpdate
-from ..session import AgentSession, writer
+from ..session import AgentSession
+from .agent_layers import answer_text, around_loop
 from .binding import RunBinding
 from .claims import Claims, claim_resume
 from .driver import LocalDriver
 from .recorder import RunRecorder, capture_sinks
-from .spec import RunSpec, check_approvals, check_tool_choice, options_record
-from .values import to_recorded
+from .spec import RunSpec, check_approvals
 
 __all__ = ("AgentRun",)
 
@@ -176,15 +172,18 @@ class AgentRun:
                 own: AgentResponse | None
                 if inputs is None:
                     recorder.carry_on()
-                    result = own = self._response(recorder, await driver.drive())
+                    result = own = self._respond(await driver.drive())
                 elif self.spec.layers["agent"]:
-                    result, own = await self._run_agent_layers(binding, driver, inputs, stream)
+                    result, own = await around_loop(
+                        self.spec, driver, inputs, self._respond,
+                        session=self.session, run_id=self.run_id, stream=stream,
+                    )  # fmt: skip
                 else:  # the loop alone (no agent middleware): nothing can change the run's input
                     providers = self.spec.context_providers
                     provided = await provide_before(binding, inputs) if providers else None
                     del inputs  # recorded: a run waiting on its model keeps no list of its input
                     recorder.begin()
-                    result = own = self._response(recorder, await driver.drive())
+                    result = own = self._respond(await driver.drive())
                     if provided is not None:
                         await provide_after(provided, own)
                 response = self._end(recorder, result, own)
@@ -195,92 +194,10 @@ class AgentRun:
         finally:
             binding.leave()
 
-    async def _run_agent_layers(
-        self, binding: RunBinding, driver: LocalDriver, inputs: list[Message], stream: bool
-    ) -> tuple[Any, AgentResponse | None]:
-        """Agent middleware around the loop: what it answered, and the run's own response if
-        the loop ran. A record that fails on the way raises, and fails the run (``_drive``)."""
-        recorder = driver.recorder
-        context = AgentContext(
-            agent=self.spec.agent,
-            messages=list(inputs),
-            session=self.session,
-            options=dict(binding.options),
-            kwargs=dict(binding.kwargs),
-            client_kwargs=dict(binding.client_kwargs),
-            run_id=self.run_id,
-            stream=stream,
-        )
-        finish: list[FinishRun] = []
-        own: list[AgentResponse] = []
-
-        async def inner() -> None:
-            if finish:
-                raise MiddlewareError("agent middleware called call_next() twice: a run runs once")
-            self._record_input_changes(binding, context, inputs)
-            provided = await provide_before(binding, normalize_messages(context.messages))
-            recorder.begin()
-            finish.append(await driver.drive())
-            own.append(self._response(recorder, finish[0]))
-            await provide_after(provided, own[0])
-            context.result = own[0]
-
-        token = writer.set("agent_middleware")
-        try:
-            outcome = await run_chain(self.spec.layers["agent"], context, inner, binding.checkpoint)
-        except MiddlewareTermination as exc:
-            if not finish:  # a reason the log cannot hold fails the run like any other record
-                reason = str(exc)
-                recorder.record(
-                    RunTerminated, iteration=0, reason=reason, by="agent_middleware", leaves_history=True
-                )
-                finish.append(recorder.take_finish())
-            # The answer: the exception's result, else what context.result holds (the run's own
-            # response after call_next(), or what the middleware set), else the empty response.
-            given = exc.result if exc.result is not None else context.result
-            context.result = given if given is not None else self._response(recorder, finish[0])
-            outcome = None
-        finally:
-            writer.reset(token)
-        if outcome is not None and outcome.short_circuited_by is not None and not finish:
-            # an answer the log cannot hold fails the run like any other record
-            recorder.record(
-                MiddlewareShortCircuit,
-                call_id=None,
-                middleware=outcome.short_circuited_by,
-                result=to_recorded(_text_of(context.result)),
-                scope="run",
-                leaves_history=True,
-            )
-            finish.append(recorder.take_finish())
-        return context.result, own[0] if own else None
-
-    def _record_input_changes(
-        self, binding: RunBinding, context: AgentContext, inputs: list[Message]
-    ) -> None:
-        """Record what agent middleware changed before handing over, and use it from here on."""
-        before = binding.options
-        changed = {k: v for k, v in context.options.items() if before.get(k) != v}
-        changed.update({k: None for k in before if k not in context.options})
-        kwargs_changed = context.kwargs != binding.kwargs
-        client_changed = list(context.client_kwargs) != list(binding.client_kwargs)
-        kwargs = dict(context.kwargs) if kwargs_changed else binding.kwargs
-        client_kwargs = dict(context.client_kwargs)
-        if context.messages == inputs and not changed and not kwargs_changed and not client_changed:
-            binding.use_input(before, kwargs, client_kwargs)
-            return
-        check_tool_choice(context.options.get("tool_choice"), self.spec.tools)
-        binding.use_input(dict(context.options), kwargs, client_kwargs)
-        binding.recorder.record(
-            RunInputRewritten,
-            by="agent_middleware",
-            messages=tuple(normalize_messages(context.messages)),
-            options=options_record(changed),
-            function_invocation_kwargs=self.spec.redact(kwargs) if kwargs_changed else None,
-            client_kwargs_keys=tuple(client_kwargs) if client_changed else None,
-        )
-
-    def _response(self, recorder: RunRecorder, finish: FinishRun) -> AgentResponse:
+    def _respond(self, finish: FinishRun) -> AgentResponse:
+        """The run's own response, as the loop ended it (``finish``)."""
+        recorder = self._recorder
+        assert recorder is not None
         machine = recorder.machine
         return AgentResponse(
             messages=machine.response_messages(),
@@ -328,7 +245,7 @@ class AgentRun:
         raise binding.raised_error() or kind(failure[1], run_id=self.run_id, seq=seq)
 
     def _coerce(self, recorder: RunRecorder, result: Any) -> AgentResponse:
-        text = _text_of(result)
+        text = answer_text(result)
         messages = [Message("assistant", (Content.from_text(text),))] if text else []
         reason = recorder.machine.finish_reason or "short_circuit"
         return AgentResponse(messages=messages, run_id=self.run_id, events=recorder.log, finish_reason=reason)
@@ -397,10 +314,3 @@ class AgentRun:
         content = Content.from_function_result(call_id, result=text)
         self.on_update(AgentResponseUpdate(contents=(content,), role="tool", run_id=event.run_id))
 
-
-def _text_of(result: Any) -> str:
-    if result is None:
-        return ""
-    if isinstance(result, AgentResponse):
-        return result.text
-    return result if isinstance(result, str) else result_text(to_recorded(result))

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextvars
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 import anyio
 import pytest
@@ -17,7 +16,6 @@ from agentledger import Agent, AgentSession, Content, MemoryEventStore, Message,
 from agentledger.adapters.chat.scripted import Call, ScriptedChatClient, ScriptEntry
 from agentledger.context import AgentContext
 from agentledger.core import (
-    Event,
     MiddlewareShortCircuit,
     RunCompleted,
     RunFailed,
@@ -35,74 +33,43 @@ from agentledger.errors import (
 )
 from agentledger.middleware import CallNext
 from agentledger.response import AgentResponse
-from agentledger.run import AgentRun
 from agentledger.testing import event_types
+from tests._scripted_runs import agent_run, lookup, scripted_agent, stored_log
 
 pytestmark = pytest.mark.anyio
 
 
-@tool
-def lookup(city: str) -> str:
-    return f"sunny in {city}"
-
-
-@tool(approval_mode="always_require")
-def wire(amount: int) -> str:
-    return f"sent {amount}"
-
-
-def _agent(script: list[ScriptEntry], middleware: list[Any] | None = None, **agent: Any) -> Agent:
-    return Agent(
-        client=ScriptedChatClient(script),
-        tools=[lookup, wire],
-        middleware=middleware,
-        store=MemoryEventStore(),
-        **agent,
-    )
-
-
-def _run(
-    agent: Agent, session: AgentSession | None = None, run_id: str = "run-1", **arguments: Any
-) -> AgentRun:
-    return AgentRun(agent.run_spec(**arguments), session, run_id=run_id)
-
-
-async def _stored(agent: Agent, run_id: str = "run-1") -> list[Event]:
-    assert agent.store is not None
-    return list(await agent.store.read(run_id))
-
-
 async def test_a_run_records_its_start_and_its_end_and_grows_the_history() -> None:
-    agent = _agent([Call("lookup", {"city": "Oslo"}), "Sunny."])
+    agent = scripted_agent([Call("lookup", {"city": "Oslo"}), "Sunny."])
     session = AgentSession("s")
-    response = await _run(agent, session).execute("Weather in Oslo?")
+    response = await agent_run(agent, session).execute("Weather in Oslo?")
     assert (response.text, response.run_id, response.finish_reason, response.session_id) == (
         "Sunny.",
         "run-1",
         "completed",
         "s",
     )
-    log = await _stored(agent)
+    log = await stored_log(agent)
     assert (type(log[0]), type(log[-1])) == (RunStarted, RunCompleted)
     assert response.events == log
     assert [m.role for m in session.history] == ["user", "assistant", "tool", "assistant"]
 
 
 async def test_answers_that_resume_nothing_are_refused_before_anything_is_recorded() -> None:
-    agent = _agent([])
+    agent = scripted_agent([])
     stray = Message("user", (Content.from_approval_response("nowhere", approved=True),))
     with pytest.raises(ApprovalError, match="match no call awaiting approval"):
-        await _run(agent, AgentSession("s")).execute(stray)
+        await agent_run(agent, AgentSession("s")).execute(stray)
     assert agent.store is not None
     assert await agent.store.streams() == []
 
 
 async def test_a_model_failure_is_raised_after_the_run_failed_is_recorded() -> None:
-    agent = _agent([])  # the script is empty: the first model call raises
+    agent = scripted_agent([])  # the script is empty: the first model call raises
     session = AgentSession("s")
     with pytest.raises(ModelCallError) as raised:
-        await _run(agent, session).execute("Hi.")
-    log = await _stored(agent)
+        await agent_run(agent, session).execute("Hi.")
+    log = await stored_log(agent)
     assert event_types(log)[-2:] == ["ModelFailed", "RunFailed"]
     assert raised.value.seq == log[-2].seq  # the error names its ModelFailed
     assert session.history == []
@@ -113,11 +80,11 @@ async def test_an_error_inside_the_loop_fails_the_run_once_and_is_raised() -> No
         await call_next()
         raise LookupError("after the loop")
 
-    agent = _agent(["Hi."], middleware=[boom])
+    agent = scripted_agent(["Hi."], middleware=[boom])
     session = AgentSession("s")
     with pytest.raises(LookupError):
-        await _run(agent, session).execute("Hi.")
-    log = await _stored(agent)
+        await agent_run(agent, session).execute("Hi.")
+    log = await stored_log(agent)
     ends = [e for e in log if isinstance(e, RunCompleted | RunFailed)]
     assert [(type(e), getattr(e, "error_type", None)) for e in ends] == [(RunFailed, "LookupError")]
     assert session.history == []
@@ -130,12 +97,12 @@ async def test_a_cancelled_run_records_its_failure_as_cancelled() -> None:
         entered.set()
         await anyio.sleep_forever()
 
-    agent = _agent([], middleware=[hang])
+    agent = scripted_agent([], middleware=[hang])
     async with anyio.create_task_group() as group:
-        group.start_soon(_run(agent).execute, "Hi.")
+        group.start_soon(agent_run(agent).execute, "Hi.")
         await entered.wait()
         group.cancel_scope.cancel()
-    failed = (await _stored(agent))[-1]
+    failed = (await stored_log(agent))[-1]
     assert isinstance(failed, RunFailed)
     assert failed.error_type == "Cancelled"
 
@@ -145,10 +112,10 @@ async def test_agent_middleware_calling_call_next_twice_fails_the_run() -> None:
         await call_next()
         await call_next()
 
-    agent = _agent(["Hi.", "Again."], middleware=[twice])
+    agent = scripted_agent(["Hi.", "Again."], middleware=[twice])
     with pytest.raises(MiddlewareError, match=r"call_next\(\) twice"):
-        await _run(agent).execute("Hi.")
-    assert type((await _stored(agent))[-1]) is RunFailed
+        await agent_run(agent).execute("Hi.")
+    assert type((await stored_log(agent))[-1]) is RunFailed
 
 
 async def test_what_agent_middleware_changed_before_the_loop_is_recorded_and_used() -> None:
@@ -160,8 +127,8 @@ async def test_what_agent_middleware_changed_before_the_loop_is_recorded_and_use
 
     client = ScriptedChatClient(["Rainy."])
     agent = Agent(client=client, tools=[lookup], middleware=[rewrite], store=MemoryEventStore())
-    await _run(agent).execute("Weather in Oslo?")
-    log = await _stored(agent)
+    await agent_run(agent).execute("Weather in Oslo?")
+    log = await stored_log(agent)
     (rewritten,) = [e for e in log if isinstance(e, RunInputRewritten)]
     assert rewritten.by == "agent_middleware"
     assert rewritten.messages == (Message("user", "Weather in Bergen?"),)
@@ -176,9 +143,9 @@ async def test_agent_middleware_that_changes_nothing_records_no_rewrite() -> Non
     async def looking(context: AgentContext, call_next: CallNext) -> None:
         await call_next()
 
-    agent = _agent(["Hi."], middleware=[looking])
-    await _run(agent).execute("Hi.")
-    assert "RunInputRewritten" not in event_types(await _stored(agent))
+    agent = scripted_agent(["Hi."], middleware=[looking])
+    await agent_run(agent).execute("Hi.")
+    assert "RunInputRewritten" not in event_types(await stored_log(agent))
 
 
 async def test_a_tool_choice_agent_middleware_set_is_checked_like_the_runs_own() -> None:
@@ -186,10 +153,10 @@ async def test_a_tool_choice_agent_middleware_set_is_checked_like_the_runs_own()
         context.options["tool_choice"] = {"mode": "required", "required_function_name": "teleport"}
         await call_next()
 
-    agent = _agent(["Hi."], middleware=[force])
+    agent = scripted_agent(["Hi."], middleware=[force])
     with pytest.raises(OptionsError, match="teleport"):
-        await _run(agent).execute("Hi.")
-    failed = (await _stored(agent))[-1]
+        await agent_run(agent).execute("Hi.")
+    failed = (await stored_log(agent))[-1]
     assert isinstance(failed, RunFailed)
     assert failed.error_type == "OptionsError"
 
@@ -198,10 +165,10 @@ async def test_an_answer_agent_middleware_gave_in_the_runs_place_is_its_end() ->
     async def cache(context: AgentContext, call_next: CallNext) -> None:
         context.result = "From the cache."
 
-    agent = _agent([], middleware=[cache])
+    agent = scripted_agent([], middleware=[cache])
     session = AgentSession("s")
-    response = await _run(agent, session).execute("Hi.")
-    log = await _stored(agent)
+    response = await agent_run(agent, session).execute("Hi.")
+    log = await stored_log(agent)
     (short,) = [e for e in log if isinstance(e, MiddlewareShortCircuit)]
     assert (short.middleware, short.scope, short.result, short.leaves_history) == (
         "cache",
@@ -220,9 +187,9 @@ async def test_agent_middleware_terminating_before_the_loop_ends_the_run_with_it
     async def stop(context: AgentContext, call_next: CallNext) -> None:
         raise MiddlewareTermination("closed today", result="We are closed.")
 
-    agent = _agent([], middleware=[stop])
-    response = await _run(agent).execute("Hi.")
-    log = await _stored(agent)
+    agent = scripted_agent([], middleware=[stop])
+    response = await agent_run(agent).execute("Hi.")
+    log = await stored_log(agent)
     (terminated,) = [e for e in log if isinstance(e, RunTerminated)]
     assert (terminated.reason, terminated.by, terminated.leaves_history) == (
         "closed today",
@@ -239,10 +206,10 @@ async def test_agent_middleware_terminating_after_the_loop_keeps_the_runs_own_an
         await call_next()
         raise MiddlewareTermination("done")
 
-    agent = _agent(["Own answer."], middleware=[after])
-    response = await _run(agent).execute("Hi.")
+    agent = scripted_agent(["Own answer."], middleware=[after])
+    response = await agent_run(agent).execute("Hi.")
     assert response.text == "Own answer."
-    assert "RunTerminated" not in event_types(await _stored(agent))
+    assert "RunTerminated" not in event_types(await stored_log(agent))
 
 
 async def test_an_answer_agent_middleware_replaced_that_the_log_cannot_hold_fails_the_run() -> None:
@@ -250,10 +217,10 @@ async def test_an_answer_agent_middleware_replaced_that_the_log_cannot_hold_fail
         await call_next()
         context.result = AgentResponse(messages=[Message("assistant", "bad \ud800")])
 
-    agent = _agent(["Fine."], middleware=[bad])
+    agent = scripted_agent(["Fine."], middleware=[bad])
     with pytest.raises(UnrecordableError):
-        await _run(agent).execute("Hi.")
-    log = await _stored(agent)
+        await agent_run(agent).execute("Hi.")
+    log = await stored_log(agent)
     assert isinstance(log[-1], RunFailed)
     assert log[-1].error_type == "UnrecordableError"
 
@@ -274,10 +241,10 @@ async def _terminate_unrecordable(context: AgentContext, call_next: CallNext) ->
 async def test_agent_middleware_ending_the_run_with_text_the_log_cannot_hold_fails_it(
     middleware: Callable[[AgentContext, CallNext], Awaitable[None]],
 ) -> None:
-    agent = _agent([], middleware=[middleware])
+    agent = scripted_agent([], middleware=[middleware])
     with pytest.raises(UnrecordableError):
-        await _run(agent).execute("Hi.")
-    log = await _stored(agent)
+        await agent_run(agent).execute("Hi.")
+    log = await stored_log(agent)
     assert event_types(log) == ["RunStarted", "RunFailed"]
     assert isinstance(log[-1], RunFailed)
     assert log[-1].error_type == "UnrecordableError"
@@ -296,32 +263,32 @@ async def _answer_without_text(context: AgentContext, call_next: CallNext) -> No
 
 
 async def test_an_answer_whose_text_cannot_be_read_fails_the_run_and_is_stored() -> None:
-    agent = _agent(["Fine."], middleware=[_answer_without_text])
+    agent = scripted_agent(["Fine."], middleware=[_answer_without_text])
     with pytest.raises(RuntimeError, match="no text"):
-        await _run(agent).execute("Hi.")
-    log = await _stored(agent)
+        await agent_run(agent).execute("Hi.")
+    log = await stored_log(agent)
     assert event_types(log) == ["RunStarted", "ModelCalled", "ModelResponded", "RunFailed"]
     assert isinstance(log[-1], RunFailed)
     assert log[-1].error_type == "RuntimeError"
 
 
 async def test_a_paused_run_notes_its_waiting_calls_in_the_session() -> None:
-    agent = _agent([Call("wire", {"amount": 5}, call_id="c1")])
+    agent = scripted_agent([Call("wire", {"amount": 5}, call_id="c1")])
     session = AgentSession("s")
-    response = await _run(agent, session, run_id="paused").execute("Send 5.")
+    response = await agent_run(agent, session, run_id="paused").execute("Send 5.")
     assert response.finish_reason == "awaiting_approval"
     assert [r.call_id for r in response.user_input_requests] == ["c1"]
     assert session.paused_runs == {"c1": "paused"}
 
 
 async def test_a_resume_claims_the_paused_batch_in_the_paused_runs_log() -> None:
-    agent = _agent([Call("wire", {"amount": 5}, call_id="c1"), "Sent."])
+    agent = scripted_agent([Call("wire", {"amount": 5}, call_id="c1"), "Sent."])
     session = AgentSession("s")
-    await _run(agent, session, run_id="paused").execute("Send 5.")
+    await agent_run(agent, session, run_id="paused").execute("Send 5.")
     answer = Message("user", (Content.from_approval_response("c1", approved=True),))
-    response = await _run(agent, session, run_id="resume").execute(answer)
+    response = await agent_run(agent, session, run_id="resume").execute(answer)
     assert response.text == "Sent."
-    paused_log = await _stored(agent, "paused")
+    paused_log = await stored_log(agent, "paused")
     claim = paused_log[-1]
     assert event_types(paused_log)[-2:] == ["RunCompleted", "BatchClaimed"]
     assert getattr(claim, "by_run_id", None) == "resume"
