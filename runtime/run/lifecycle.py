@@ -245,12 +245,15 @@ class AgentRun:
         raise binding.raised_error() or kind(failure[1], run_id=self.run_id, seq=seq)
 
     def _coerce(self, recorder: RunRecorder, result: Any) -> AgentResponse:
+        """The response for an answer agent middleware gave in the run's place that is not one."""
         text = answer_text(result)
         messages = [Message("assistant", (Content.from_text(text),))] if text else []
         reason = recorder.machine.finish_reason or "short_circuit"
         return AgentResponse(messages=messages, run_id=self.run_id, events=recorder.log, finish_reason=reason)
 
     async def _failed(self, driver: LocalDriver, exc: BaseException) -> None:
+        """``exc`` ended the run: record ``RunFailed`` (unless the run's end is recorded already),
+        grow the history, and store what was recorded, shielded from cancellation."""
         with anyio.CancelScope(shield=True):
             cancelled = isinstance(exc, anyio.get_cancelled_exc_class())
             error_type = "Cancelled" if cancelled else type(exc).__name__
