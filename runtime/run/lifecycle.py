@@ -231,11 +231,11 @@ class AgentRun:
     ) -> AgentResponse:
         """The ended run stored and the session's history grown: its response, or the error the
         machine failed it with (raised once the failure is stored, if the store can)."""
-        failure = driver.recorder.machine.failure
         if response is not None:
             await driver.flush()
             self._grow_history()
             return response
+        failure = driver.recorder.machine.failure
         assert failure is not None
         self._grow_history()
         with anyio.CancelScope(shield=True), contextlib.suppress(StoreError):
