@@ -412,6 +412,10 @@ def _header(text: str) -> tuple[str, str]:
 _RUN_HELP = "the run's id, or a unique prefix of it"
 
 
+_Command = Callable[[str, Callable[[argparse.Namespace], int], str], argparse.ArgumentParser]
+"""How a command is added: its name, its handler and its help (``--store`` comes with it)."""
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="agentledger", description="Event-sourced LLM agent runs.")
     parser.add_argument("--version", action="version", version=f"agentledger {__version__}")
@@ -447,6 +451,23 @@ def _parser() -> argparse.ArgumentParser:
     state.add_argument("run", help=_RUN_HELP)
     state.add_argument("--at", type=int, help="the event's seq (default: the last)")
     state.add_argument("--json", action="store_true", help="one compact JSON document on one line")
+    _add_replay(command)
+    _add_check(command)
+    diff = command("diff", _diff, "list every difference between two runs; exit 1 if they differ")
+    diff.add_argument("run_a", help=_RUN_HELP)
+    diff.add_argument("run_b", help=_RUN_HELP)
+    diff.add_argument("--store-b", help="the store of RUN_B, when it is another one")
+    diff.add_argument("--json", action="store_true", help="one JSON object per difference")
+    view = command("view", _view, "write a self-contained HTML page to explore a run (no network needed)")
+    view.add_argument("run", help=_RUN_HELP)
+    view.add_argument("--output", "-o", help="file to write (default: RUN.html)")
+    view.add_argument("--no-content", action="store_true", help="hide message, argument and result content")
+    _add_export(command)
+    return parser
+
+
+def _add_replay(command: _Command) -> None:
+    """``replay``: one run tree against the agent's code."""
     replay = command(
         "replay", _replay, "rerun a run tree against the agent's code; exit 1 on a difference or drift"
     )
@@ -471,6 +492,10 @@ def _parser() -> argparse.ArgumentParser:
         "--accept-drift", action="store_true", help="exit 0 when only the agent's configuration changed"
     )
     replay.add_argument("--json", action="store_true", help="one JSON object per finding, then a summary")
+
+
+def _add_check(command: _Command) -> None:
+    """``check``: recorded runs replayed as a regression suite."""
     check = command("check", _check, "replay recorded runs as a regression suite; exit 1 if any differs")
     check.add_argument(
         "--agent", help=f"module:name of the Agent or its factory (default: the demo, {DEFAULT_AGENT})"
@@ -502,15 +527,10 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("--jobs", type=int, default=1, help="replay this many runs side by side")
     check.add_argument("--junit", metavar="PATH", help="write a JUnit XML file: one test case per run")
     check.add_argument("--json", action="store_true", help="one JSON object per run")
-    diff = command("diff", _diff, "list every difference between two runs; exit 1 if they differ")
-    diff.add_argument("run_a", help=_RUN_HELP)
-    diff.add_argument("run_b", help=_RUN_HELP)
-    diff.add_argument("--store-b", help="the store of RUN_B, when it is another one")
-    diff.add_argument("--json", action="store_true", help="one JSON object per difference")
-    view = command("view", _view, "write a self-contained HTML page to explore a run (no network needed)")
-    view.add_argument("run", help=_RUN_HELP)
-    view.add_argument("--output", "-o", help="file to write (default: RUN.html)")
-    view.add_argument("--no-content", action="store_true", help="hide message, argument and result content")
+
+
+def _add_export(command: _Command) -> None:
+    """``export``: a run's events as JSONL, a cassette, or OTLP traces."""
     export = command("export", _export, "write a run's events, or send them as OTLP traces")
     export.add_argument("run", help=_RUN_HELP)
     export.add_argument("--format", choices=("jsonl",), default="jsonl")
@@ -531,7 +551,6 @@ def _parser() -> argparse.ArgumentParser:
     )
     export.add_argument("--provider", help="gen_ai.provider.name when the log does not record it")
     export.add_argument("--project", help="the receiver's project (openinference.project.name)")
-    return parser
 
 
 def _warn(message: Warning | str, category: type[Warning], *rest: Any, **kwargs: Any) -> None:
