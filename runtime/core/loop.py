@@ -348,24 +348,27 @@ class RunLoop:
                     self.feed(step)
             else:
                 assert type(command) is InvokeTools
-                await self._batch(executor, command)
+                if command.gated:
+                    held = tuple(await executor.awaiting_approval(command))
+                    if held:  # the whole batch waits for the answer
+                        self.record(ApprovalRequested, call_ids=held)
+                        continue
+                runners = executor.tool_calls(command)
+                if executor.sequential or len(runners) < 2:
+                    # One call at a time, awaited here: a batch costs no coroutine of its own.
+                    for runner in runners:
+                        step = self.step(live=True)
+                        try:
+                            await runner(step)
+                        finally:
+                            self.feed(step)
+                else:
+                    await self._parallel(executor, runners)
 
-    async def _batch(self, executor: Executor, command: InvokeTools) -> None:
-        """Hold the batch for approval when a gated call waits, else run its calls."""
-        if command.gated:
-            waiting = tuple(await executor.awaiting_approval(command))
-            if waiting:  # the whole batch waits for the answer
-                self.record(ApprovalRequested, call_ids=waiting)
-                return
-        runners = executor.tool_calls(command)
-        if executor.sequential or len(runners) < 2:
-            for runner in runners:
-                step = self.step(live=True)
-                try:
-                    await runner(step)
-                finally:
-                    self.feed(step)
-            return
+    async def _parallel(
+        self, executor: Executor, runners: Sequence[Callable[[StepLog], Awaitable[None]]]
+    ) -> None:
+        """Run a batch's calls together, feeding each step in the model's order of the calls."""
         steps = [self.step(live=i == 0) for i in range(len(runners))]
         done = [False] * len(steps)
         fed = 0
