@@ -57,7 +57,7 @@ class LocalDriver:
         """How many events of the log the store holds (a run continued from its log: all it had)."""
         self.sequential = binding.spec.config.sequential_tools
         """Whether a batch's calls run one after another (``RunConfig.sequential_tools``)."""
-        self.log = recorder.loop.log  # the run's log (one list for the whole run)
+        self.log = recorder.log  # the run's log (one list for the whole run)
         self._in_doubt = False  # an append that may have been written without saying so
         # Whether the store appends without IO (``append_nowait``): a flag, not the bound method,
         # which would be one more object for the collector per run in flight.
@@ -70,7 +70,7 @@ class LocalDriver:
         What happened so far is stored before each model call and each batch of tool calls, so
         a crash in either loses nothing already decided; the end of the run stores the rest.
         """
-        return self.recorder.loop.drive(self)
+        return self.recorder.drive(self)
 
     def write_ahead(self) -> None:
         """Store each call as started (its ``ToolCalled``) before its tool runs, for a run that a

@@ -1,8 +1,9 @@
 """Recording in this process: where a run's events go while its owner drives it.
 
 A run's events all reach its log through its owner, the ``RunLoop`` of ``agentledger.core``:
-it numbers them and feeds them to the machine. Tools, middleware and sub-agents record through
-the run's ``RunRecorder`` (the ``Recorder`` of its binding and its ``RunContext``): inside a step
+it numbers them and feeds them to the machine. In this process the owner is the run's
+``RunRecorder`` (a ``RunLoop``), which is also what tools, middleware and sub-agents record
+through (the ``Recorder`` of its binding and its ``RunContext``): inside a step
 (one model call, one tool call: ``RunRecorder.into(step)``) an event goes to that step's
 ``StepLog``, which the owner feeds when the step is over, in the model's order; outside any step
 (agent middleware, the run's start) it goes to the owner at once. Concurrent calls therefore
@@ -28,7 +29,6 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from ..context import SessionSink
-from ..core.commands import FinishRun
 from ..core.errors import TransitionError
 from ..core.events import Event, EventBase, RunCompleted, SessionUpdated, ToolsAdded, ToolsRemoved
 from ..core.limits import check_event, safe_text
@@ -134,10 +134,12 @@ class _Follow:
             parent(f"{event.run_id}/{event.by}", event.changes, where)
 
 
-class RunRecorder:
-    """The ``Recorder`` of a run in this process: into the current step, else to the owner."""
+class RunRecorder(RunLoop):
+    """The run's owner in this process (its ``RunLoop``) and the ``Recorder`` its binding and
+    context record through: into the current step, else to the owner at once. One object for
+    both: a run waiting on its model keeps one owner, not an owner and a recorder around it."""
 
-    __slots__ = ("_follow", "current_step", "loop", "run_id", "sinks", "thread")
+    __slots__ = ("_follow", "current_step", "sinks", "thread")
 
     def __init__(
         self,
@@ -150,23 +152,23 @@ class RunRecorder:
         parent: SessionSink | None = None,
         log: Sequence[Event] = (),
     ) -> None:
-        self.run_id = run_id
         all_sinks = tuple(sinks) + capture_sinks.get()
         self.sinks = Sinks(run_id, all_sinks) if all_sinks else None
         # The session's live state follows its writes in the order the log keeps them, and a
-        # caller sharing it (a sub-agent's) is given a copy of each write as it is kept.
-        self._follow = _Follow(self.sinks, session, parent)
-        self.loop = RunLoop(
+        # caller sharing it (a sub-agent's) is given a copy of each write as it is kept. A run
+        # with neither sinks nor a session follows only its tools: the registry itself is told
+        # (``follow``), and no follower is made.
+        follows = self.sinks is not None or session is not None
+        self._follow = follow = _Follow(self.sinks, session, parent) if follows else None
+        super().__init__(
             machine,
             run_id,
             clock,
-            observer=self._follow,
+            observer=follow,
             observes=None if self.sinks is not None else _FOLLOWED,  # no sinks: live state only
             step_type=LocalStep,
             log=log,
         )
-        """The run's owner: its machine, its log (``log``: what a run continued from its stored
-        log holds already, which ``machine`` has observed), its commands."""
         self.thread = threading.get_ident()
         """The thread the run's owner feeds on (its event loop's)."""
         self.current_step: contextvars.ContextVar[StepLog | None] = contextvars.ContextVar(
@@ -177,20 +179,18 @@ class RunRecorder:
 
     def follow(self, registry: ToolRegistry) -> None:
         """Keep ``registry`` (the run's live tools) in step with the tool changes as kept."""
-        self._follow.registry = registry
+        if self._follow is not None:
+            self._follow.registry = registry
+        else:
+            self.observer = registry
 
     def release(self) -> None:
         """The run is over: stop following its live state (the registry refers to this
         recorder, so holding it would keep a reference cycle alive for the collector)."""
-        self._follow.registry = None
-
-    @property
-    def machine(self) -> RunMachine:
-        return self.loop.machine
-
-    @property
-    def log(self) -> list[Event]:
-        return self.loop.log
+        if self._follow is not None:
+            self._follow.registry = None
+        else:
+            self.observer = None
 
     @property
     def sink_failures(self) -> int:
@@ -201,34 +201,25 @@ class RunRecorder:
         step = self.current_step.get()
         if threading.get_ident() == self.thread:
             # A live step (this run's, made by its loop) hands each record to the owner at once.
-            return self.loop.put(cls, fields) if step is None or step.live else step.put(cls, fields)
+            return self.put(cls, fields) if step is None or step.live else step.put(cls, fields)
         if step is not None:
             return step.hold(cls, **fields)
         return self._strays().hold(cls, **fields)  # a thread that did not inherit a call's context
 
     def _strays(self) -> StepLog:
         """Where records from threads outside any step wait for the owner (made on first use)."""
-        loop = self.loop
         with _STEP_LOCK:
-            if loop.strays is None:
-                if not loop.machine.is_open:
+            if self.strays is None:
+                if not self.machine.is_open:
                     raise TransitionError(
                         f"a thread recorded into run {self.run_id!r} after the run ended", run_id=self.run_id
                     )
-                loop.strays = LocalStep(self.run_id, loop.clock, loop)
-            return loop.strays
+                self.strays = LocalStep(self.run_id, self.clock, self)
+            return self.strays
 
     def into(self, step: StepLog) -> contextlib.AbstractContextManager[StepLog]:
         """Inside the block (and the tasks it starts), this run records into ``step``."""
         return _Into(self, step)
-
-    def begin(self) -> None:
-        """Hand over to the loop (after agent middleware): the machine's first command."""
-        self.loop.begin()
-
-    def carry_on(self) -> None:
-        """Go on with a run continued from its stored log: what the machine waits on is next."""
-        self.loop.carry_on()
 
     def finish(self, **result: Any) -> None:
         """Record how the loop ended (``RunMachine.finish``); an answer given in the run's place
@@ -238,17 +229,13 @@ class RunRecorder:
                 k: tuple(v) if k == "messages" else v for k, v in result.items() if v is not None
             }
             check_event(RunCompleted(run_id=self.run_id, seq=self.machine.next_seq, at=0, **given))
-        self.loop.finish(**result)
+        super().finish(**result)
 
     def fail(self, error_type: str, message: str) -> bool:
         """Record ``RunFailed`` unless the run already ended; whether it was recorded."""
         if not self.machine.is_open:
             return False
-        return self.loop.fail(safe_text(error_type), scrub_text(safe_text(message)))
-
-    def take_finish(self) -> FinishRun:
-        """The ``FinishRun`` the machine just issued outside the loop (agent middleware ended it)."""
-        return self.loop.take_finish()
+        return super().fail(safe_text(error_type), scrub_text(safe_text(message)))
 
 
 class _Into:

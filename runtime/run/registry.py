@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..context import Recorder
-from ..core.events import ToolsAdded, ToolsRemoved
+from ..core.events import Event, ToolsAdded, ToolsRemoved
 from ..errors import ToolDefinitionError
 from ..tools import FunctionTool, normalize_tools
 
@@ -92,6 +92,14 @@ class ToolRegistry:
                 by_name = self._own()
                 for name in names:  # recording may have settled the removal already (a replay)
                     by_name.pop(name, None)
+
+    def __call__(self, events: Sequence[Event]) -> None:
+        """Settle each tool change among ``events`` as the run's owner keeps them: the registry
+        is the owner's observer in a run with no other live state to follow (no object made
+        for it, as a bound method would be)."""
+        for event in events:
+            if type(event) is ToolsAdded or type(event) is ToolsRemoved:
+                self.settle(event)
 
     def settle(self, event: ToolsAdded | ToolsRemoved) -> None:
         """Follow the log: apply a kept change again, so the live tools are the log's. Changes

@@ -89,7 +89,7 @@ def _ready(
     fields = spec.started_fields(messages=[Message("user", "Hi.")], session_id=None, history_length=0)
     recorder.record(RunStarted, **fields)
     recorder.begin()
-    command = recorder.loop.commands[-1]
+    command = recorder.commands[-1]
     assert isinstance(command, CallModel)
     return RunBinding(spec, recorder, None, on_update=on_update), recorder, command
 

@@ -58,13 +58,13 @@ def test_a_record_outside_any_step_is_kept_and_numbered_at_once() -> None:
 
 def test_a_record_inside_a_step_waits_in_the_step_until_the_owner_feeds_it() -> None:
     recorder = _started()
-    step = recorder.loop.step()
+    step = recorder.step()
     with recorder.into(step):
         recorder.record(SessionUpdated, **_write("k", 1))
     assert len(recorder.log) == 1
     assert len(step.events) == 1
     recorder.record(SessionUpdated, **_write("after", 2))  # outside the block: to the owner again
-    recorder.loop.feed(step)
+    recorder.feed(step)
     assert [e.changes[0].key for e in recorder.log[1:] if isinstance(e, SessionUpdated)] == ["after", "k"]
 
 
@@ -75,7 +75,7 @@ def test_a_run_recorder_holds_what_other_threads_record() -> None:
     feeds from two threads."""
     recorder = RunRecorder(RunMachine(), RUN, Clock(), [])
     recorder.record(RunStarted, agent_id="a", tools=TOOLS, config=RunConfig())
-    step = recorder.loop.step(live=True)
+    step = recorder.step(live=True)
     errors: list[BaseException] = []
 
     def in_thread(into_step: bool) -> None:
@@ -94,7 +94,7 @@ def test_a_run_recorder_holds_what_other_threads_record() -> None:
         worker.join()
     assert len(recorder.log) == 1
     assert [getattr(e, "by", None) for e in step.events] == ["worker"]
-    recorder.loop.feed(step)
+    recorder.feed(step)
     assert [getattr(e, "by", None) for e in recorder.log[1:]] == ["stray", "worker"]
     assert errors == []
     assert recorder.fail("Cancelled", "stop")
@@ -217,11 +217,11 @@ def test_runs_started_while_watching_hand_their_events_to_the_watcher() -> None:
 def test_the_sessions_live_state_follows_its_writes_as_they_are_kept() -> None:
     session = AgentSession("s")
     recorder = _started(session=session)
-    step = recorder.loop.step()
+    step = recorder.step()
     with recorder.into(step):
         recorder.record(SessionUpdated, **_write("room", "sea"))
     assert "room" not in session.state  # held in its step: not kept yet
-    recorder.loop.feed(step)
+    recorder.feed(step)
     assert session.state["room"] == "sea"
     recorder.record(SessionUpdated, **_write("room", "other", session_id="another session"))
     assert session.state["room"] == "sea"  # another session's write is not this one's
