@@ -107,6 +107,10 @@ class FunctionTool:
         self.context_param: str | None = shape.context_param
         self.accepts_kwargs = shape.accepts_kwargs
         self._args_type: type[msgspec.Struct] | None = shape.struct
+        # One decoder per tool: msgspec.json.decode(type=...) looks the type up on every call.
+        self._decode_args = (
+            msgspec.json.Decoder(shape.struct, strict=False).decode if shape.struct is not None else None
+        )
         self._pydantic: Any = shape.pydantic
         self._fields: tuple[str, ...] = shape.fields
         call = func if inspect.isroutine(func) else getattr(func, "__call__", func)  # noqa: B004
@@ -177,22 +181,24 @@ class FunctionTool:
         """Parse and validate the model's raw arguments in one step (what a run does). Text that
         is no JSON object still runs a tool whose parameters all have defaults (it is taken as
         ``{"raw": text}``, which names no parameter); for any other tool it is refused."""
-        if self._args_type is None or not isinstance(raw, str) or not raw:
+        decode = self._decode_args
+        if decode is None or not isinstance(raw, str) or not raw:
             try:
                 arguments = self.parse_arguments(raw)
             except ArgumentsError as exc:
                 return self._defaults_only(raw, exc)
             return self.validate(arguments)
-        _check_depth(raw)
+        if len(raw) > _SHALLOW:
+            _check_depth(raw)
         try:
-            obj = msgspec.json.decode(raw, type=self._args_type, strict=False)
+            obj = decode(raw)
         except msgspec.ValidationError as exc:
             if raw.lstrip()[:1] != "{":
                 return self._defaults_only(raw, ArgumentsError(f"arguments must be a JSON object: {exc}"))
             raise ArgumentsError(str(exc)) from exc
         except (msgspec.DecodeError, RecursionError) as exc:
             return self._defaults_only(raw, ArgumentsError(f"arguments are not valid JSON: {exc}"))
-        return {name: getattr(obj, name) for name in self._fields}
+        return msgspec.structs.asdict(obj)  # its fields are the parameters, in their order
 
     def _defaults_only(self, raw: Any, problem: ArgumentsError) -> dict[str, Any]:
         """Arguments that are no JSON object, as a run takes them: ``{"raw": ...}`` validated
@@ -236,17 +242,31 @@ class FunctionTool:
                 kwargs.setdefault(key, value)
         return functools.partial(self.func, **kwargs)
 
+    def _binds_plainly(self, context: Any) -> bool:
+        """Whether ``bind_call`` would bind the arguments alone: no context, no ``**kwargs``, no
+        body of ``with_body``, and ``bind_call`` not overridden (a subclass binds its own way)."""
+        return (
+            context is None
+            and self._body is None
+            and self.context_param is None
+            and type(self).bind_call is FunctionTool.bind_call
+        )
+
     def execute(self, arguments: Mapping[str, Any], context: Any = None) -> Awaitable[Any]:
         """Run the tool on already validated ``arguments``: await it for what the tool returns.
 
         The one way a tool is run, sync or async: the call is bound by ``bind_call`` (so
-        subclasses that override it run the same way), an async tool is awaited, a sync one runs
+        subclasses that override it run the same way; an async tool given only its arguments is
+        called directly, as ``bind_call`` would bind it), an async tool is awaited, a sync one runs
         in a worker thread so that it cannot block the event loop, and an awaitable a sync tool
         returns is awaited too. What the tool raises propagates. ``context`` is the
         ``FunctionInvocationContext`` the tool may receive. No validation, middleware or events.
         """
         if self.replay != "run" and self._body is None and replaying.get():
             return self._in_replay(arguments, context)  # the body never runs in a replay
+        if self.is_async and self._binds_plainly(context):
+            direct: Awaitable[Any] = self.func(**arguments)  # what bind_call would bind, called at once
+            return direct
         call = self.bind_call(arguments, context)
         if self.is_async:
             running: Awaitable[Any] = call()  # the tool's own coroutine: no extra frame
@@ -434,7 +454,12 @@ def _approval_mode_error(name: str, mode: object) -> str:
     return f"tool {name!r}: approval_mode must be 'always_require' or 'never_require', not {mode!r}"
 
 
+_SHALLOW = 2 * (MAX_DEPTH - 1)
+"""Argument text no longer than this cannot nest deeper than a ``ToolCalled`` holds (a
+container needs two characters)."""
+
+
 def _check_depth(raw: str) -> None:
     """Refuse argument text nested deeper than a recorded ``ToolCalled`` can hold."""
-    if len(raw) > 2 * (MAX_DEPTH - 1) and too_deep(raw.encode("utf-8", "surrogatepass"), MAX_DEPTH - 1):
+    if len(raw) > _SHALLOW and too_deep(raw.encode("utf-8", "surrogatepass"), MAX_DEPTH - 1):
         raise ArgumentsError(f"arguments are nested deeper than {MAX_DEPTH - 1} levels")

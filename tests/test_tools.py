@@ -172,3 +172,16 @@ def test_approval_mode_none_means_never_require() -> None:
         return "x"
 
     assert tool(approval_mode=unset)(plain).approval_mode == "never_require"
+
+
+def test_parsed_arguments_hold_every_parameter_in_order() -> None:
+    """A call's arguments hold each parameter in the signature's order, defaults filled in: the
+    same mapping ``validate`` gives for the same values."""
+
+    @tool
+    async def pick(b: int, a: str = "x", c: float | None = None) -> str:
+        return a
+
+    parsed = pick.arguments_from('{"c": 1.5, "b": 2}')
+    assert list(parsed.items()) == [("b", 2), ("a", "x"), ("c", 1.5)]
+    assert parsed == pick.validate({"c": 1.5, "b": 2})
