@@ -69,7 +69,6 @@ def _table() -> bytes:
 
 
 _ZEROS = _table()
-_RUN_20 = b" " + b"0" * 20
 _START_19 = b" " + b"0" * 19
 
 
@@ -77,16 +76,15 @@ def may_overflow(data: bytes) -> bool:
     """Whether JSON text holds a number that could be an integer past 64 bits: 20 digits or more,
     or 19 starting with a 9 (a time in nanoseconds has 19 starting with 1 until 2255).
 
-    One translation and substring searches in C; digits inside strings can give a false alarm,
+    One translation and one substring search in C; digits inside strings can give a false alarm,
     never a miss. The caller then checks the values themselves.
     """
     digits = b" " + data.translate(_ZEROS)  # digits[i + 1] stands for data[i]
-    if _RUN_20 in digits:
-        return True
-    # No number has 20 digits now, so each match is a number of exactly 19 (a time, mostly).
+    # Each match starts a number of 19 digits or more (a time, mostly); one of exactly 19 that
+    # fits is followed by a character that is no digit, where the search goes on.
     start = digits.find(_START_19)
     while start >= 0:
-        if data[start] == 0x39:  # its first digit is a 9
+        if data[start] == 0x39 or digits.startswith(b"0", start + 20):  # a 9 first, or a 20th digit
             return True
         start = digits.find(_START_19, start + 20)
     return False

@@ -72,6 +72,16 @@ def test_may_overflow_checks_every_19_digit_number_not_only_the_first() -> None:
     assert not may_overflow(b'{"id":"run_9223372036854775808x"}')  # inside a string, after a letter
 
 
+def test_may_overflow_sees_a_number_at_either_end_of_the_text() -> None:
+    """A number that opens or closes the text, with nothing before or after its digits."""
+    assert may_overflow(b"12345678901234567890")
+    assert may_overflow(b"9223372036854775808")
+    assert not may_overflow(b"1234567890123456789")
+    assert not may_overflow(b"[1,1234567890123456789")
+    assert may_overflow(b"[1,1234567890123456789,1,12345678901234567890")
+    assert may_overflow(b"[1780000000000000000,-12345678901234567890123]")
+
+
 _plain = st.one_of(st.none(), st.booleans(), _ints, st.text(max_size=10), st.floats(allow_nan=False))
 
 
