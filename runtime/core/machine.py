@@ -158,6 +158,12 @@ def _response_text(messages: Sequence[Message]) -> str:
     return ""
 
 
+# The phases the machine's methods name, as module names: on Python 3.11 reading a member off
+# its enum class (``Phase.NEW``) costs several times a plain attribute's look-up, and nearly
+# every input names one or two.
+_NEW, _STARTED, _AWAITING_MODEL = Phase.NEW, Phase.STARTED, Phase.AWAITING_MODEL
+_RUNNING_TOOLS, _FINISHING = Phase.RUNNING_TOOLS, Phase.FINISHING
+
 _NO_CONFIG = RunConfig()
 _NO_USAGE = Usage()  # both frozen: every machine starts from the same ones
 
@@ -200,8 +206,8 @@ class RunMachine:
     )
 
     def __init__(self, history: Sequence[Message] = ()) -> None:
-        self._phase = Phase.NEW
-        self._accepts = BY_PHASE[Phase.NEW]
+        self._phase = _NEW
+        self._accepts = BY_PHASE[_NEW]
         self._run_id = ""
         self._next_seq = 0
         self._iteration = 0
@@ -364,7 +370,7 @@ class RunMachine:
         edge = self._accepts.get(kind)
         if edge is None:
             raise self._refuse(f"{kind.__name__} is not accepted in phase {self._phase.value}", event)
-        if event.seq != self._next_seq or (self._phase is not Phase.NEW and event.run_id != self._run_id):
+        if event.seq != self._next_seq or (self._phase is not _NEW and event.run_id != self._run_id):
             raise self._refuse(
                 f"expected seq {self._next_seq} of run {self._run_id!r}, got seq {event.seq} of run "
                 f"{event.run_id!r}",
@@ -427,10 +433,10 @@ class RunMachine:
         messages a model saw differently.
         """
         if isinstance(event, DERIVED):
-            if not self._expected and self._phase is Phase.STARTED:
+            if not self._expected and self._phase is _STARTED:
                 self._expected = self.begin()[0]
             self._expect(event, strict)
-        elif type(event) is RunCompleted and self._phase is Phase.FINISHING and not self._expected:
+        elif type(event) is RunCompleted and self._phase is _FINISHING and not self._expected:
             self._expected = self.finish(
                 event.at, messages=event.messages, text=event.text, usage=event.usage
             )[0]
@@ -444,7 +450,7 @@ class RunMachine:
 
     def pending(self) -> Command | None:
         """The command the run waits on now (after ``observe``, what a driver carries out next)."""
-        if self._phase is Phase.AWAITING_MODEL:
+        if self._phase is _AWAITING_MODEL:
             call = self._transcript.calls[-1]
             return CallModel(
                 iteration=call.iteration,
@@ -454,13 +460,13 @@ class RunMachine:
                 conversation_id=call.conversation_id,
                 final=self._final_call,
             )
-        if self._phase is Phase.RUNNING_TOOLS and self._batch is not None:
+        if self._phase is _RUNNING_TOOLS and self._batch is not None:
             open_ids = set(self._transcript.pending)
             calls = tuple(c for c in self._batch.calls if c.call_id in open_ids)
             gated = tuple(g for g in self._batch.gated if g in open_ids)
             approved = tuple(a for a in self._batch.approved if a in open_ids)
             return InvokeTools(iteration=self._batch.iteration, calls=calls, gated=gated, approved=approved)
-        if self._phase is Phase.FINISHING:
+        if self._phase is _FINISHING:
             return FinishRun(reason=self._finish_reason, text=self.last_text())
         return None
 
@@ -601,7 +607,7 @@ class RunMachine:
                 final=final,
             )
         )
-        self._phase_to(Phase.AWAITING_MODEL)
+        self._phase_to(_AWAITING_MODEL)
 
     def request_messages(self) -> MessageView:
         """What the next model call sends: the history and the run's messages, or in a
@@ -641,7 +647,7 @@ class RunMachine:
     def _finish(self, reason: str) -> None:
         self._finish_reason = reason
         self._commands.append(FinishRun(reason=reason, text=self.last_text()))
-        self._phase_to(Phase.FINISHING)
+        self._phase_to(_FINISHING)
 
     # -- transitions: the handlers of TRANSITIONS ----------------------------------------------
 
@@ -752,7 +758,7 @@ class RunMachine:
             self._derive(ToolChoiceReset, iteration=self._iteration, previous=previous)
         self._batch_failed = False
         self._batch = None
-        self._phase_to(Phase.RUNNING_TOOLS)
+        self._phase_to(_RUNNING_TOOLS)
         known = self._tools.specs
         runnable = []
         for call in calls:
@@ -792,7 +798,7 @@ class RunMachine:
     def _on_terminated(self, event: RunTerminated) -> None:
         """Finish after the current batch (at once outside a batch)."""
         self._terminated = True
-        if self._phase is not Phase.RUNNING_TOOLS:
+        if self._phase is not _RUNNING_TOOLS:
             self._finish("terminated")
         else:
             self._after_result()
@@ -804,7 +810,7 @@ class RunMachine:
 
     def _after_result(self) -> None:
         """When every call of the batch is answered, decide what the loop does next."""
-        if self._phase is not Phase.RUNNING_TOOLS or self._transcript.batch:
+        if self._phase is not _RUNNING_TOOLS or self._transcript.batch:
             return  # the batch is open until every call not held for approval has its result
         self._batch = None
         if self._awaiting_approval:
@@ -848,7 +854,7 @@ class RunMachine:
         """A run that carries approval responses resumes the batch they answer: rejected calls
         get the rejection, the others run (approved ones without asking again)."""
         self._iteration = 1
-        self._phase_to(Phase.RUNNING_TOOLS)
+        self._phase_to(_RUNNING_TOOLS)
         self._batch_failed = False
         responses = {c.call_id: bool(c.approved) for c in approvals}
         reasons = {c.call_id: c.reason for c in approvals if c.reason}
