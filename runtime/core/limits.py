@@ -43,7 +43,8 @@ import msgspec.inspect as mi
 
 from .depth import MAX_DEPTH, too_deep
 from .errors import UnrecordableError
-from .events import Event, encode_event
+from .events import Event
+from .events import _encoder as _event_encoder
 
 __all__ = (
     "INT64_MAX",
@@ -59,6 +60,7 @@ INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
 
 _decoder: msgspec.json.Decoder[Event] = msgspec.json.Decoder(Event)
+_encode = _event_encoder.encode  # encode_event's own encoder, called without a frame between
 _STARTS = frozenset(b":,[ -\t\n\r")  # what may come right before a JSON number's digits
 
 
@@ -90,16 +92,10 @@ def may_overflow(data: bytes) -> bool:
     return False
 
 
-def _check_json(data: bytes, what: str = "the value") -> None:
-    """Refuse JSON text nested deeper than ``MAX_DEPTH`` (``UnrecordableError``)."""
-    if too_deep(data):
-        raise UnrecordableError(f"{what} is nested deeper than {MAX_DEPTH} levels")
-
-
 def check_event(event: Event) -> bytes:
     """The event as a store writes it, if it reads back; ``UnrecordableError`` naming why not."""
     try:
-        data = encode_event(event)
+        data = _encode(event)  # exactly what encode_event gives a store
     except UnicodeEncodeError as exc:
         raise UnrecordableError(
             f"{type(event).__name__} holds text that is not UTF-8 (a lone surrogate): {exc}"
@@ -135,7 +131,8 @@ def checked_bytes(event: Event) -> bytes | None:
 def _read_back(event: Event, data: bytes) -> None:
     """The long way: depth on the text, the typed decoder, then integers on the decoded values."""
     kind = type(event).__name__
-    _check_json(data, kind)
+    if too_deep(data):
+        raise UnrecordableError(f"{kind} is nested deeper than {MAX_DEPTH} levels")
     try:
         decoded = _decoder.decode(data)
     except (msgspec.DecodeError, RecursionError) as exc:
@@ -252,9 +249,16 @@ def _flat_check(free: tuple[tuple[str, bool], ...]) -> FlatCheck:
             value = get(event)
             if type(value) is not dict:
                 return False
-            plain = _plain_values(value) if len(value) <= _SMALL else None
-            if plain is not None:
-                return plain
+            if len(value) <= _SMALL:  # _plain_values, inline: this runs for every tool call
+                for item in value.values():
+                    kind = type(item)
+                    if kind is int:
+                        if not INT64_MIN <= item <= INT64_MAX:
+                            return False
+                    elif kind not in _LEAVES:
+                        break  # a container: the encoded text decides
+                else:
+                    return True
             return not too_deep(data) and not may_overflow(data)
 
         return one_object

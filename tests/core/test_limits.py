@@ -17,8 +17,17 @@ from hypothesis import strategies as st
 
 from agentledger.core.depth import MAX_DEPTH
 from agentledger.core.errors import UnrecordableError
-from agentledger.core.events import Event, MiddlewareShortCircuit, ToolCalled, ToolNotFound, ToolReturned
+from agentledger.core.events import (
+    Event,
+    MiddlewareShortCircuit,
+    ModelResponded,
+    ToolCalled,
+    ToolNotFound,
+    ToolReturned,
+    encode_event,
+)
 from agentledger.core.limits import INT64_MAX, INT64_MIN, check_event, may_overflow
+from agentledger.core.messages import Content, Message
 from tests.core._nesting import depth_of, nested
 
 
@@ -110,6 +119,16 @@ def _refused(event: Event) -> bool:
     except UnrecordableError:
         return True
     return False
+
+
+def test_the_gate_gives_the_bytes_a_store_writes() -> None:
+    """What ``check_event`` returns is ``encode_event``'s encoding, for either path of the gate."""
+    answer = Message("assistant", (Content.from_function_call("c", "t", arguments='{"n": 1}'),))
+    events: list[Event] = [
+        ToolCalled(run_id="r", seq=1, at=1, call_id="c", name="t", arguments={"n": 1}),
+        ModelResponded(run_id="r", seq=2, at=2, iteration=1, message=answer),
+    ]
+    assert [check_event(event) for event in events] == [encode_event(event) for event in events]
 
 
 _results = st.one_of(
