@@ -110,7 +110,10 @@ class Message(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
 
     @property
     def function_calls(self) -> tuple[Content, ...]:
-        return tuple(c for c in self.contents if c.type == "function_call")
+        contents = self.contents
+        if len(contents) == 1:  # the common answer, one call or one text: no generator
+            return contents if contents[0].type == "function_call" else ()
+        return tuple(c for c in contents if c.type == "function_call")
 
 
 class Usage(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):

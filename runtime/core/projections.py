@@ -84,16 +84,14 @@ class ToolsProjection:
     """The tools offered to the model: ``RunStarted.tools``, then ``ToolsAdded``/``ToolsRemoved``
     and the tools context providers added (``ContextProvided``)."""
 
-    __slots__ = ("gated", "specs")
+    __slots__ = ("gated", "names", "specs")
 
     def __init__(self) -> None:
         self.specs: dict[str, ToolSpec] = {}
+        self.names: tuple[str, ...] = ()
+        """The tools' names in the order offered: made when they change, not per model call."""
         self.gated = 0
         """How many of the tools require approval (a batch with none needs no gating look-up)."""
-
-    @property
-    def names(self) -> tuple[str, ...]:
-        return tuple(self.specs)
 
     def apply(self, event: Event) -> None:
         if type(event) is RunStarted:
@@ -108,6 +106,7 @@ class ToolsProjection:
                 specs.pop(name, None)
         else:
             return
+        self.names = tuple(self.specs)
         self.gated = [spec.approval_mode for spec in self.specs.values()].count(ALWAYS_REQUIRE)
 
     @classmethod
@@ -330,18 +329,11 @@ class TranscriptProjection:
         message is appended when it is whole."""
         if call_id not in self._open:
             return
-        results = self._results
-        results[call_id] = Content("function_result", call_id=call_id, result=text, exception=exception)
-        if len(results) >= len(self.batch):
-            self._close_if_whole()
-
-    def _close_if_whole(self) -> None:
         results, batch = self._results, self.batch
-        if len(results) < len(batch):
-            return
-        if results:
+        results[call_id] = Content("function_result", call_id=call_id, result=text, exception=exception)
+        if len(results) >= len(batch):  # whole: its results, in the model's order of the calls
             self.messages.append(Message("tool", tuple(map(results.__getitem__, batch))))
-        self._open_batch(())
+            self._open_batch(())
 
     def call_at(self, iteration: int) -> ModelCall:
         for call in self.calls:
