@@ -242,16 +242,6 @@ class FunctionTool:
                 kwargs.setdefault(key, value)
         return functools.partial(self.func, **kwargs)
 
-    def _binds_plainly(self, context: Any) -> bool:
-        """Whether ``bind_call`` would bind the arguments alone: no context, no ``**kwargs``, no
-        body of ``with_body``, and ``bind_call`` not overridden (a subclass binds its own way)."""
-        return (
-            context is None
-            and self._body is None
-            and self.context_param is None
-            and type(self).bind_call is FunctionTool.bind_call
-        )
-
     def execute(self, arguments: Mapping[str, Any], context: Any = None) -> Awaitable[Any]:
         """Run the tool on already validated ``arguments``: await it for what the tool returns.
 
@@ -264,8 +254,14 @@ class FunctionTool:
         """
         if self.replay != "run" and self._body is None and replaying.get():
             return self._in_replay(arguments, context)  # the body never runs in a replay
-        if self.is_async and self._binds_plainly(context):
-            direct: Awaitable[Any] = self.func(**arguments)  # what bind_call would bind, called at once
+        if (  # what bind_call would bind is the arguments alone: call the tool with them at once
+            self.is_async
+            and context is None
+            and self._body is None
+            and self.context_param is None
+            and type(self).bind_call is FunctionTool.bind_call  # a subclass may bind its own way
+        ):
+            direct: Awaitable[Any] = self.func(**arguments)
             return direct
         call = self.bind_call(arguments, context)
         if self.is_async:
