@@ -2,7 +2,8 @@
 
 A binding joins a ``RunSpec`` to a ``Recorder``: the run's live tools (``ToolRegistry``), its
 session, the options and kwargs in force (agent middleware may replace them before the loop
-starts), and the ambient ``RunContext`` tools and sub-agents see. ``bound()`` makes the session
+starts). It is also the ambient ``RunContext`` tools and sub-agents see (a subclass: one object
+for both). ``bound()`` makes the session
 record into this run and the context current for the code inside the block: the local driver
 holds it for the whole run, a Temporal step for one model or tool call.
 """
@@ -24,13 +25,14 @@ from .spec import RunSpec
 __all__ = ("RunBinding",)
 
 
-class RunBinding:
-    """One run's spec and recorder, with the live state its steps share."""
+class RunBinding(RunContext):
+    """One run's spec and recorder, with the live state its steps share; the run's
+    ``RunContext`` too (what ``current_run_context()`` gives inside it), so a run in flight
+    keeps one object for both."""
 
     __slots__ = (
-        "_error_event", "_previous", "_unbind", "client_kwargs", "context", "error", "kwargs",
-        "on_update", "options", "recorder", "registry", "run_id", "session", "session_sink", "spec",
-        "write_ahead",
+        "_error_event", "_previous", "_unbind", "client_kwargs", "error", "on_update", "registry",
+        "spec", "write_ahead",
     )  # fmt: skip
 
     def __init__(
@@ -41,13 +43,19 @@ class RunBinding:
         *,
         on_update: Callable[[Any], None] | None = None,
     ) -> None:
+        super().__init__(
+            agent=spec.agent,
+            run_id=recorder.run_id,
+            session=session,
+            options=dict(spec.options),
+            kwargs=dict(spec.function_invocation_kwargs),
+            recorder=recorder,
+            session_sink=self._session_sink(session, recorder) if session is not None else None,
+            store=spec.store,
+        )
         self.spec = spec
-        self.recorder = recorder
-        self.run_id = recorder.run_id
+        self.recorder: Recorder = recorder
         self.registry = ToolRegistry(spec.tools, recorder)
-        self.session = session
-        self.options: dict[str, Any] = dict(spec.options)
-        self.kwargs: dict[str, Any] = dict(spec.function_invocation_kwargs)
         self.client_kwargs: dict[str, Any] = dict(spec.client_kwargs)
         self.on_update = on_update
         self.write_ahead: Callable[[], Awaitable[None]] | None = None
@@ -56,19 +64,8 @@ class RunBinding:
         self.error: RunError | None = None
         """The model failure that ended the run, raised to the caller once the run is recorded."""
         self._error_event: Event | None = None
-        self.session_sink = self._session_sink(session) if session is not None else None
         self._previous: RunContext | None = None  # the run current before ``enter``
         self._unbind: Callable[[], None] | None = None
-        self.context = RunContext(
-            agent=spec.agent,
-            run_id=self.run_id,
-            session=session,
-            options=self.options,
-            kwargs=self.kwargs,
-            recorder=recorder,
-            session_sink=self.session_sink,
-            store=spec.store,
-        )
 
     def scrub(self, text: str) -> str:
         """An error text as the log may keep it: every value the run was given that its log must
@@ -83,7 +80,6 @@ class RunBinding:
     ) -> None:
         """Agent middleware replaced the run's options or kwargs: the loop uses these."""
         self.options, self.kwargs, self.client_kwargs = options, kwargs, client_kwargs
-        self.context.options, self.context.kwargs = options, kwargs
 
     def fail_with(self, error: RunError, event: Event) -> None:
         """Keep the model failure ``error``, recorded as ``event``, for the driver to raise."""
@@ -114,8 +110,8 @@ class RunBinding:
         session, sink = self.session, self.session_sink
         if session is not None and sink is not None:
             self._unbind = session.bind(sink)
-        self._previous = enter_run(self.context)
-        return self.context
+        self._previous = enter_run(self)
+        return self
 
     def leave(self) -> None:
         """Undo ``enter``: the run current before is current again, the session unbound."""
@@ -125,10 +121,11 @@ class RunBinding:
         if unbind is not None:
             unbind()
 
-    def _session_sink(self, session: AgentSession) -> SessionSink:
+    @staticmethod
+    def _session_sink(session: AgentSession, recorder: Recorder) -> SessionSink:
         """Record session changes in this run (a caller sharing the session is given a copy of
         each as the run's owner keeps it: ``RunRecorder.copy_session_writes``)."""
-        session_id, recorder = session.session_id, self.recorder
+        session_id = session.session_id
 
         def sink(by: str, changes: tuple[StateChange, ...], origin: tuple[str, int] | None = None) -> None:
             if origin is None:

@@ -73,7 +73,7 @@ def test_the_run_is_current_inside_the_binding_and_the_one_before_after_it() -> 
         assert current_run_context() is outer_context
         assert outer_context.run_id == "outer"
         with inner.bound():
-            assert current_run_context() is inner.context
+            assert current_run_context() is inner
         assert current_run_context() is outer_context
     assert current_run_context() is None
 
@@ -140,5 +140,8 @@ def test_options_and_kwargs_agent_middleware_set_are_what_the_run_and_its_tools_
         {"user": "bob"},
         {"timeout": 3},
     )
-    assert (binding.context.options, binding.context.kwargs) == ({"temperature": 0.9}, {"user": "bob"})
+    with binding.bound():  # what a tool of the run reads from its context
+        context = current_run_context()
+        assert context is not None
+        assert (context.options, context.kwargs) == ({"temperature": 0.9}, {"user": "bob"})
     assert binding.spec.options == {"temperature": 0.1}  # the spec itself stays as it was
