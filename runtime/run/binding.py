@@ -11,6 +11,7 @@ holds it for the whole run, a Temporal step for one model or tool call.
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -19,10 +20,15 @@ from ..core.events import Event, SessionUpdated, StateChange
 from ..errors import RunError
 from ..redaction import hidden_values, mask_values, scrub_text
 from ..session import AgentSession
-from .registry import ToolRegistry
+from ..tools import FunctionTool
+from .recorder import RunRecorder
+from .registry import ToolRegistry, tools_by_name
 from .spec import RunSpec
 
 __all__ = ("RunBinding",)
+
+_MAKING = threading.Lock()
+"""Held while a binding makes its registry (rare: once per run that changes its tools)."""
 
 
 class RunBinding(RunContext):
@@ -31,8 +37,8 @@ class RunBinding(RunContext):
     keeps one object for both."""
 
     __slots__ = (
-        "_error_event", "_previous", "_unbind", "client_kwargs", "error", "on_update", "registry",
-        "spec", "write_ahead",
+        "_configured", "_error_event", "_previous", "_registry", "_unbind", "client_kwargs", "error",
+        "on_update", "spec", "write_ahead",
     )  # fmt: skip
 
     def __init__(
@@ -55,7 +61,8 @@ class RunBinding(RunContext):
         )
         self.spec = spec
         self.recorder: Recorder = recorder
-        self.registry = ToolRegistry(spec.tools, recorder)
+        self._configured = tools_by_name(spec.tools)  # shared by the runs of the same tools
+        self._registry: ToolRegistry | None = None  # made on the first change of the tools
         self.client_kwargs: dict[str, Any] = dict(spec.client_kwargs)
         self.on_update = on_update
         self.write_ahead: Callable[[], Awaitable[None]] | None = None
@@ -66,6 +73,27 @@ class RunBinding(RunContext):
         self._error_event: Event | None = None
         self._previous: RunContext | None = None  # the run current before ``enter``
         self._unbind: Callable[[], None] | None = None
+
+    @property
+    def by_name(self) -> Mapping[str, FunctionTool]:
+        """The tools the run can call now, by name (to read: change them through ``registry``)."""
+        registry = self._registry
+        return self._configured if registry is None else registry.by_name
+
+    @property
+    def registry(self) -> ToolRegistry:
+        """The run's live tools, made the first time they are asked for (a run that changes no
+        tools, most runs, makes none); a run recorded in this process follows it from then on
+        (``RunRecorder.follow``: each kept ``ToolsAdded`` or ``ToolsRemoved`` settles it)."""
+        registry = self._registry
+        if registry is None:
+            with _MAKING:  # a sync tool's worker thread may ask at the same time as the run
+                registry = self._registry
+                if registry is None:
+                    registry = self._registry = ToolRegistry(self.spec.tools, self.recorder)
+                    if isinstance(self.recorder, RunRecorder):
+                        self.recorder.follow(registry)
+        return registry
 
     def scrub(self, text: str) -> str:
         """An error text as the log may keep it: every value the run was given that its log must

@@ -161,7 +161,6 @@ class AgentRun:
         self._recorder = recorder
         on_update = self._model_update if self.on_update is not None else None
         self._binding = binding = RunBinding(self.spec, recorder, self.session, on_update=on_update)
-        recorder.follow(binding.registry)
         return LocalDriver(binding, recorder, self.spec.store, stored=len(log))
 
     async def _reopen(self, run_id: str, history: Sequence[Message]) -> LocalDriver:
