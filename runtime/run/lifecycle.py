@@ -112,8 +112,7 @@ class AgentRun:
                         driver.recorder.begin()  # the loop alone: nothing can change the run's input
                         result = own = self._respond(await driver.drive())
                     else:
-                        around, given = self._around(driver, given, stream), None
-                        result, own = await around
+                        result, own = await self._around(driver, given, stream)
                     response = self._end(driver.recorder, result, own)
                 except BaseException as exc:
                     await self._failed(driver, exc)
