@@ -313,7 +313,7 @@ PINNED: dict[str, tuple[str, ...]] = {
         "RunRecorder", "Sink", "Sinks", "capture_sinks", "watching"
     ),
     "agentledger.run.registry": (
-        "ToolRegistry",
+        "ToolRegistry", "tools_by_name",
     ),
     "agentledger.run.spec": (
         "RUN_LIMITS", "Layers", "RunArguments", "RunSpec", "SpecArguments", "check_approvals",

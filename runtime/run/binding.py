@@ -2,7 +2,8 @@
 
 A binding joins a ``RunSpec`` to a ``Recorder``: the run's live tools (``ToolRegistry``), its
 session, the options and kwargs in force (agent middleware may replace them before the loop
-starts), and the ambient ``RunContext`` tools and sub-agents see. ``bound()`` makes the session
+starts). It is also the ambient ``RunContext`` tools and sub-agents see (a subclass: one object
+for both). ``bound()`` makes the session
 record into this run and the context current for the code inside the block: the local driver
 holds it for the whole run, a Temporal step for one model or tool call.
 """
@@ -10,6 +11,7 @@ holds it for the whole run, a Temporal step for one model or tool call.
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -18,19 +20,25 @@ from ..core.events import Event, SessionUpdated, StateChange
 from ..errors import RunError
 from ..redaction import hidden_values, mask_values, scrub_text
 from ..session import AgentSession
-from .registry import ToolRegistry
+from ..tools import FunctionTool
+from .recorder import RunRecorder
+from .registry import ToolRegistry, tools_by_name
 from .spec import RunSpec
 
 __all__ = ("RunBinding",)
 
+_MAKING = threading.Lock()
+"""Held while a binding makes its registry (rare: once per run that changes its tools)."""
 
-class RunBinding:
-    """One run's spec and recorder, with the live state its steps share."""
+
+class RunBinding(RunContext):
+    """One run's spec and recorder, with the live state its steps share; the run's
+    ``RunContext`` too (what ``current_run_context()`` gives inside it), so a run in flight
+    keeps one object for both."""
 
     __slots__ = (
-        "_error_event", "_previous", "_unbind", "client_kwargs", "context", "error", "kwargs",
-        "on_update", "options", "recorder", "registry", "run_id", "session", "session_sink", "spec",
-        "write_ahead",
+        "_configured", "_error_event", "_previous", "_registry", "_unbind", "client_kwargs", "error",
+        "on_update", "spec", "write_ahead",
     )  # fmt: skip
 
     def __init__(
@@ -41,13 +49,20 @@ class RunBinding:
         *,
         on_update: Callable[[Any], None] | None = None,
     ) -> None:
+        super().__init__(
+            agent=spec.agent,
+            run_id=recorder.run_id,
+            session=session,
+            options=dict(spec.options),
+            kwargs=dict(spec.function_invocation_kwargs),
+            recorder=recorder,
+            session_sink=self._session_sink(session, recorder) if session is not None else None,
+            store=spec.store,
+        )
         self.spec = spec
-        self.recorder = recorder
-        self.run_id = recorder.run_id
-        self.registry = ToolRegistry(spec.tools, recorder)
-        self.session = session
-        self.options: dict[str, Any] = dict(spec.options)
-        self.kwargs: dict[str, Any] = dict(spec.function_invocation_kwargs)
+        self.recorder: Recorder = recorder
+        self._configured = tools_by_name(spec.tools)  # shared by the runs of the same tools
+        self._registry: ToolRegistry | None = None  # made on the first change of the tools
         self.client_kwargs: dict[str, Any] = dict(spec.client_kwargs)
         self.on_update = on_update
         self.write_ahead: Callable[[], Awaitable[None]] | None = None
@@ -56,19 +71,29 @@ class RunBinding:
         self.error: RunError | None = None
         """The model failure that ended the run, raised to the caller once the run is recorded."""
         self._error_event: Event | None = None
-        self.session_sink = self._session_sink(session) if session is not None else None
         self._previous: RunContext | None = None  # the run current before ``enter``
         self._unbind: Callable[[], None] | None = None
-        self.context = RunContext(
-            agent=spec.agent,
-            run_id=self.run_id,
-            session=session,
-            options=self.options,
-            kwargs=self.kwargs,
-            recorder=recorder,
-            session_sink=self.session_sink,
-            store=spec.store,
-        )
+
+    @property
+    def by_name(self) -> Mapping[str, FunctionTool]:
+        """The tools the run can call now, by name (to read: change them through ``registry``)."""
+        registry = self._registry
+        return self._configured if registry is None else registry.by_name
+
+    @property
+    def registry(self) -> ToolRegistry:
+        """The run's live tools, made the first time they are asked for (a run that changes no
+        tools, most runs, makes none); a run recorded in this process follows it from then on
+        (``RunRecorder.follow``: each kept ``ToolsAdded`` or ``ToolsRemoved`` settles it)."""
+        registry = self._registry
+        if registry is None:
+            with _MAKING:  # a sync tool's worker thread may ask at the same time as the run
+                registry = self._registry
+                if registry is None:
+                    registry = self._registry = ToolRegistry(self.spec.tools, self.recorder)
+                    if isinstance(self.recorder, RunRecorder):
+                        self.recorder.follow(registry)
+        return registry
 
     def scrub(self, text: str) -> str:
         """An error text as the log may keep it: every value the run was given that its log must
@@ -83,7 +108,6 @@ class RunBinding:
     ) -> None:
         """Agent middleware replaced the run's options or kwargs: the loop uses these."""
         self.options, self.kwargs, self.client_kwargs = options, kwargs, client_kwargs
-        self.context.options, self.context.kwargs = options, kwargs
 
     def fail_with(self, error: RunError, event: Event) -> None:
         """Keep the model failure ``error``, recorded as ``event``, for the driver to raise."""
@@ -114,8 +138,8 @@ class RunBinding:
         session, sink = self.session, self.session_sink
         if session is not None and sink is not None:
             self._unbind = session.bind(sink)
-        self._previous = enter_run(self.context)
-        return self.context
+        self._previous = enter_run(self)
+        return self
 
     def leave(self) -> None:
         """Undo ``enter``: the run current before is current again, the session unbound."""
@@ -125,10 +149,11 @@ class RunBinding:
         if unbind is not None:
             unbind()
 
-    def _session_sink(self, session: AgentSession) -> SessionSink:
+    @staticmethod
+    def _session_sink(session: AgentSession, recorder: Recorder) -> SessionSink:
         """Record session changes in this run (a caller sharing the session is given a copy of
         each as the run's owner keeps it: ``RunRecorder.copy_session_writes``)."""
-        session_id, recorder = session.session_id, self.recorder
+        session_id = session.session_id
 
         def sink(by: str, changes: tuple[StateChange, ...], origin: tuple[str, int] | None = None) -> None:
             if origin is None:

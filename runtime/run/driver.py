@@ -95,14 +95,14 @@ class LocalDriver:
         return call_model(self.binding, command, step, self.recorder.current_step)
 
     async def awaiting_approval(self, command: InvokeTools) -> Sequence[str]:
-        by_name, awaits = self.binding.registry.by_name, self.binding.spec.awaits_approval
+        by_name, awaits = self.binding.by_name, self.binding.spec.awaits_approval
         gated = command.gated
         return [
             c.call_id or "" for c in command.calls if c.call_id in gated and awaits(by_name[c.name or ""], c)
         ]
 
     def tool_calls(self, command: InvokeTools) -> Sequence[Callable[[StepLog], Awaitable[None]]]:
-        by_name, approved, binding = self.binding.registry.by_name, command.approved, self.binding
+        by_name, approved, binding = self.binding.by_name, command.approved, self.binding
         current = self.recorder.current_step
         return [
             functools.partial(

@@ -80,6 +80,11 @@ class AgentRun:
         self._recorder: RunRecorder | None = None  # its recorder, once it starts
 
     async def execute(self, messages: Any, *, stream: bool = False) -> AgentResponse:
+        """The run from its input to its end, in this one coroutine (a run waiting on its model
+        keeps no other of the run's own): opened as a new run or a resume, then driven with its
+        session and run context bound (``_around`` for what wraps the loop), then its end
+        recorded (``_end``) and stored (``_stored``). Whatever raises before the end is recorded
+        fails the run here, and only here (``_failed``)."""
         session = self.session
         self.spec = spec = self.spec.on_session(session)
         history: Sequence[Message] = session.history if session is not None and spec.share_history else ()
@@ -91,20 +96,30 @@ class AgentRun:
             # Locals that live as long as the run hold nothing when there is nothing to hold.
             answers = approval_responses(inputs) or ()
             check_approvals(history, inputs, spec, answers=answers)
-            claims: Claims | None = None
             if answers and session is not None and spec.share_history:
                 release = session.claim((c.call_id for c in answers), self.run_id)
-                claims = await claim_resume(
-                    spec.store, session, history, inputs,
-                    run_id=self.run_id, at=spec.clock(), sinks=capture_sinks.get(),
-                )  # fmt: skip
-            if claims is not None and claims.continues is not None:
-                driver, given = await self._reopen(claims.continues, history), None
+                driver, given = await self._resume(inputs, history)
             else:
-                driver, given = self._started(inputs, history, claims), inputs
-            running = self._drive(driver, given, stream)
-            del inputs, given  # the run holds its input until it is recorded, this frame does not
-            return await running
+                driver, given = self._started(inputs, history, None), inputs
+            del inputs, answers  # the run holds its input until it is recorded, this frame does not
+            binding = driver.binding
+            binding.enter()  # held for the whole run (``bound()`` without an object to keep)
+            try:
+                try:
+                    own: AgentResponse | None
+                    if given is not None and not (spec.layers["agent"] or spec.context_providers):
+                        given = None  # recorded: a run waiting on its model keeps no list of its input
+                        driver.recorder.begin()  # the loop alone: nothing can change the run's input
+                        result = own = self._respond(await driver.drive())
+                    else:
+                        result, own = await self._around(driver, given, stream)
+                    response = self._end(driver.recorder, result, own)
+                except BaseException as exc:
+                    await self._failed(driver, exc)
+                    raise
+                return await self._stored(binding, driver, response)
+            finally:
+                binding.leave()
         finally:
             if release is not None:
                 release()
@@ -112,6 +127,22 @@ class AgentRun:
                 capture_sinks.reset(token)
             if self._recorder is not None:
                 self._recorder.release()
+
+    async def _resume(
+        self, inputs: list[Message], history: Sequence[Message]
+    ) -> tuple[LocalDriver, list[Message] | None]:
+        """The driver of a resume, once its paused batch is claimed in the store
+        (``claim_resume``), with the input to run it on: a new run that resumes the batch, or
+        (input None) the run that holds the batch and stopped part way, opened on its log."""
+        session = self.session
+        assert session is not None
+        claims = await claim_resume(
+            self.spec.store, session, history, inputs,
+            run_id=self.run_id, at=self.spec.clock(), sinks=capture_sinks.get(),
+        )  # fmt: skip
+        if claims.continues is not None:
+            return await self._reopen(claims.continues, history), None
+        return self._started(inputs, history, claims), inputs
 
     def _open(self, machine: RunMachine, log: Sequence[Event] = ()) -> LocalDriver:
         """The run's recorder around ``machine`` (holding ``log``, the run's stored events, when
@@ -129,7 +160,6 @@ class AgentRun:
         self._recorder = recorder
         on_update = self._model_update if self.on_update is not None else None
         self._binding = binding = RunBinding(self.spec, recorder, self.session, on_update=on_update)
-        recorder.follow(binding.registry)
         return LocalDriver(binding, recorder, self.spec.store, stored=len(log))
 
     async def _reopen(self, run_id: str, history: Sequence[Message]) -> LocalDriver:
@@ -160,39 +190,30 @@ class AgentRun:
             driver.write_ahead()
         return driver
 
-    async def _drive(self, driver: LocalDriver, inputs: list[Message] | None, stream: bool) -> AgentResponse:
-        """The run with its session and run context bound: agent middleware around the loop,
-        the loop alone, or (``inputs`` None) the loop carried on from the run's stored log, whose
-        agent middleware and context providers ran already; then the run's end. Whatever
-        raises before the end is recorded fails the run here, and only here (``_failed``)."""
-        binding, recorder = driver.binding, driver.recorder
-        binding.enter()  # held for the whole run (``bound()`` without an object to keep)
-        try:
-            try:
-                own: AgentResponse | None
-                if inputs is None:
-                    recorder.carry_on()
-                    result = own = self._respond(await driver.drive())
-                elif self.spec.layers["agent"]:
-                    result, own = await around_loop(
-                        self.spec, driver, inputs, self._respond,
-                        session=self.session, run_id=self.run_id, stream=stream,
-                    )  # fmt: skip
-                else:  # the loop alone (no agent middleware): nothing can change the run's input
-                    providers = self.spec.context_providers
-                    provided = await provide_before(binding, inputs) if providers else None
-                    del inputs  # recorded: a run waiting on its model keeps no list of its input
-                    recorder.begin()
-                    result = own = self._respond(await driver.drive())
-                    if provided is not None:
-                        await provide_after(provided, own)
-                response = self._end(recorder, result, own)
-            except BaseException as exc:
-                await self._failed(driver, exc)
-                raise
-            return await self._stored(binding, driver, response)
-        finally:
-            binding.leave()
+    async def _around(
+        self, driver: LocalDriver, inputs: list[Message] | None, stream: bool
+    ) -> tuple[Any, AgentResponse | None]:
+        """The loop with what wraps it: what the run answered and its own response. Agent
+        middleware around the loop, context providers before and after it, or (``inputs`` None)
+        the loop carried on from the run's stored log, whose agent middleware and context
+        providers ran already."""
+        recorder = driver.recorder
+        if inputs is None:
+            recorder.carry_on()
+            own = self._respond(await driver.drive())
+            return own, own
+        if self.spec.layers["agent"]:
+            return await around_loop(
+                self.spec, driver, inputs, self._respond,
+                session=self.session, run_id=self.run_id, stream=stream,
+            )  # fmt: skip
+        provided = await provide_before(driver.binding, inputs)
+        del inputs  # recorded: a run waiting on its model keeps no list of its input
+        recorder.begin()
+        own = self._respond(await driver.drive())
+        if provided is not None:
+            await provide_after(provided, own)
+        return own, own
 
     def _respond(self, finish: FinishRun) -> AgentResponse:
         """The run's own response, as the loop ended it (``finish``)."""

@@ -60,7 +60,7 @@ async def call_model(
     options: dict[str, Any] = {k: v for k, v in binding.options.items() if k not in RUN_LIMITS}
     # The lookups as the comprehension's iterable: a comprehension that named ``binding`` would
     # make it a cell, one more object for the collector for the length of the call.
-    options["tools"] = [tool.spec for tool in map(binding.registry.by_name.__getitem__, command.tools)]
+    options["tools"] = [tool.spec for tool in map(binding.by_name.__getitem__, command.tools)]
     options["tool_choice"] = command.tool_choice
     if command.conversation_id is not None:
         options["conversation_id"] = command.conversation_id

@@ -11,7 +11,7 @@ from ..core.events import Event, ToolsAdded, ToolsRemoved
 from ..errors import ToolDefinitionError
 from ..tools import FunctionTool, normalize_tools
 
-__all__ = ("ToolRegistry",)
+__all__ = ("ToolRegistry", "tools_by_name")
 
 _CHANGES = threading.RLock()
 """Held for a change of any run's tools: sync tools run in worker threads, and a change is all or
@@ -25,7 +25,7 @@ whose tools did not change share one tuple (``Agent.run_spec``), so they share i
 until one of them changes its tools (a run waiting on its model holds one mapping fewer)."""
 
 
-def _by_name(tools: Sequence[FunctionTool]) -> dict[str, FunctionTool]:
+def tools_by_name(tools: Sequence[FunctionTool]) -> dict[str, FunctionTool]:
     """``tools`` by name, shared with every registry made from the same tuple (never changed in
     place: a registry copies it before its first change)."""
     global _last
@@ -49,7 +49,7 @@ class ToolRegistry:
     """
 
     def __init__(self, tools: Sequence[FunctionTool], recorder: Recorder) -> None:
-        self.by_name = _by_name(tools)
+        self.by_name = tools_by_name(tools)
         self._shared = True  # ``by_name`` is not this run's own yet
         self.recorder = recorder
         self._configured = tools

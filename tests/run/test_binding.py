@@ -1,13 +1,14 @@
 """``run/binding.py``: what the steps of one run share. ``scrub`` cuts every value the run was
 given that its log must not show out of an error text; ``bound``/``enter``/``leave`` make the run
 current and its session record into it, and undo both; the model failure kept for the driver
-names the ``seq`` its event got; in-place session changes are recorded at a checkpoint."""
+names the ``seq`` its event got; in-place session changes are recorded at a checkpoint; a run
+reads the tools its agent's runs share until its registry (made on first use) changes them."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from agentledger import Agent, AgentSession
+from agentledger import Agent, AgentSession, tool
 from agentledger.adapters.chat.scripted import ScriptedChatClient
 from agentledger.context import current_run_context
 from agentledger.core import ModelFailed, RunMachine, RunStarted, SessionUpdated
@@ -73,7 +74,7 @@ def test_the_run_is_current_inside_the_binding_and_the_one_before_after_it() -> 
         assert current_run_context() is outer_context
         assert outer_context.run_id == "outer"
         with inner.bound():
-            assert current_run_context() is inner.context
+            assert current_run_context() is inner
         assert current_run_context() is outer_context
     assert current_run_context() is None
 
@@ -140,5 +141,29 @@ def test_options_and_kwargs_agent_middleware_set_are_what_the_run_and_its_tools_
         {"user": "bob"},
         {"timeout": 3},
     )
-    assert (binding.context.options, binding.context.kwargs) == ({"temperature": 0.9}, {"user": "bob"})
+    with binding.bound():  # what a tool of the run reads from its context
+        context = current_run_context()
+        assert context is not None
+        assert (context.options, context.kwargs) == ({"temperature": 0.9}, {"user": "bob"})
     assert binding.spec.options == {"temperature": 0.1}  # the spec itself stays as it was
+
+
+
+def _tool_binding(agent: Agent) -> RunBinding:
+    spec = agent.run_spec()
+    recorder = RunRecorder(RunMachine(), "run-1", Clock(), [])
+    recorder.record(RunStarted, agent_id="a", config=RunConfig(), tools=tuple(t.spec for t in spec.tools))
+    return RunBinding(spec, recorder, None)
+
+
+def test_a_run_that_changes_no_tools_reads_the_mapping_its_agents_runs_share() -> None:
+    ping, pong, extra = (tool(name=n)(lambda: "ok") for n in ("ping", "pong", "extra"))
+    agent = Agent(client=ScriptedChatClient([]), tools=[ping, pong])
+    first, second = _tool_binding(agent), _tool_binding(agent)
+    assert first.by_name == {"ping": ping, "pong": pong}
+    assert first.by_name is second.by_name  # one mapping for both: no registry made, no copy
+    registry = first.registry
+    assert first.registry is registry  # made once, on first use
+    registry.provide([extra])  # the first change makes the run's own mapping
+    assert first.by_name == {"ping": ping, "pong": pong, "extra": extra}
+    assert second.by_name == {"ping": ping, "pong": pong}  # the other run's tools are its own
