@@ -67,6 +67,13 @@ class _Registry(Protocol):
     def remove(self, items: Any, by_call_id: str | None) -> None: ...
 
 
+class _HasRegistry(Protocol):
+    """What a call's context asks for its run's tool registry (a run's ``RunBinding``)."""
+
+    @property
+    def registry(self) -> _Registry: ...
+
+
 _warned = False
 _warn_lock = threading.Lock()
 
@@ -180,7 +187,7 @@ class FunctionInvocationContext:
         self.kwargs: dict[str, Any] = kwargs if kwargs is not None else {}
         self.session = session
         self._tools = tools
-        self._live: tuple[_Registry, str | None] | None = None
+        self._live: tuple[_HasRegistry, str | None] | None = None
         self.call_id = call_id
         self.run_id = run_id
         self.iteration = iteration
@@ -188,15 +195,18 @@ class FunctionInvocationContext:
         # The call's id in metadata too, where the reference framework's middleware reads it.
         self.metadata: dict[str, Any] = {"call_id": call_id} if call_id is not None else {}
 
-    def bind_registry(self, registry: _Registry, call_id: str | None) -> None:
-        """Give the call its run's live tool list: changes are recorded as made by ``call_id``."""
-        self._live = (registry, call_id)
+    def bind_registry(self, run: _HasRegistry, call_id: str | None) -> None:
+        """Give the call its run's live tool list (``run.registry``, asked for only when the call
+        reads ``tools``: a run whose calls never do makes no registry): changes are recorded as
+        made by ``call_id``."""
+        self._live = (run, call_id)
 
     @property
     def tools(self) -> LiveTools | None:
         """The run's live tool list (None outside a run loop)."""
         if self._tools is None and self._live is not None:
-            self._tools = LiveTools(*self._live)
+            run, call_id = self._live
+            self._tools = LiveTools(run.registry, call_id)
         return self._tools
 
     @tools.setter

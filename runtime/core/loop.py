@@ -280,7 +280,8 @@ class RunLoop:
 
     def begin(self) -> None:
         """Hand over to the loop (after agent middleware): the machine's first command."""
-        self._drain()
+        if self.strays is not None:  # (``_drain`` only where a thread ever recorded)
+            self._drain()
         self._take(self.machine.begin())
 
     def carry_on(self) -> None:
@@ -294,9 +295,11 @@ class RunLoop:
 
     def finish(self, **result: Any) -> None:
         """Record how the loop ended (``RunMachine.finish``)."""
-        self._drain()
+        if self.strays is not None:
+            self._drain()
         self._take(self.machine.finish(self.clock(), **result))
-        self._end_strays()
+        if self.strays is not None:
+            self._end_strays()
 
     def fail(self, error_type: str, message: str) -> bool:
         """Record ``RunFailed`` unless the run already ended; whether it was recorded."""

@@ -98,7 +98,7 @@ async def invoke_call(
                 run_id=binding.run_id,
                 iteration=iteration,
             )
-            context.bind_registry(binding.registry, call_id)
+            context.bind_registry(binding, call_id)
         if not layers:  # whatever is raised comes from the tool itself
             try:
                 binding.recorder.record(

@@ -8,13 +8,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentledger import Agent, AgentSession, tool
-from agentledger.adapters.chat.scripted import ScriptedChatClient
+import pytest
+
+from agentledger import Agent, AgentSession, FunctionInvocationContext, tool
+from agentledger.adapters.chat.scripted import Call, ScriptedChatClient, ScriptEntry
 from agentledger.context import current_run_context
-from agentledger.core import ModelFailed, RunMachine, RunStarted, SessionUpdated
+from agentledger.core import ModelFailed, RunMachine, RunStarted, SessionUpdated, ToolReturned
 from agentledger.core.events import RunConfig, StateChange
 from agentledger.errors import ModelCallError
-from agentledger.run import RunBinding, RunRecorder
+from agentledger.run import RunBinding, RunRecorder, ToolRegistry
+from agentledger.run import binding as binding_module
 
 
 class Clock:
@@ -167,3 +170,36 @@ def test_a_run_that_changes_no_tools_reads_the_mapping_its_agents_runs_share() -
     registry.provide([extra])  # the first change makes the run's own mapping
     assert first.by_name == {"ping": ping, "pong": pong, "extra": extra}
     assert second.by_name == {"ping": ping, "pong": pong}  # the other run's tools are its own
+
+
+@pytest.mark.anyio
+async def test_a_registry_is_made_only_by_a_run_whose_calls_read_their_tools(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    made: list[object] = []
+
+    class Counted(ToolRegistry):
+        def __init__(self, *args: Any) -> None:
+            made.append(self)
+            super().__init__(*args)
+
+    monkeypatch.setattr(binding_module, "ToolRegistry", Counted)
+
+    @tool
+    def plain(n: int, ctx: FunctionInvocationContext) -> str:  # given its context, not reading its tools
+        return f"{n} in {ctx.run_id}"
+
+    @tool
+    def looking(ctx: FunctionInvocationContext) -> str:
+        assert ctx.tools is not None
+        return ",".join(sorted(t.name for t in ctx.tools))
+
+    script: list[ScriptEntry] = [Call("plain", {"n": 1}), "done", Call("plain", {"n": 2}), "done"]
+    script += [Call("looking", {}), "done"]
+    agent = Agent(client=ScriptedChatClient(script), tools=[plain, looking])
+    for _ in range(2):
+        assert (await agent.run("go")).text == "done"
+    assert made == []  # two runs, a tool call each, no registry
+    response = await agent.run("go")
+    assert [e.result for e in response.events if isinstance(e, ToolReturned)] == ["looking,plain"]
+    assert len(made) == 1
