@@ -392,8 +392,10 @@ class RunMachine:
             if fold is not None:
                 fold(self._transcript, event)
             edge.handler(self, event)
-            if edge.moves_to is not None:
-                self._phase_to(edge.moves_to)
+            phase = edge.moves_to
+            if phase is not None:  # the phase and what it accepts, set in place: once per input
+                self._phase = phase
+                self._accepts = BY_PHASE[phase]
             elif self._phase not in edge.leads_to:
                 self._astray(edge, kind.__name__)
         except BaseException:  # a bug in a handler: the owner's log keeps no half of a reaction
@@ -547,8 +549,10 @@ class RunMachine:
         if call.at is not None:
             self._at = call.at
         edge.handler(self, call)
-        if edge.moves_to is not None:
-            self._phase_to(edge.moves_to)
+        phase = edge.moves_to
+        if phase is not None:
+            self._phase = phase
+            self._accepts = BY_PHASE[phase]
         elif self._phase not in edge.leads_to:
             self._astray(edge, f"{call.verb}()")
         reaction = self._out, self._commands  # handed over, not kept (as in ``handle``)
@@ -558,10 +562,6 @@ class RunMachine:
     def _astray(self, edge: Transition[Any], what: str) -> None:
         """The table says where a transition may lead; a handler that went elsewhere is a bug."""
         raise RuntimeError(f"{what} led to {self._phase.value}, which TRANSITIONS does not list")
-
-    def _phase_to(self, phase: Phase) -> None:
-        self._phase = phase
-        self._accepts = BY_PHASE[phase]
 
     def _derive(self, cls: type[EventBase], **fields: Any) -> None:
         event: Any = cls(run_id=self._run_id, seq=self._next_seq, at=self._at, **fields)
@@ -607,7 +607,8 @@ class RunMachine:
                 final=final,
             )
         )
-        self._phase_to(_AWAITING_MODEL)
+        self._phase = _AWAITING_MODEL
+        self._accepts = BY_PHASE[_AWAITING_MODEL]
 
     def request_messages(self) -> MessageView:
         """What the next model call sends: the history and the run's messages, or in a
@@ -647,7 +648,8 @@ class RunMachine:
     def _finish(self, reason: str) -> None:
         self._finish_reason = reason
         self._commands.append(FinishRun(reason=reason, text=self.last_text()))
-        self._phase_to(_FINISHING)
+        self._phase = _FINISHING
+        self._accepts = BY_PHASE[_FINISHING]
 
     # -- transitions: the handlers of TRANSITIONS ----------------------------------------------
 
@@ -685,7 +687,8 @@ class RunMachine:
         self._config = event.config
         self._tool_choice = event.options.get("tool_choice")
         self._input_count = len(self._transcript.messages)  # the input as conversation
-        self._approvals = tuple(approval_responses(event.messages))
+        if self._transcript.resuming:  # the transcript found approval responses in the input
+            self._approvals = tuple(approval_responses(event.messages))
         conversation_id = event.options.get("conversation_id")
         if conversation_id:  # the service holds the history; the input is sent
             self._conversation_id = conversation_id
@@ -758,7 +761,8 @@ class RunMachine:
             self._derive(ToolChoiceReset, iteration=self._iteration, previous=previous)
         self._batch_failed = False
         self._batch = None
-        self._phase_to(_RUNNING_TOOLS)
+        self._phase = _RUNNING_TOOLS
+        self._accepts = BY_PHASE[_RUNNING_TOOLS]
         known = self._tools.specs
         runnable = []
         for call in calls:
@@ -854,7 +858,8 @@ class RunMachine:
         """A run that carries approval responses resumes the batch they answer: rejected calls
         get the rejection, the others run (approved ones without asking again)."""
         self._iteration = 1
-        self._phase_to(_RUNNING_TOOLS)
+        self._phase = _RUNNING_TOOLS
+        self._accepts = BY_PHASE[_RUNNING_TOOLS]
         self._batch_failed = False
         responses = {c.call_id: bool(c.approved) for c in approvals}
         reasons = {c.call_id: c.reason for c in approvals if c.reason}

@@ -160,8 +160,8 @@ class LocalDriver:
 
     def _store_now(self) -> None:
         """``flush`` to a store that does no IO: nothing to await (``before`` makes no coroutine)."""
+        store: Any = self.store  # a ``SupportsAppendNowait`` (``_nowait``)
         try:
-            store = typing.cast(SupportsAppendNowait, self.store)
             self.stored = store.append_nowait(self.recorder.run_id, self.log[self.stored :], self.stored)
             return
         except ConflictError as exc:

@@ -95,7 +95,8 @@ class AgentRun:
             inputs = normalize_messages(messages)
             # Locals that live as long as the run hold nothing when there is nothing to hold.
             answers = approval_responses(inputs) or ()
-            check_approvals(history, inputs, spec, answers=answers)
+            if answers or history:  # a new conversation without answers has nothing to refuse
+                check_approvals(history, inputs, spec, answers=answers)
             if answers and session is not None and spec.share_history:
                 release = session.claim((c.call_id for c in answers), self.run_id)
                 driver, given = await self._resume(inputs, history)

@@ -227,7 +227,9 @@ def _responded(binding: RunBinding, iteration: int, response: Any) -> None:
     if problem is not None:
         _model_failed(binding, iteration, ValueError(problem), ModelResponseError)
         return
-    model = _text_or_none(response.model)
+    model = response.model
+    if model is not None and type(model) is not str:
+        model = str(model)
     try:
         cost = _cost(binding, model, usage)
     except Exception as exc:  # the price table is user code: its failure is the call's, recorded
@@ -292,7 +294,7 @@ def _model_failed(binding: RunBinding, iteration: int, exc: Exception, kind: typ
 
 
 def _text_or_none(value: Any) -> str | None:
-    return None if value is None else str(value)
+    return value if value is None or type(value) is str else str(value)
 
 
 def _content(content: Any) -> Content:
