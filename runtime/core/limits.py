@@ -21,8 +21,10 @@ go wrong is the clock's ``at`` and ``seq`` (checked in place) and its free value
 JSON holds: a mapping of a few plain values (a call's arguments) is checked in place; other
 containers have the encoded text measured for depth and scanned for integers past 64 bits, and a
 doubt sends the event the long way. An event that holds structs
-(messages, usage, tool specs, session changes, the run's config, claims) is decoded with the
-typed decoder, since the typed fields of those structs take values from outside.
+(messages, usage, tool specs, session changes, the run's config, claims) takes typed values from
+outside: it is checked by its shape (``shapes.compile_shape``: each value has exactly its field's
+type, integers fit, free containers are measured on the text), and decoded with the typed decoder
+only where the shape is not certain or the type has none.
 
 The bytes a check made are not thrown away once a store that writes events has asked for them
 (``keep_checked_bytes``; the durable stores do when they first write): ``check_event`` keeps
@@ -45,6 +47,7 @@ from .depth import MAX_DEPTH, too_deep
 from .errors import UnrecordableError
 from .events import Event
 from .events import _encoder as _event_encoder
+from .shapes import compile_shape
 
 __all__ = (
     "INT64_MAX",
@@ -295,7 +298,13 @@ def _one_of(name: str) -> Callable[[Any], tuple[Any]]:
 _FLAT: dict[type[Any], FlatCheck] = {
     cls: _flat_check(plan) for cls in get_args(Event) if (plan := _plan(cls)) is not None
 }
-"""Per flat event type, its check (``_flat_reads_back``, specialised)."""
+"""Per flat event type, its check (``_flat_reads_back``, specialised); per event type holding
+structs, its shape (``shapes.compile_shape``) where the compiler follows every field."""
+_FLAT.update(
+    (cls, shape)
+    for cls in get_args(Event)
+    if cls not in _FLAT and (shape := compile_shape(cls, may_overflow)) is not None
+)
 
 
 # -- the bytes a check made, for the store that writes the event ----------------------------------
