@@ -177,6 +177,9 @@ PINNED: dict[str, tuple[str, ...]] = {
         "ToolChoice", "ToolChoiceReset", "ToolFailed", "ToolNotFound", "ToolReturned", "ToolSpec",
         "ToolsAdded", "ToolsRemoved", "decode_event", "decode_events", "encode_event", "to_plain"
     ),
+    "agentledger.core.shapes": (
+        "Shape", "compile_shape"
+    ),
     "agentledger.core.limits": (
         "INT64_MAX", "INT64_MIN", "check_event", "checked_bytes", "keep_checked_bytes", "may_overflow",
         "safe_text"
