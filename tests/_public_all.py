@@ -178,7 +178,7 @@ PINNED: dict[str, tuple[str, ...]] = {
         "ToolsAdded", "ToolsRemoved", "decode_event", "decode_events", "encode_event", "to_plain"
     ),
     "agentledger.core.shapes": (
-        "Shape", "compile_shape"
+        "IN_PLACE", "Shape", "compile_shape", "free_value_fits"
     ),
     "agentledger.core.limits": (
         "INT64_MAX", "INT64_MIN", "check_event", "checked_bytes", "keep_checked_bytes", "may_overflow",

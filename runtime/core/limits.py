@@ -18,13 +18,14 @@ and values JSON lacks). An event of flat fields only (text, numbers, flags, tupl
 JSON values such as a tool's result or a middleware's answer) is not decoded: its typed fields are
 the run's own (ids and names taken from events already checked, counters, reasons), so what can
 go wrong is the clock's ``at`` and ``seq`` (checked in place) and its free values, which decode into anything
-JSON holds: a mapping of a few plain values (a call's arguments) is checked in place; other
-containers have the encoded text measured for depth and scanned for integers past 64 bits, and a
-doubt sends the event the long way. An event that holds structs
-(messages, usage, tool specs, session changes, the run's config, claims) takes typed values from
-outside: it is checked by its shape (``shapes.compile_shape``: each value has exactly its field's
-type, integers fit, free containers are measured on the text), and decoded with the typed decoder
-only where the shape is not certain or the type has none.
+JSON holds: a small one (a call's arguments, a schema: up to ``shapes.IN_PLACE`` values) is
+walked in place (``shapes.free_value_fits``); a larger one has the encoded text measured for
+depth and scanned for integers past 64 bits, and a doubt sends the event the long way. An event
+that holds structs (messages, usage, tool specs, session changes, the run's config, claims) takes
+typed values from outside: it is checked by its shape (``shapes.compile_shape``: each value has
+exactly its field's type, integers fit, free containers are walked in place or measured on the
+text), and decoded with the typed decoder only where the shape is not certain or the type has
+none.
 
 The bytes a check made are not thrown away once a store that writes events has asked for them
 (``keep_checked_bytes``; the durable stores do when they first write): ``check_event`` keeps
@@ -47,7 +48,7 @@ from .depth import MAX_DEPTH, too_deep
 from .errors import UnrecordableError
 from .events import Event
 from .events import _encoder as _event_encoder
-from .shapes import compile_shape
+from .shapes import compile_shape, free_value_fits
 
 __all__ = (
     "INT64_MAX",
@@ -193,39 +194,19 @@ def _flat_reads_back(event: Event, data: bytes, free: tuple[tuple[str, bool], ..
     containers = False
     for name, must_be_object in free:
         value = getattr(event, name)
-        kind = type(value)
-        if must_be_object and kind is not dict:
+        if must_be_object and type(value) is not dict:
             return False
-        if kind is int:
-            if not INT64_MIN <= value <= INT64_MAX:
+        if not containers:  # once the text decides, it decides for every value
+            fits = free_value_fits(value)  # leaves, integers, small containers: in place
+            if fits is None:
+                containers = True
+            elif not fits:
                 return False
-        elif kind is dict and len(value) <= _SMALL and not containers:
-            # A few plain values (a call's arguments, mostly): one level deep, integers checked
-            # here; a container among them sends the event to the text checks.
-            plain = _plain_values(value)
-            if plain is False:
-                return False
-            containers = plain is None
-        elif kind not in _LEAVES:  # containers: their depth and their integers, on the text
-            containers = True
     return not containers or (not too_deep(data) and not may_overflow(data))
 
 
 _SMALL = 8
-"""The most values of a mapping checked one by one rather than on the encoded text."""
-
-
-def _plain_values(mapping: dict[str, Any]) -> bool | None:
-    """A mapping's values checked one by one: True when each is plain and fits the log, False
-    for an integer past 64 bits, None at the first container (the encoded text decides)."""
-    for item in mapping.values():
-        kind = type(item)
-        if kind is int:
-            if not INT64_MIN <= item <= INT64_MAX:
-                return False
-        elif kind not in _LEAVES:
-            return None
-    return True
+"""The most values of a call's arguments checked inline before ``free_value_fits`` is asked."""
 
 
 def _stamp_reads_back(event: Event, data: bytes) -> bool:
@@ -252,16 +233,19 @@ def _flat_check(free: tuple[tuple[str, bool], ...]) -> FlatCheck:
             value = get(event)
             if type(value) is not dict:
                 return False
-            if len(value) <= _SMALL:  # _plain_values, inline: this runs for every tool call
+            if len(value) <= _SMALL:  # plain values inline: this runs for every tool call
                 for item in value.values():
                     kind = type(item)
                     if kind is int:
                         if not INT64_MIN <= item <= INT64_MAX:
                             return False
                     elif kind not in _LEAVES:
-                        break  # a container: the encoded text decides
+                        break  # a container among them: walked in place if small
                 else:
                     return True
+            fits = free_value_fits(value)
+            if fits is not None:
+                return fits
             return not too_deep(data) and not may_overflow(data)
 
         return one_object
@@ -281,8 +265,8 @@ def _flat_check(free: tuple[tuple[str, bool], ...]) -> FlatCheck:
                     if not INT64_MIN <= value <= INT64_MAX:
                         return False
                     continue
-                # A container: the general check decides (a mapping of a few plain values in
-                # place, anything else on the text).
+                # A container: the general check decides (a small one in place, a large one on
+                # the text).
                 return _flat_reads_back(event, data, free)
             return True
 

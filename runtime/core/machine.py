@@ -167,6 +167,7 @@ _RUNNING_TOOLS, _FINISHING = Phase.RUNNING_TOOLS, Phase.FINISHING
 _NO_CONFIG = RunConfig()
 _NO_USAGE = Usage()  # both frozen: every machine starts from the same ones
 
+
 class RunMachine:
     """One run: its state, the transitions of ``TRANSITIONS`` over it, and its live projections."""
 

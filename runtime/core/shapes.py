@@ -16,8 +16,9 @@ that walks the fields as the type declares them and answers:
 - True: the event reads back. Typed values have their exact types (a subclass, a ``bool`` in an
   ``int`` field or an ``int`` in a ``float`` field is not taken for certain), integers are in the
   64-bit range, required floats are finite. A free value that is a container (a tool's result, a
-  schema) has the encoded text measured for depth and scanned for long integers instead
-  (``too_deep``, ``may_overflow``), as for the flat events.
+  schema) is walked in place where it is small (``free_value_fits``); a large one, or one holding
+  a type JSON has no name for, has the encoded text measured for depth and scanned for long
+  integers instead (``too_deep``, ``may_overflow``), as for the flat events.
 - False: not certain; the gate then decodes the bytes (the long way), which names the problem.
 
 A type the compiler does not know (a constrained field, a union of structs, a fixed-length tuple)
@@ -35,7 +36,7 @@ import msgspec.inspect as mi
 
 from .depth import too_deep
 
-__all__ = ("Shape", "compile_shape")
+__all__ = ("IN_PLACE", "Shape", "compile_shape", "free_value_fits")
 
 Shape = Callable[[Any, bytes], bool]
 """What ``compile_shape`` makes: ``shape(event, data)`` is True when ``event`` (encoded as
@@ -43,7 +44,52 @@ Shape = Callable[[Any, bytes], bool]
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 _NESTING = 8  # the deepest struct nesting a shape follows (events nest three or four)
-_SMALL = 8  # the most values of a free mapping checked one by one rather than on the text
+_LEAVES = frozenset({str, bool, float, type(None)})
+
+IN_PLACE = 128
+"""The most values of one free value (its containers' items, all levels) ``free_value_fits``
+walks; past it, the encoded text decides. So few values cannot nest deeper than ``MAX_DEPTH``,
+even inside the deepest event a shape follows: the walk needs no depth count of its own."""
+
+
+def free_value_fits(value: Any) -> bool | None:
+    """Whether a free JSON value (a tool's result or arguments, a schema, an option) certainly
+    reads back, checked value by value: True when it holds only dicts, lists, tuples, text,
+    numbers, flags and None, with every integer within 64 bits; False for an integer past 64
+    bits; None when it holds more than ``IN_PLACE`` values or a type of another kind (a
+    subclass, a struct, a date): the encoded text decides then (``too_deep``, ``may_overflow``).
+
+    Floats are taken as they are: NaN and infinity are written as ``null``, which a free value
+    reads back (as ``None``). The keys of a mapping are not looked at: encoding has refused those
+    JSON cannot hold.
+    """
+    kind = type(value)
+    if kind in _LEAVES:
+        return True
+    if kind is int:
+        fits: bool = INT64_MIN <= value <= INT64_MAX
+        return fits
+    budget = IN_PLACE
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        kind = type(item)
+        if kind is dict:
+            budget -= len(item)
+            if budget < 0:
+                return None
+            stack.extend(item.values())
+        elif kind is list or kind is tuple:
+            budget -= len(item)
+            if budget < 0:
+                return None
+            stack.extend(item)
+        elif kind is int:
+            if not INT64_MIN <= item <= INT64_MAX:
+                return False
+        elif kind not in _LEAVES:
+            return None
+    return True
 
 
 class _Unknown(Exception):
@@ -70,6 +116,7 @@ def compile_shape(cls: type[Any], may_overflow: Callable[[bytes], bool]) -> Shap
         **writer.constants,
         "too_deep": too_deep,
         "may_overflow": may_overflow,
+        "fits": free_value_fits,
         "LEAVES": frozenset({str, bool, float, type(None)}),
         "LOW": INT64_MIN,
         "HIGH": INT64_MAX,
@@ -127,7 +174,7 @@ class _Writer:
         elif isinstance(info, mi.DictType) and _free_object(info):
             self._emit(indent, f"if type({value}) is not dict:")
             self._emit(indent + 1, "return False")
-            self._free_values(f"{value}.values()", value, indent)
+            self._free_values(value, indent)
         elif isinstance(info, mi.AnyType):
             self._free(value, indent)
         else:
@@ -176,31 +223,25 @@ class _Writer:
         self._emit(indent + 1, "return False")
 
     def _free(self, value: str, indent: int) -> None:
-        """A free value: a leaf in place, an integer in range, a container on the text."""
-        kind = self._name("t")
+        """A free value: a leaf or a small container in place, a large one on the text."""
+        kind, fits = self._name("t"), self._name("f")
         self._emit(indent, f"{kind} = type({value})")
         self._emit(indent, f"if {kind} is int:")
         self._emit(indent + 1, f"if not LOW <= {value} <= HIGH:")
         self._emit(indent + 2, "return False")
-        self._emit(indent, f"elif {kind} is dict:")
-        self._free_values(f"{value}.values()", value, indent + 1)
         self._emit(indent, f"elif {kind} not in LEAVES:")
-        self._emit(indent + 1, "free = True")
+        self._fits(value, fits, indent + 1)
 
-    def _free_values(self, values: str, mapping: str, indent: int) -> None:
-        """The values of a free mapping: a few plain ones in place, else the text decides."""
-        self._emit(indent, f"if len({mapping}) > {_SMALL}:")
+    def _free_values(self, mapping: str, indent: int) -> None:
+        """A free mapping (known to be a dict): its values in place if few, else on the text."""
+        self._fits(mapping, self._name("f"), indent)
+
+    def _fits(self, value: str, fits: str, indent: int) -> None:
+        self._emit(indent, f"{fits} = fits({value})")
+        self._emit(indent, f"if {fits} is None:")
         self._emit(indent + 1, "free = True")
-        self._emit(indent, "else:")
-        item, kind = self._name("x"), self._name("t")
-        self._emit(indent + 1, f"for {item} in {values}:")
-        self._emit(indent + 2, f"{kind} = type({item})")
-        self._emit(indent + 2, f"if {kind} is int:")
-        self._emit(indent + 3, f"if not LOW <= {item} <= HIGH:")
-        self._emit(indent + 4, "return False")
-        self._emit(indent + 2, f"elif {kind} not in LEAVES:")
-        self._emit(indent + 3, "free = True")
-        self._emit(indent + 3, "break")
+        self._emit(indent, f"elif not {fits}:")
+        self._emit(indent + 1, "return False")
 
 
 def _plain(info: Any, *constraints: str) -> bool:

@@ -8,11 +8,12 @@ from typing import Any
 import msgspec
 import pytest
 
+from agentledger.core.depth import MAX_DEPTH, too_deep
 from agentledger.core.errors import UnrecordableError
-from agentledger.core.events import ModelResponded, RunStarted, ToolSpec, encode_event
+from agentledger.core.events import ModelResponded, RunStarted, ToolReturned, ToolSpec, encode_event
 from agentledger.core.limits import check_event, may_overflow
 from agentledger.core.messages import Content, Message, Usage
-from agentledger.core.shapes import compile_shape
+from agentledger.core.shapes import IN_PLACE, compile_shape, free_value_fits
 
 _decode = msgspec.json.Decoder(ModelResponded).decode
 _shape = compile_shape(ModelResponded, may_overflow)
@@ -124,17 +125,110 @@ def test_whatever_the_shape_takes_reads_back() -> None:
     assert taken > 10  # the check took many of them: it is not refusing everything
 
 
-def test_a_run_start_with_a_schema_is_taken_on_the_text() -> None:
-    shape = compile_shape(RunStarted, may_overflow)
+class _Scans:
+    """``may_overflow`` that counts the texts it is asked about."""
+
+    def __init__(self) -> None:
+        self.texts = 0
+
+    def __call__(self, data: bytes) -> bool:
+        self.texts += 1
+        return may_overflow(data)
+
+
+_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "n": {"type": "integer", "minimum": 0},
+        "tags": {"type": "array", "items": {"type": "string"}},
+    },
+    "required": ["n"],
+}
+
+
+def test_a_run_start_with_a_schema_is_taken_in_place() -> None:
+    scans = _Scans()
+    shape = compile_shape(RunStarted, scans)
     assert shape is not None
-    tool = ToolSpec(name="ping", parameters={"type": "object", "properties": {"n": {"type": "integer"}}})
+    tool = ToolSpec(name="ping", parameters=_SCHEMA)
     event = RunStarted(
         run_id="r", seq=0, at=1, agent_id="a", tools=(tool,), messages=(Message("user", "hi"),)
     )
     assert shape(event, encode_event(event)) is True
+    assert scans.texts == 0  # walked value by value: the encoded text was not scanned
     wide = ToolSpec(name="ping", parameters={"properties": {"n": {"maximum": 2**70}}})
     event = RunStarted(run_id="r", seq=0, at=1, agent_id="a", tools=(wide,))
     assert shape(event, encode_event(event)) is False
+    with pytest.raises(UnrecordableError, match="64-bit"):
+        check_event(event)
+
+
+def test_a_large_schema_is_taken_on_the_text() -> None:
+    scans = _Scans()
+    shape = compile_shape(RunStarted, scans)
+    assert shape is not None
+    properties: dict[str, Any] = {f"p{i}": {"type": "integer"} for i in range(IN_PLACE)}
+    event = RunStarted(
+        run_id="r",
+        seq=0,
+        at=1,
+        agent_id="a",
+        tools=(ToolSpec(name="t", parameters={"properties": properties}),),
+    )
+    assert shape(event, encode_event(event)) is True
+    assert scans.texts == 1
+    properties["p7"] = {"maximum": 2**64}
+    assert shape(event, encode_event(event)) is False
+    with pytest.raises(UnrecordableError, match="64-bit"):
+        check_event(event)
+
+
+class _SubDict(dict[str, Any]):
+    """A subclass of dict: not taken for one."""
+
+
+@pytest.mark.parametrize(
+    ("value", "fits"),
+    [
+        ("text", True),
+        (2**63 - 1, True),
+        (2**63, False),
+        (-(2**63) - 1, False),
+        ([1, {"a": [2, None, 1.5, True]}], True),
+        ((1, "x"), True),
+        ({"a": {"b": [2**70]}}, False),
+        ({"a": [[0] * IN_PLACE]}, None),  # too many values to walk: the text decides
+        ({"a": b"bytes"}, None),  # a type JSON has no name for: encoded as text, decided there
+        (_SubDict(a=1), None),
+    ],
+)
+def test_a_free_value_is_walked_in_place_while_it_is_small(value: Any, fits: bool | None) -> None:
+    assert free_value_fits(value) is fits
+
+
+def test_a_walked_value_cannot_nest_too_deep() -> None:
+    chain: Any = []
+    for _ in range(IN_PLACE + 1):
+        chain = [chain]
+    assert free_value_fits(chain) is None  # past the budget
+    chain = chain[0]
+    assert free_value_fits(chain) is True
+    # Inside the deepest place a shape follows, it is still within the limit.
+    assert not too_deep(
+        encode_event(_answer(message=Message("assistant", (Content("function_result", result=chain),))))
+    )
+    assert IN_PLACE + 2 * 8 + 1 < MAX_DEPTH
+
+
+@pytest.mark.parametrize(
+    "result", [{"rows": [{"id": 2**64}]}, {"rows": [{"id": i} for i in range(IN_PLACE)] + [2**64]}]
+)
+def test_a_tool_result_past_64_bits_is_refused_small_or_large(result: Any) -> None:
+    event = ToolReturned(run_id="r", seq=3, at=1, call_id="c", name="t", result=result)
+    with pytest.raises(UnrecordableError, match="64-bit"):
+        check_event(event)
+    fine = ToolReturned(run_id="r", seq=3, at=1, call_id="c", name="t", result={"rows": [{"id": 1}]})
+    check_event(fine)
 
 
 def test_a_type_the_compiler_does_not_follow_gets_no_shape() -> None:
