@@ -64,32 +64,44 @@ def free_value_fits(value: Any) -> bool | None:
     JSON cannot hold.
     """
     kind = type(value)
-    if kind in _LEAVES:
+    items: Any
+    if kind is dict:
+        items = value.values()
+    elif kind is list or kind is tuple:
+        items = value
+    elif kind in _LEAVES:
         return True
-    if kind is int:
+    elif kind is int:
         fits: bool = INT64_MIN <= value <= INT64_MAX
         return fits
+    else:
+        return None
     budget = IN_PLACE
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        kind = type(item)
-        if kind is dict:
-            budget -= len(item)
-            if budget < 0:
-                return None
-            stack.extend(item.values())
-        elif kind is list or kind is tuple:
-            budget -= len(item)
-            if budget < 0:
-                return None
-            stack.extend(item)
-        elif kind is int:
-            if not INT64_MIN <= item <= INT64_MAX:
-                return False
-        elif kind not in _LEAVES:
+    inner: list[Any] | None = None  # the containers met so far, walked after the one at hand
+    while True:
+        budget -= len(items)
+        if budget < 0:
             return None
-    return True
+        for item in items:
+            kind = type(item)
+            if kind in _LEAVES:
+                continue
+            if kind is int:
+                if not INT64_MIN <= item <= INT64_MAX:
+                    return False
+            elif kind is dict:
+                if inner is None:
+                    inner = []
+                inner.append(item.values())
+            elif kind is list or kind is tuple:
+                if inner is None:
+                    inner = []
+                inner.append(item)
+            else:
+                return None
+        if not inner:
+            return True
+        items = inner.pop()
 
 
 class _Unknown(Exception):
@@ -233,8 +245,10 @@ class _Writer:
         self._fits(value, fits, indent + 1)
 
     def _free_values(self, mapping: str, indent: int) -> None:
-        """A free mapping (known to be a dict): its values in place if few, else on the text."""
-        self._fits(mapping, self._name("f"), indent)
+        """A free mapping (known to be a dict): its values in place if few, else on the text;
+        an empty one (the options of most runs) is done with at once."""
+        self._emit(indent, f"if {mapping}:")
+        self._fits(mapping, self._name("f"), indent + 1)
 
     def _fits(self, value: str, fits: str, indent: int) -> None:
         self._emit(indent, f"{fits} = fits({value})")
