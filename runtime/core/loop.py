@@ -343,6 +343,7 @@ class RunLoop:
             waiting = executor.before(command)
             if waiting is not None:
                 await waiting
+                waiting = None  # done: the run waits on its next step without it
             if type(command) is CallModel:
                 step = self.step(live=True)
                 try:
@@ -359,14 +360,15 @@ class RunLoop:
                 runners = executor.tool_calls(command)
                 if executor.sequential or len(runners) < 2:
                     # One call at a time, awaited here: a batch costs no coroutine of its own.
-                    for runner in runners:
+                    for index in range(len(runners)):  # (no runner left bound once they ran)
                         step = self.step(live=True)
                         try:
-                            await runner(step)
+                            await runners[index](step)
                         finally:
                             self.feed(step)
                 else:
                     await self._parallel(executor, runners)
+                runners = ()  # run: the next model call waits without the batch's runners
 
     async def _parallel(
         self, executor: Executor, runners: Sequence[Callable[[StepLog], Awaitable[None]]]

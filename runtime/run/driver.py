@@ -84,7 +84,9 @@ class LocalDriver:
     # -- the executor ---------------------------------------------------------------------------
 
     def before(self, command: Command) -> Coroutine[Any, Any, None] | None:
-        if self.stored < len(self.log):  # nothing new: no flush to await
+        # Nothing new, or nowhere to store it: no flush to await (a coroutine that did nothing
+        # would stay in the loop's frame while the run waits on its model).
+        if self.store is not None and self.stored < len(self.log):
             if not self._nowait:
                 return self.flush()
             self._store_now()  # an in-memory store: done, nothing to await

@@ -18,15 +18,27 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
+import inspect
 import sys
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import anyio
 import anyio.lowlevel
 import pytest
 
-from agentledger import Agent, MemoryEventStore, tool
+from agentledger import (
+    Agent,
+    BaseChatClient,
+    ChatOptions,
+    ChatResponse,
+    Content,
+    MemoryEventStore,
+    Message,
+    tool,
+)
 from agentledger.adapters.chat.scripted import Call, ScriptedChatClient
 from agentledger.adapters.stores.jsonl import JsonlEventStore
 from agentledger.adapters.stores.sqlite import SqliteEventStore
@@ -271,3 +283,64 @@ async def test_a_run_whose_append_is_in_doubt_reads_back_before_recording_its_en
     assert [e.seq for e in log] == list(range(len(log)))
     assert isinstance(log[-1], RunFailed)
     assert log[-1].error_type == "InDoubt"
+
+
+class _ParkedClient(BaseChatClient):
+    """Calls the tool once, then waits on ``release`` before it answers: a run parked on its
+    second model call."""
+
+    provider_name = "parked"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.parked = anyio.Event()
+        self.release = anyio.Event()
+
+    async def get_response(
+        self, messages: Sequence[Message], *, options: ChatOptions | None = None, **kwargs: Any
+    ) -> ChatResponse:
+        if not any(m.role == "tool" for m in messages):
+            call = Content.from_function_call("c1", "ping", arguments='{"n": 1}')
+            return ChatResponse(Message("assistant", (call,)))
+        self.parked.set()
+        await self.release.wait()
+        return ChatResponse(text="done")
+
+
+def _drive_frame(task: asyncio.Task[Any]) -> Any:
+    """The frame of ``RunLoop.drive`` in the chain of awaits of ``task``."""
+    coroutine: Any = task.get_coro()
+    while coroutine is not None:
+        if coroutine.__qualname__ == "RunLoop.drive":
+            return coroutine.cr_frame
+        coroutine = coroutine.cr_await
+    raise AssertionError("no RunLoop.drive in the run's awaits")
+
+
+@pytest.mark.parametrize("durable", [False, True])
+async def test_a_run_waiting_on_its_model_keeps_nothing_of_the_steps_before(
+    tmp_path: Path, durable: bool
+) -> None:
+    @tool(name="ping")
+    async def ping(n: int) -> str:
+        """Answer."""
+        return "ok"
+
+    client = _ParkedClient()
+    store: EventStore | bool = JsonlEventStore(tmp_path / "runs") if durable else False
+    agent = Agent(client=client, tools=[ping], store=store, clock=FixedClock(), ids=SequentialIds())
+    task = asyncio.ensure_future(agent.run("go"))
+    await client.parked.wait()
+    # What the loop still holds while the model is called: no finished flush (or a coroutine
+    # that did nothing), no runner of the batch that ran; each would stay alive, for the
+    # collector to walk, in every run waiting on its model.
+    held = list(_drive_frame(task).f_locals.values())
+    assert not [v for v in held if inspect.iscoroutine(v) and v.cr_frame is None]
+    assert not [v for v in held if isinstance(v, functools.partial)]
+    assert not [v for v in held if isinstance(v, list | tuple) and v and callable(v[0])]
+    client.release.set()
+    response = await task
+    assert response.text == "done"
+    if durable:
+        assert isinstance(store, JsonlEventStore)
+        assert len(await store.read(response.run_id)) == len(response.events)
