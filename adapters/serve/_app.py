@@ -179,6 +179,9 @@ class _Handlers:
     async def events(self, request: Request) -> Response:
         async def stream() -> AsyncIterator[str]:
             with self.feed.subscription() as subscription:
+                # Hello once a change made from now on is sure to be pushed (bounded: a store
+                # that cannot be read still gets its page an answer, and keepalives).
+                await self.feed.ready(subscription, KEEPALIVE)
                 yield f"retry: 2000\nevent: hello\ndata: {self.feed.version}\n\n"
                 while True:
                     if await subscription.next(KEEPALIVE):

@@ -8,6 +8,11 @@ while some page listens.
 
 Each subscriber holds at most one pending ping (``changed`` carries only a version number, and
 pages read what changed themselves), so a slow page costs one slot, never a growing queue.
+
+A subscriber is ``ready`` once the watcher looks at the store after it subscribed (a poll's
+summary taken, or the tail open): a change made from then on reaches it. A page that says hello
+before then could miss a change made just after it connected (the watcher, started by the first
+subscriber, would take that change for where it started).
 """
 
 from __future__ import annotations
@@ -33,8 +38,10 @@ _log = logging.getLogger("agentledger.serve")
 class Subscription:
     """One subscriber: its event is set when a change happened since it last looked."""
 
-    def __init__(self) -> None:
+    def __init__(self, looks: int = 0) -> None:
         self.event = anyio.Event()
+        self.looks = looks
+        """How many times the watcher had looked at the store when this subscriber came."""
 
     async def next(self, within: float) -> bool:
         """Wait up to ``within`` seconds for a change; whether one came (and it is now seen)."""
@@ -56,6 +63,9 @@ class ChangeFeed:
         self.version = 0
         self._subscribers: set[Subscription] = set()
         self._wake = anyio.Event()
+        self._looks = 0  # summaries taken (polling), tails opened (listening)
+        self._looked = anyio.Event()  # set at the next look
+        self._listening = False  # a tail is open: every change from now on is seen
         self.mode = "listen" if callable(getattr(store, "tail", None)) else "poll"
 
     async def run(self, group: TaskGroup) -> None:
@@ -65,13 +75,26 @@ class ChangeFeed:
     @contextlib.contextmanager
     def subscription(self) -> Iterator[Subscription]:
         """A subscriber for the block: ``await sub.next(timeout)`` says whether a change came."""
-        waiter = Subscription()
+        waiter = Subscription(self._looks)
         self._subscribers.add(waiter)
         self._wake.set()
         try:
             yield waiter
         finally:
             self._subscribers.discard(waiter)
+
+    async def ready(self, subscription: Subscription, within: float) -> bool:
+        """Wait up to ``within`` seconds until the watcher has looked at the store since
+        ``subscription`` began, so that every change from then on reaches it; whether it has."""
+        with anyio.move_on_after(within):
+            while not self._listening and self._looks <= subscription.looks:
+                await self._looked.wait()
+        return self._listening or self._looks > subscription.looks
+
+    def _look(self) -> None:
+        self._looks += 1
+        looked, self._looked = self._looked, anyio.Event()
+        looked.set()
 
     def changed(self) -> None:
         """Count one change and wake every subscriber."""
@@ -96,17 +119,27 @@ class ChangeFeed:
     async def _listen(self) -> None:
         tail: Any = self.store.tail()  # type: ignore[attr-defined]  # a PostgresEventStore
         async with tail as events:
-            async for stored in events:
-                if isinstance(stored.event, _WATCHED):
-                    self.changed()
-                if not self._subscribers:
-                    return
+            self._listening = True
+            self._look()
+            try:
+                await self._follow(events)
+            finally:
+                self._listening = False
+
+    async def _follow(self, events: Any) -> None:
+        async for stored in events:
+            if isinstance(stored.event, _WATCHED):
+                self.changed()
+            if not self._subscribers:
+                return
 
     async def _poll(self) -> None:
         seen = await self._summary()
+        self._look()
         while self._subscribers:
             await anyio.sleep(self.interval)
             now = await self._summary()
+            self._look()
             if now != seen:
                 seen = now
                 self.changed()
