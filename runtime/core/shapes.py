@@ -129,7 +129,7 @@ def compile_shape(cls: type[Any], may_overflow: Callable[[bytes], bool]) -> Shap
         "too_deep": too_deep,
         "may_overflow": may_overflow,
         "fits": free_value_fits,
-        "LEAVES": frozenset({str, bool, float, type(None)}),
+        "LEAVES": _LEAVES,
         "LOW": INT64_MIN,
         "HIGH": INT64_MAX,
         "isfinite": math.isfinite,
