@@ -183,6 +183,71 @@ def test_a_large_schema_is_taken_on_the_text() -> None:
         check_event(event)
 
 
+class _Walks:
+    """Counts the free values a shape walks (as ``fits``, through ``free_value_fits``)."""
+
+    def __init__(self) -> None:
+        self.walked = 0
+
+    def __call__(self, value: Any) -> bool | None:
+        self.walked += 1
+        return free_value_fits(value)
+
+
+def _recurring_shape(walks: _Walks) -> Any:
+    shape = compile_shape(RunStarted, may_overflow, recurring=("tools", "config"), encode=encode_event)
+    assert shape is not None
+    shape.__globals__["fits"] = walks  # the generated function's own namespace
+    return shape
+
+
+def _started(*tools: ToolSpec) -> RunStarted:
+    return RunStarted(run_id="r", seq=0, at=1, agent_id="a", tools=tools)
+
+
+def test_a_recurring_field_is_walked_once_for_the_same_bytes() -> None:
+    walks = _Walks()
+    shape = _recurring_shape(walks)
+    tools = (ToolSpec(name="ping", parameters=dict(_SCHEMA)),)
+    assert shape(_started(*tools), encode_event(_started(*tools))) is True
+    assert walks.walked == 1
+    again = (ToolSpec(name="ping", parameters=dict(_SCHEMA)),)  # other objects, the same bytes
+    assert shape(_started(*again), encode_event(_started(*again))) is True
+    assert walks.walked == 1
+    other = (ToolSpec(name="pong", parameters=dict(_SCHEMA)),)
+    assert shape(_started(*other), encode_event(_started(*other))) is True
+    assert walks.walked == 2
+
+
+def test_a_recurring_value_changed_in_place_is_walked_again_and_refused() -> None:
+    walks = _Walks()
+    shape = _recurring_shape(walks)
+    parameters: dict[str, Any] = {"properties": {"n": {"maximum": 1}}}
+    event = _started(ToolSpec(name="ping", parameters=parameters))
+    assert shape(event, encode_event(event)) is True
+    parameters["properties"]["n"]["maximum"] = 2**70  # the same objects, edited between runs
+    assert shape(event, encode_event(event)) is False
+    assert walks.walked == 2
+
+
+def test_a_recurring_value_the_text_decides_is_not_remembered() -> None:
+    scans = _Scans()
+    shape = compile_shape(RunStarted, scans, recurring=("tools",), encode=encode_event)
+    assert shape is not None
+    properties: dict[str, Any] = {f"p{i}": {"type": "integer"} for i in range(IN_PLACE)}
+    event = _started(ToolSpec(name="t", parameters={"properties": properties}))
+    for texts in (1, 2):  # too large to walk: the text is scanned every time
+        assert shape(event, encode_event(event)) is True
+        assert scans.texts == texts
+
+
+def test_recurring_fields_must_be_fields_and_need_the_encoder() -> None:
+    with pytest.raises(ValueError, match="recurring"):
+        compile_shape(RunStarted, may_overflow, recurring=("nope",), encode=encode_event)
+    with pytest.raises(ValueError, match="recurring"):
+        compile_shape(RunStarted, may_overflow, recurring=("tools",))
+
+
 class _SubDict(dict[str, Any]):
     """A subclass of dict: not taken for one."""
 
