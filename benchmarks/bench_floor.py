@@ -22,7 +22,10 @@ floor raises: the benchmark runs never take those paths, and the checks are what
 
 A run writes exactly the events agentledger's run of the same scenario writes: 4 for (a), 44 for
 (b), 106 for (c) (``RunStarted``, a ``ModelCalled`` and ``ModelResponded`` per model call, a
-``ToolCalled`` and ``ToolReturned`` per tool call, ``RunCompleted``), and the scripted model
+``ToolCalled`` and ``ToolReturned`` per tool call, ``RunCompleted``), with agentledger's fields in
+its order and with its defaults, so that the two write the same bytes but for ids and times (the
+run's settings and library version in ``RunStarted``, the message count of each ``ModelCalled``,
+the run's response in ``RunCompleted``; run ids of the same form), and the scripted model
 answers with a fresh response on every call, as the other two benchmarks' clients do
 (``benchmarks/_scenarios.py``).
 
@@ -45,6 +48,7 @@ import enum
 import gc
 import itertools
 import json
+import os
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -52,7 +56,7 @@ from typing import Any
 
 import msgspec
 
-from ._ledger import LedgerRunner
+from ._ledger import LedgerRunner, __version__
 from ._scenarios import PROMPT, SCENARIOS, TOOL_NAME, Counter, Runner, Scenario, Step
 from .bench_overhead import INSTALL_HINT, PEER, _scenario_keys, _us, environment, peer_factory, verify
 
@@ -64,23 +68,54 @@ LEDGER = "agentledger"
 # -- events -------------------------------------------------------------------------------------
 
 
+# The fields of agentledger's records, in its order and with its defaults: a run writes the same
+# bytes (ids and times aside) and reads the same fields back.
+
+
 class Content(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
     type: str
-    text: str = ""
-    call_id: str = ""
-    name: str = ""
-    arguments: str = ""
+    text: str | None = None
+    call_id: str | None = None
+    name: str | None = None
+    arguments: str | None = None
+    result: Any = None
+    exception: str | None = None
+    approved: bool | None = None
+    reason: str | None = None
 
 
 class Message(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
     role: str
-    contents: tuple[Content, ...]
+    contents: tuple[Content, ...] = ()
+    author_name: str | None = None
 
 
 class ToolSpec(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
     name: str
-    description: str
-    parameters: dict[str, Any]
+    description: str = ""
+    parameters: dict[str, Any] = msgspec.field(default_factory=dict)
+    approval_mode: str = "never_require"
+    origin: str = ""
+
+
+class Config(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=False):
+    max_iterations: int = 40
+    max_consecutive_errors: int = 3
+    max_function_calls: int | None = None
+    detailed_errors: bool = False
+    sequential_tools: bool = False
+    terminate_on_unknown_calls: bool = False
+    max_input_tokens: int | None = None
+    max_cost: float | None = None
+
+
+class Usage(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
+    input_tokens: int = 0
+    output_tokens: int = 0
+    total_tokens: int = 0
+    cache_read_tokens: int | None = None
+    cache_write_tokens: int | None = None
+    reasoning_tokens: int | None = None
 
 
 class PingArguments(msgspec.Struct, gc=False):
@@ -103,37 +138,70 @@ class Event(msgspec.Struct, frozen=True, kw_only=True, tag=True, omit_defaults=T
 
 
 class RunStarted(Event, frozen=True, kw_only=True):
-    agent_name: str
-    instructions: str
-    messages: tuple[Message, ...]
-    tools: tuple[ToolSpec, ...]
+    agent_id: str
+    agent_name: str | None = None
+    instructions: str | None = None
+    messages: tuple[Message, ...] = ()
+    tools: tuple[ToolSpec, ...] = ()
+    options: dict[str, Any] = msgspec.field(default_factory=dict)
+    function_invocation_kwargs: dict[str, Any] = msgspec.field(default_factory=dict)
+    client_kwargs_keys: tuple[str, ...] = ()
+    session_id: str | None = None
+    history_length: int = 0
+    config: Config = msgspec.field(default_factory=Config)
+    parent_run_id: str | None = None
+    parent_call_id: str | None = None
+    session_history: bool = True
+    provider_name: str = ""
+    schema_version: int = 1
+    library_version: str = ""
+    run_option_keys: tuple[str, ...] | None = None
+    run_tool_names: tuple[str, ...] = ()
+    middleware: tuple[str, ...] | None = None
+    calls_in_model_order: bool = False
+    run_instructions: str | None = None
+    context_providers: tuple[str, ...] = ()
 
 
 class ModelCalled(Event, frozen=True, kw_only=True):
     iteration: int
-    tools: tuple[str, ...]
+    tools: tuple[str, ...] = ()
+    tool_choice: str | dict[str, Any] | None = None
+    message_count: int = 0
+    conversation_id: str | None = None
+    held: int = 0
 
 
 class ModelResponded(Event, frozen=True, kw_only=True):
     iteration: int
     message: Message
-    model: str
+    usage: Usage | None = None
+    finish_reason: str | None = None
+    model: str | None = None
+    response_id: str | None = None
+    conversation_id: str | None = None
+    cost: float | None = None
 
 
 class ToolCalled(Event, frozen=True, kw_only=True):
     call_id: str
     name: str
-    arguments: dict[str, Any]
+    arguments: dict[str, Any] = msgspec.field(default_factory=dict)
 
 
 class ToolReturned(Event, frozen=True, kw_only=True):
     call_id: str
     name: str
-    result: Any
+    result: Any = None
+    overridden_by: str | None = None
+    tool_result: Any = None
 
 
 class RunCompleted(Event, frozen=True, kw_only=True):
-    text: str
+    messages: tuple[Message, ...] = ()
+    text: str = ""
+    usage: Usage = msgspec.field(default_factory=Usage)
+    reason: str = "completed"
 
 
 AnyEvent = RunStarted | ModelCalled | ModelResponded | ToolCalled | ToolReturned | RunCompleted
@@ -196,9 +264,10 @@ class Machine:
         self.iteration = 0
         self.tools: tuple[str, ...] = ()
         self.transcript: list[Message] = []
-        self.batch: tuple[str, ...] = ()
-        self.open: frozenset[str] = frozenset()
-        self.results: dict[str, Content] = {}
+        self.input_count = 0  # the run's input: the transcript's first messages
+        self.batch: tuple[str | None, ...] = ()
+        self.open: frozenset[str | None] = frozenset()
+        self.results: dict[str | None, Content] = {}
 
     def handle(self, event: AnyEvent) -> tuple[list[AnyEvent], list[Command]]:
         handler = _TABLE.get((self.phase, type(event)))
@@ -217,28 +286,34 @@ class Machine:
 
     def _call_model(self, at: int, out: list[AnyEvent], commands: list[Command]) -> None:
         self.iteration += 1
-        out.append(self._derive(ModelCalled, at, iteration=self.iteration, tools=self.tools))
+        count = len(self.transcript)  # RunMachine._call_model: the messages the model is sent
+        fields = {"iteration": self.iteration, "tools": self.tools, "message_count": count}
+        called = self._derive(ModelCalled, at, **fields)
+        out.append(called)
         self.phase = Phase.AWAITING_MODEL
         commands.append(CallModel(self.iteration, self.tools))
 
     def _started(self, event: RunStarted, out: list[AnyEvent], commands: list[Command]) -> None:
         self.tools = tuple(spec.name for spec in event.tools)
         self.transcript.extend(event.messages)
+        self.input_count = len(event.messages)
         self._call_model(event.at, out, commands)
 
     def _responded(self, event: ModelResponded, out: list[AnyEvent], commands: list[Command]) -> None:
         self.transcript.append(event.message)
         calls = tuple(c for c in event.message.contents if c.type == "function_call")
         if not calls:
-            text = "".join(c.text for c in event.message.contents if c.type == "text")
-            out.append(self._derive(RunCompleted, event.at, text=text))
+            text = "".join(c.text or "" for c in event.message.contents if c.type == "text")
+            # RunCompleted keeps the run's response: every message after its input.
+            response = tuple(self.transcript[self.input_count :])
+            out.append(self._derive(RunCompleted, event.at, messages=response, text=text))
             self.phase = Phase.DONE
             commands.append(Finish(text))
             return
         self.batch = tuple(c.call_id for c in calls)
         self.open = frozenset(self.batch)
         # RunMachine._check_answer (messages.malformed_calls): every call has an id, none twice.
-        if "" in self.open or len(self.open) != len(self.batch):
+        if None in self.open or "" in self.open or len(self.open) != len(self.batch):
             raise RuntimeError(f"ModelResponded (seq {event.seq}) cannot carry such calls")
         # RunMachine._on_model_responded: a call of a tool not offered is not run.
         if any(c.name not in self.tools for c in calls):
@@ -254,7 +329,7 @@ class Machine:
 
     def _returned(self, event: ToolReturned, out: list[AnyEvent], commands: list[Command]) -> None:
         self._awaited(event)
-        result = Content("function_result", text=str(event.result), call_id=event.call_id)
+        result = Content("function_result", call_id=event.call_id, result=event.result)
         self.results[event.call_id] = result
         if len(self.results) == len(self.batch):  # Transcript._close_if_whole: one message a batch
             self.transcript.append(Message("tool", tuple(map(self.results.__getitem__, self.batch))))
@@ -308,6 +383,7 @@ class Recorder:
 
 _call_ids = itertools.count(1)
 _run_ids = itertools.count(1)
+_RUN_BASE = os.urandom(6).hex()  # run ids as agentledger makes them: a random prefix, a counter
 
 
 class FloorRunner:
@@ -331,6 +407,7 @@ class FloorRunner:
             ),
         )
         self.by_name = {spec.name: spec for spec in self.specs}
+        self.config = Config()
 
     async def ping(self, n: int) -> str:
         self.counter.tool_calls += 1
@@ -349,22 +426,29 @@ class FloorRunner:
 
     async def call(self, recorder: Recorder, call: Content) -> None:
         # FunctionTool.arguments_from: the arguments decoded to the tool's parameter type.
-        arguments = {"n": _ping_arguments(call.arguments).n}
+        arguments = {"n": _ping_arguments(call.arguments or "{}").n}
         recorder.record(ToolCalled, call_id=call.call_id, name=call.name, arguments=arguments)
         result = await self.ping(**arguments)
         recorder.record(ToolReturned, call_id=call.call_id, name=call.name, result=result)
 
     async def run(self) -> str:
-        run_id = f"run_{next(_run_ids)}"
+        run_id = f"run_{_RUN_BASE}{next(_run_ids):06x}"
         machine = Machine(run_id)
         recorder = Recorder(machine, time.time_ns)
         prompt = Message("user", (Content("text", text=PROMPT),))
         recorder.record(
             RunStarted,
+            agent_id="bench",
             agent_name="bench",
             instructions="Answer briefly.",
             messages=(prompt,),
             tools=self.specs,
+            config=self.config,
+            provider_name="bench",
+            library_version=__version__,
+            run_option_keys=(),
+            middleware=(),
+            calls_in_model_order=True,
         )
         stored = 0
         while True:

@@ -1,16 +1,24 @@
 """The floor benchmark does the work it is compared with: the scenario's model and tool calls, the
-scripted answer, and as many events a run as agentledger's run of the same scenario; and it
-checks what agentledger checks before it runs a tool or records an event."""
+scripted answer, and the events agentledger's run of the same scenario writes, byte for byte but
+for ids and times; and it checks what agentledger checks before it runs a tool or records an
+event."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 import msgspec
 import pytest
 
-from benchmarks._scenarios import ANSWER, SCENARIOS, TOOL_NAME, Scenario, Step
+from agentledger.core.events import encode_event
+from benchmarks._ledger import LedgerRunner
+from benchmarks._scenarios import ANSWER, PROMPT, SCENARIOS, TOOL_NAME, Scenario, Step
 from benchmarks.bench_floor import FloorRunner, Message, Response, ToolSpec, ledger_events_per_run
+
+_RUN_ID = re.compile(rb'"run_id":"run_[0-9a-f]{18}"')
+_AT = re.compile(rb'"at":\d+')
+_CALL_ID = re.compile(rb"call_\d+")
 
 
 @pytest.mark.anyio
@@ -22,6 +30,29 @@ async def test_the_floor_writes_what_an_agentledger_run_writes(key: str, events:
     done = (floor.counter.model_calls, floor.counter.tool_calls)
     assert done == (scenario.model_calls, scenario.tool_calls)
     assert floor.events() == events == await ledger_events_per_run(scenario)
+
+
+def _without_ids(lines: Sequence[bytes]) -> list[bytes]:
+    """Encoded events with their run id (one of agentledger's form, checked), time and call ids
+    blanked: what is left is what the two runs must agree on, byte for byte."""
+    kept = []
+    for line in lines:
+        line, runs = _RUN_ID.subn(b'"run_id":"run"', line)
+        assert runs == 1, line
+        kept.append(_CALL_ID.sub(b"call", _AT.sub(b'"at":0', line)))
+    return kept
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("key", ["a", "b", "c"])
+async def test_the_floor_writes_the_bytes_an_agentledger_run_writes(key: str) -> None:
+    scenario = SCENARIOS[key]
+    floor = FloorRunner(scenario)
+    await floor.run()
+    (floor_log,) = floor.store.streams.values()
+    response = await LedgerRunner(scenario).agent.run(PROMPT)
+    ledger = _without_ids([encode_event(e) for e in response.events])
+    assert _without_ids([msgspec.json.encode(e) for e in floor_log]) == ledger
 
 
 def _floor_answering(step: Step) -> FloorRunner:
