@@ -58,8 +58,8 @@ class AgentResponse:
     def text(self) -> str:
         """The text of the last assistant message."""
         for message in reversed(self.messages):
-            if message.role == "assistant" and message.text:
-                return message.text
+            if message.role == "assistant" and (text := message.text):
+                return text
         return ""
 
     @property

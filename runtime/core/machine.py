@@ -153,8 +153,8 @@ def _last_text(messages: list[Message] | tuple[Message, ...]) -> str:
 def _response_text(messages: Sequence[Message]) -> str:
     """The text of a response: its last assistant message that has any."""
     for message in reversed(messages):
-        if message.role == "assistant" and message.text:
-            return message.text
+        if message.role == "assistant" and (text := message.text):
+            return text
     return ""
 
 
