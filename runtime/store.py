@@ -25,6 +25,7 @@ asking for an evicted run raises ``RunEvictedError``.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
@@ -152,10 +153,12 @@ class MemoryEventStore:
         """How many runs were evicted so far."""
         self._streams: dict[str, list[Event]] = {}
         self._bounded = max_runs is not None or max_events is not None
-        self._finished: dict[str, None] = {}  # finished streams, in the order they finished
+        # Ordered sets as OrderedDicts: a plain dict whose oldest entry is deleted again and again
+        # has its next oldest found past every deleted slot (a scan that grew with the limit).
+        self._finished: OrderedDict[str, None] = OrderedDict()  # finished streams, oldest first
         self._events = 0
-        self._evicted: dict[str, None] = {}  # the last `remember` evicted streams
-        self._evicted_sessions: dict[str, None] = {}
+        self._evicted: OrderedDict[str, None] = OrderedDict()  # the last `remember` evicted streams
+        self._evicted_sessions: OrderedDict[str, None] = OrderedDict()
 
     def append_nowait(self, stream: str, events: Sequence[Event], expected_version: int) -> int:
         """``append`` without awaiting (the store does no IO)."""
@@ -173,8 +176,8 @@ class MemoryEventStore:
                 self._events += len(events)
                 finished = self._finished
                 if type(log[-1]) in _FINISHED:
-                    finished.pop(stream, None)
                     finished[stream] = None
+                    finished.move_to_end(stream)
                 elif stream in finished:  # a finished run written to again is in flight again
                     del finished[stream]
                 elif self.max_events is None:  # only a run finishing can pass max_runs
@@ -203,15 +206,14 @@ class MemoryEventStore:
 
     def _make_room(self) -> None:
         """Evict finished runs, oldest finished first, until both limits hold (or none is left)."""
-        max_runs, max_events = self.max_runs, self.max_events
-        while self._finished and (
-            (max_runs is not None and len(self._finished) > max_runs)
+        max_runs, max_events, finished = self.max_runs, self.max_events, self._finished
+        while finished and (
+            (max_runs is not None and len(finished) > max_runs)
             or (max_events is not None and self._events > max_events)
         ):
-            self._evict(next(iter(self._finished)))
+            self._evict(finished.popitem(last=False)[0])
 
     def _evict(self, stream: str) -> None:
-        del self._finished[stream]
         log = self._streams.pop(stream)
         self._events -= len(log)
         self.evicted += 1
@@ -285,10 +287,10 @@ async def list_runs(store: EventStore, query: RunQuery | None = None) -> list[Ru
     return selected
 
 
-def _remember(names: dict[str, None], new: Sequence[str], limit: int) -> None:
+def _remember(names: OrderedDict[str, None], new: Sequence[str], limit: int) -> None:
     """Add ``new`` to an ordered set that keeps its last ``limit`` names."""
     for name in new:
-        names.pop(name, None)
         names[name] = None
+        names.move_to_end(name)
     while len(names) > limit:
-        del names[next(iter(names))]
+        names.popitem(last=False)
