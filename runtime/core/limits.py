@@ -46,7 +46,7 @@ import msgspec.inspect as mi
 
 from .depth import MAX_DEPTH, too_deep
 from .errors import UnrecordableError
-from .events import Event, RunStarted
+from .events import Event
 from .events import _encoder as _event_encoder
 from .shapes import compile_shape, free_value_fits
 
@@ -284,15 +284,10 @@ _FLAT: dict[type[Any], FlatCheck] = {
 }
 """Per flat event type, its check (``_flat_reads_back``, specialised); per event type holding
 structs, its shape (``shapes.compile_shape``) where the compiler follows every field."""
-_RECURRING: dict[type[Any], tuple[str, ...]] = {RunStarted: ("tools", "config")}
-"""Fields whose values come from the agent, the same run after run: their shape takes bytes it
-has seen read back there without walking them again (``compile_shape``'s ``recurring``)."""
 _FLAT.update(
     (cls, shape)
     for cls in get_args(Event)
-    if cls not in _FLAT
-    and (shape := compile_shape(cls, may_overflow, recurring=_RECURRING.get(cls, ()), encode=_encode))
-    is not None
+    if cls not in _FLAT and (shape := compile_shape(cls, may_overflow)) is not None
 )
 
 

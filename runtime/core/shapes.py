@@ -21,13 +21,6 @@ that walks the fields as the type declares them and answers:
   integers instead (``too_deep``, ``may_overflow``), as for the flat events.
 - False: not certain; the gate then decodes the bytes (the long way), which names the problem.
 
-A field named as *recurring* (``RunStarted``'s tools and run settings, the same objects run after
-run) is first encoded on its own: bytes the shape has found to read back at that field before
-are taken at once, so a run does not walk its agent's tool schemas again. Reading back is a
-property of the bytes alone, and the same bytes at the same field of the same event type nest
-as deep and hold the same numbers; a value changed in place (a schema edited between runs)
-encodes differently and is walked again.
-
 A type the compiler does not know (a constrained field, a union of structs, a fixed-length tuple)
 gets no shape: its events always go the long way. ``compile_shape`` returns None for it.
 """
@@ -36,7 +29,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from typing import Any
 
 import msgspec.inspect as mi
@@ -52,8 +45,6 @@ Shape = Callable[[Any, bytes], bool]
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 _NESTING = 8  # the deepest struct nesting a shape follows (events nest three or four)
 _LEAVES = frozenset({str, bool, float, type(None)})
-
-_REMEMBERED = 64  # bytes remembered per recurring field (then forgotten all at once)
 
 IN_PLACE = 128
 """The most values of one free value (its containers' items, all levels) ``free_value_fits``
@@ -117,27 +108,10 @@ class _Unknown(Exception):
     """A type the compiler does not follow: the event type gets no shape."""
 
 
-def compile_shape(
-    cls: type[Any],
-    may_overflow: Callable[[bytes], bool],
-    *,
-    recurring: Collection[str] = (),
-    encode: Callable[[Any], bytes] | None = None,
-) -> Shape | None:
+def compile_shape(cls: type[Any], may_overflow: Callable[[bytes], bool]) -> Shape | None:
     """The shape check of the struct type ``cls`` (None where a field's type is one the compiler
-    does not follow). ``may_overflow`` scans encoded text for integers past 64 bits.
-
-    ``recurring``: top-level fields whose values mostly come back unchanged from event to event;
-    each is encoded on its own with ``encode`` (the encoder of the event's bytes), and bytes
-    that read back there once are not walked again (see the module docstring)."""
-    if recurring:
-        fields = mi.type_info(cls).fields  # type: ignore[attr-defined]
-        unknown = sorted(set(recurring).difference(f.name for f in fields))
-        if unknown or encode is None:
-            raise ValueError(
-                f"recurring fields must be fields of {cls.__name__} ({unknown} are not) and need an encoder"
-            )
-    writer = _Writer(frozenset(recurring))
+    does not follow). ``may_overflow`` scans encoded text for integers past 64 bits."""
+    writer = _Writer()
     try:
         writer.struct("event", mi.type_info(cls), 1, 0)
     except _Unknown:
@@ -159,8 +133,6 @@ def compile_shape(
         "LOW": INT64_MIN,
         "HIGH": INT64_MAX,
         "isfinite": math.isfinite,
-        "encode": encode,
-        "remember": _remember,
     }
     exec(compile(source, f"<shape of {cls.__name__}>", "exec"), namespace)
     shape: Shape = namespace["shape"]
@@ -168,23 +140,13 @@ def compile_shape(
     return shape
 
 
-def _remember(known: set[bytes], data: bytes) -> None:
-    """``data`` read back at a recurring field: the next event with the same bytes there is
-    not walked (at most ``_REMEMBERED`` kept; a full set starts again empty)."""
-    if len(known) >= _REMEMBERED:
-        known.clear()
-    known.add(data)
-
-
 class _Writer:
     """Writes the body of a shape function: one ``if ...: return False`` per typed value."""
 
-    def __init__(self, recurring: frozenset[str] = frozenset()) -> None:
+    def __init__(self) -> None:
         self.lines: list[str] = []
         self.constants: dict[str, Any] = {}
         self._names = itertools.count()
-        self._recurring = recurring
-        self._free_flag = "free"  # set where a free value leaves the answer to the text
 
     def _name(self, prefix: str) -> str:
         return f"{prefix}{next(self._names)}"
@@ -203,26 +165,7 @@ class _Writer:
         for field in info.fields:
             name = self._name("v")
             self._emit(indent, f"{name} = {value}.{field.name}")
-            if not nesting and field.name in self._recurring:
-                self._recurring_value(name, field.type, indent)
-            else:
-                self.value(name, field.type, indent, nesting + 1)
-
-    def _recurring_value(self, value: str, info: Any, indent: int) -> None:
-        """A recurring field: its bytes, if known to read back, else the walk, and its bytes
-        remembered where the walk alone was certain (not where the text had to decide)."""
-        data, known, flag = self._name("b"), self._name("K"), self._name("free")
-        self.constants[known] = set()
-        self._emit(indent, f"{data} = encode({value})")
-        self._emit(indent, f"if {data} not in {known}:")
-        self._emit(indent + 1, f"{flag} = False")
-        self._free_flag = flag
-        self.value(value, info, indent + 1, 1)
-        self._free_flag = "free"
-        self._emit(indent + 1, f"if {flag}:")
-        self._emit(indent + 2, "free = True")
-        self._emit(indent + 1, "else:")
-        self._emit(indent + 2, f"remember({known}, {data})")
+            self.value(name, field.type, indent, nesting + 1)
 
     def value(self, value: str, info: Any, indent: int, nesting: int) -> None:
         """Lines that return False unless ``value`` certainly reads back as ``info``."""
@@ -310,7 +253,7 @@ class _Writer:
     def _fits(self, value: str, fits: str, indent: int) -> None:
         self._emit(indent, f"{fits} = fits({value})")
         self._emit(indent, f"if {fits} is None:")
-        self._emit(indent + 1, f"{self._free_flag} = True")
+        self._emit(indent + 1, "free = True")
         self._emit(indent, f"elif not {fits}:")
         self._emit(indent + 1, "return False")
 
