@@ -9,8 +9,11 @@ append per version, so of several resumers exactly one claim is stored; the othe
 are refused. A claim is bound to the answers, and each answer to the call's id and the digest of
 the call's arguments as the paused run recorded them (``arguments_digest``).
 
-A claim already stored is final unless the run holding it ended before any approved call of the
-batch started: then a later resume may take over (``BatchClaimed.after_run_id``). A call that the
+A claim already stored is final unless the run holding it ended before any call of the batch
+started (approved or not: a call that needed no approval waits for the batch too): then a later
+resume may take over (``BatchClaimed.after_run_id``). A holder that resumed the batch and
+completed has used it, whatever ran; and a call the holder recorded as rejected is never
+approved by a later resume. A call that the
 holder started without recording an outcome is *unknown*: it may have taken effect, so it is
 never run again by a resume (``ClaimDecision.kind == "unknown"``) unless the caller says so. A
 call the holder ran to an outcome is done: an approval allows one execution.
@@ -36,8 +39,10 @@ import msgspec
 from .approvals import approval_responses
 from .events import (
     ApprovalRequested,
+    ApprovalResolved,
     ArgumentsRejected,
     BatchClaimed,
+    BatchResumed,
     ClaimedAnswer,
     ContextProvided,
     Event,
@@ -152,29 +157,44 @@ class _CallProgress(msgspec.Struct, frozen=True, kw_only=True):
 
     ended: bool
     """The log ends with ``RunCompleted`` or ``RunFailed``."""
+    resumed_to_end: bool = False
+    """The run resumed the batch (``BatchResumed``) and completed."""
     done: tuple[str, ...] = ()
-    """Approved calls with a recorded outcome."""
+    """Calls with a recorded outcome (approved or not), in the order they were answered."""
     unknown: tuple[str, ...] = ()
     """Calls of any batch of the run started (``ToolCalled``) without a recorded outcome."""
+    rejected: tuple[str, ...] = ()
+    """Calls whose rejection the run recorded (``ApprovalResolved``, not approved)."""
 
 
-def _call_progress(events: Sequence[Event], call_ids: Sequence[str]) -> _CallProgress:
-    """Which of the approved ``call_ids`` the run whose log is ``events`` ran, and which of its
-    calls (approved or not) it started and left without an outcome."""
+def _call_progress(events: Sequence[Event]) -> _CallProgress:
+    """Which calls the run whose log is ``events`` ran to an outcome, which it started and left
+    without one, and which it recorded as rejected."""
     started: dict[str, None] = {}  # in the order the run started them
-    done: set[str] = set()
+    done: dict[str, None] = {}
+    rejected: dict[str, None] = {}
+    resumed = False
     for event in events:
-        if type(event) is ToolCalled:
+        kind = type(event)
+        if kind is ToolCalled:
             assert isinstance(event, ToolCalled)
             started[event.call_id] = None
-            done.discard(event.call_id)  # started again (the caller allowed it): open once more
+            done.pop(event.call_id, None)  # started again (the caller allowed it): open once more
         elif isinstance(event, _OUTCOMES) and event.call_id is not None:
-            done.add(event.call_id)
+            done[event.call_id] = None
+        elif kind is ApprovalResolved:
+            assert isinstance(event, ApprovalResolved)
+            if not event.approved:
+                rejected[event.call_id] = None
+        elif kind is BatchResumed:
+            resumed = True
     ended = bool(events) and type(events[-1]) in (RunCompleted, RunFailed)
     return _CallProgress(
         ended=ended,
-        done=tuple(c for c in call_ids if c in done),
+        resumed_to_end=resumed and ended and type(events[-1]) is RunCompleted,
+        done=tuple(done),
         unknown=tuple(c for c in started if c not in done),
+        rejected=tuple(rejected),
     )
 
 
@@ -223,7 +243,7 @@ def decide_claim(
     if claim is not None:
         if claim.by_run_id == by_run_id:
             return ClaimDecision(kind="held", holder=by_run_id)
-        taken = _take_over(paused, claim, holder_log or (), rerun, at)
+        taken = _take_over(paused, claim, holder_log or (), rerun, at, answers)
         if isinstance(taken, ClaimDecision):
             return taken
         after, again = claim.by_run_id, taken
@@ -269,14 +289,39 @@ def _refuse_answers(
 
 
 def _take_over(
-    paused: PausedBatch, claim: BatchClaimed, holder_log: Sequence[Event], rerun: Collection[str], at: int
+    paused: PausedBatch,
+    claim: BatchClaimed,
+    holder_log: Sequence[Event],
+    rerun: Collection[str],
+    at: int,
+    answers: Mapping[str, bool],
 ) -> ClaimDecision | tuple[str, ...]:
     """What another run's claim on the batch leaves: a decision (refused, unknown, or continue the
     holder's own run), or the calls a new claim that takes the batch over runs again."""
     run, holder = paused.run_id, claim.by_run_id
     approved = [a.call_id for a in claim.answers if a.approved]
-    progress = _call_progress(holder_log, approved)
+    progress = _call_progress(holder_log)
     unknown, done = progress.unknown, progress.done
+    overruled = [c for c in progress.rejected if answers.get(c)]
+    if overruled:
+        return ClaimDecision(
+            kind="refused",
+            reason=(
+                f"run {holder!r} recorded calls {overruled} of run {run!r} as rejected while "
+                "resuming it: a rejected call never runs (ask the model again for a new call)"
+            ),
+            holder=holder,
+            call_ids=tuple(overruled),
+        )
+    if progress.resumed_to_end and not done:
+        return ClaimDecision(
+            kind="refused",
+            reason=(
+                f"the batch of run {run!r} was resumed by run {holder!r}, which completed: a batch "
+                "resumes once (ask the model again for a new call to run)"
+            ),
+            holder=holder,
+        )
     if progress.ended:
         # The holder's log is final: what it ran is done, what it started is unknown.
         if done:

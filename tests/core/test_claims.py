@@ -32,7 +32,7 @@ from agentledger.core.claims import (
     history_growth,
     paused_batch,
 )
-from agentledger.core.events import ClaimedAnswer
+from agentledger.core.events import ApprovalResolved, BatchResumed, ClaimedAnswer
 from agentledger.core.machine import RunMachine
 from agentledger.errors import ModelCallError
 
@@ -283,6 +283,59 @@ def test_the_callers_word_continues_a_holder_with_an_unknown_call_and_names_it_t
     assert (decision.kind, decision.call_ids) == ("continue", ("c1",))
     assert decision.claim is not None
     assert decision.claim.rerun == ("c1",)
+
+
+def _returned_as(call_id: str, seq: int) -> ToolReturned:
+    return ToolReturned(run_id="h", seq=seq, at=8, call_id=call_id, name="audit", result="logged")
+
+
+def test_a_holder_that_ended_after_a_call_needing_no_approval_ran_leaves_the_batch_used() -> None:
+    # c3 waited in the batch without needing approval: its outcome counts like any other.
+    started = ToolCalled(run_id="h", seq=1, at=7, call_id="c3", name="audit", arguments={})
+    decision = _decide(_holder(started, _returned_as("c3", 2), ended=True), rerun=("c1",))
+    assert (decision.kind, decision.call_ids) == ("refused", ("c3",))
+
+
+def test_a_running_holder_that_ran_a_call_needing_no_approval_is_continued_not_taken_over() -> None:
+    started = ToolCalled(run_id="h", seq=1, at=7, call_id="c3", name="audit", arguments={})
+    decision = _decide(_holder(started, _returned_as("c3", 2), ended=False), rerun=("c1",))
+    assert (decision.kind, decision.holder) == ("continue", "h")  # c3 answered from h's log
+
+
+def _resumed(*rest: Event) -> list[Event]:
+    """Run ``h`` resumed the batch: c1 approved, c2 rejected, as it recorded them."""
+    return [
+        BatchResumed(run_id="h", seq=1, at=6, call_ids=("c1", "c2")),
+        ApprovalResolved(run_id="h", seq=2, at=6, call_id="c1", approved=True),
+        ApprovalResolved(run_id="h", seq=3, at=6, call_id="c2", approved=False),
+        *rest,
+    ]
+
+
+def test_a_holder_that_resumed_the_batch_and_completed_used_it_whatever_ran() -> None:
+    log = [
+        RunStarted(run_id="h", seq=0, at=6, agent_id="a"),
+        *_resumed(RunCompleted(run_id="h", seq=4, at=9)),
+    ]
+    decision = _decide(log, rerun=("c1", "c2"))
+    assert (decision.kind, decision.holder) == ("refused", "h")
+    assert "completed" in decision.reason
+
+
+def test_a_rejection_the_holder_recorded_is_never_overruled_by_a_later_approval() -> None:
+    log = _holder(*_resumed(), ended=True)  # it failed before any call started
+    overruled = decide_claim(
+        paused_batch(_claimed_by("h")),
+        {"c1": True, "c2": True},
+        DIGESTS,
+        by_run_id="r",
+        at=10,
+        holder_log=log,
+    )
+    assert (overruled.kind, overruled.call_ids) == ("refused", ("c2",))
+    assert "rejected" in overruled.reason
+    same = _decide(log)  # the same answers: nothing of the batch ran, so it is taken over
+    assert same.kind == "claim"
 
 
 def test_a_call_started_again_after_its_outcome_is_open_once_more() -> None:
