@@ -334,6 +334,7 @@ class _SavedSession(msgspec.Struct, frozen=True, kw_only=True):
     pending: tuple[_SavedChanges, ...] = ()
     paused_runs: dict[str, str] = msgspec.field(default_factory=dict)
     rerun_allowed: tuple[str, ...] = ()
+    rerun_holders: dict[str, str] = msgspec.field(default_factory=dict)
 
 
 _SAVED_KEYS = frozenset(_SavedSession.__struct_fields__)
@@ -381,6 +382,10 @@ class AgentSession:
         that run's batch in the store before it runs anything)."""
         self.rerun_allowed: set[str] = set()
         """Calls the caller allowed to run again although their outcome is unknown (``allow_rerun``)."""
+        self.rerun_holders: dict[str, str] = {}
+        """For a permission given after a refusal: the run that refusal named as holding the
+        call's batch. The permission is about that run alone (``held_by``)."""
+        self._refused_by: dict[str, str] = {}  # call id -> the run the last refusal named
         self._state = SessionState(self._record)
         self._pending: list[tuple[str, tuple[StateChange, ...]]] = []
         self._active: list[_ChangeSink] = []  # the sinks of the runs bound to this session now
@@ -427,8 +432,35 @@ class AgentSession:
         started without an outcome (``CallOutcomeUnknownError``) did not take effect: the next
         resume takes the batch over (finishing that resume's own run from its log when it got as
         far as a call). The claim records the permission; a call whose outcome is recorded never
-        runs again."""
+        runs again.
+
+        Given after a resume on this session was refused, the permission is about the run that
+        refusal named: should another run hold the batch by the next resume (another process
+        took it over meanwhile), the permission is not used for it, and is dropped."""
         self.rerun_allowed.update(call_ids)
+        for call_id in call_ids:
+            holder = self._refused_by.get(call_id)
+            if holder is not None:
+                self.rerun_holders[call_id] = holder
+            else:
+                self.rerun_holders.pop(call_id, None)
+
+    def held_by(self, call_ids: Iterable[str], run_id: str) -> None:
+        """A resume of these calls was refused because run ``run_id`` holds their batch (the
+        claim's use): a permission given from now on is about that run, and one given about
+        another run is dropped (it vouched for a run that no longer holds the batch)."""
+        for call_id in call_ids:
+            self._refused_by[call_id] = run_id
+            bound = self.rerun_holders.get(call_id)
+            if bound is not None and bound != run_id:
+                self.rerun_allowed.discard(call_id)
+                del self.rerun_holders[call_id]
+
+    def spend_rerun(self, call_ids: Iterable[str]) -> None:
+        """A claim used these permissions to run again: each is used once."""
+        for call_id in call_ids:
+            self.rerun_allowed.discard(call_id)
+            self.rerun_holders.pop(call_id, None)
 
     def bind(self, sink: _ChangeSink) -> Callable[[], None]:
         """Record this session's changes in a run (the driver's use); returns the unbinder.
@@ -558,8 +590,8 @@ class AgentSession:
         ``type``, ``session_id``, ``service_session_id`` and ``state`` as the reference
         framework writes them; then ``history`` (the messages, which live in the session here),
         ``pending`` (state changes made since the last run, which the next run records),
-        ``paused_runs`` and ``rerun_allowed``. In-place edits of container values are noticed
-        first, as at the start of a run.
+        ``paused_runs``, ``rerun_allowed`` and ``rerun_holders``. In-place edits of container
+        values are noticed first, as at the start of a run.
         """
         self._state.checkpoint()
         return {
@@ -571,6 +603,7 @@ class AgentSession:
             "pending": [{"by": by, "changes": msgspec.to_builtins(changes)} for by, changes in self._pending],
             "paused_runs": dict(self.paused_runs),
             "rerun_allowed": sorted(self.rerun_allowed),
+            "rerun_holders": dict(self.rerun_holders),
         }
 
     @classmethod
@@ -611,6 +644,7 @@ class AgentSession:
             session.add_pending(pending.by, pending.changes)
         session.paused_runs = dict(saved.paused_runs)
         session.rerun_allowed = set(saved.rerun_allowed)
+        session.rerun_holders = {c: h for c, h in saved.rerun_holders.items() if c in session.rerun_allowed}
         return session
 
     def __iter__(self) -> Iterator[str]:  # pragma: no cover - sessions are not containers

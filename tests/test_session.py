@@ -281,3 +281,21 @@ def test_from_dict_bounds_what_it_reads() -> None:
         deep = [deep]
     with pytest.raises(SessionStateError, match="nested deeper"):
         AgentSession("s").state["deep"] = deep
+
+
+def test_a_permission_to_run_again_is_about_the_run_a_refusal_named() -> None:
+    session = AgentSession("s")
+    session.allow_rerun("c0")  # given without a refusal: about whichever run holds the batch
+    session.held_by(["c1", "c2"], "run_a")
+    session.allow_rerun("c1")
+    assert (session.rerun_allowed, session.rerun_holders) == ({"c0", "c1"}, {"c1": "run_a"})
+    kept = AgentSession.from_dict(json.loads(json.dumps(session.to_dict())))
+    assert (kept.rerun_allowed, kept.rerun_holders) == ({"c0", "c1"}, {"c1": "run_a"})
+    session.held_by(["c1"], "run_a")  # the same run again: the permission stands
+    assert session.rerun_allowed == {"c0", "c1"}
+    session.held_by(["c0", "c1"], "run_b")  # another run holds it now: the word about run_a goes
+    assert (session.rerun_allowed, session.rerun_holders) == ({"c0"}, {})
+    session.allow_rerun("c1")
+    assert session.rerun_holders == {"c1": "run_b"}
+    session.spend_rerun(["c0", "c1"])
+    assert (session.rerun_allowed, session.rerun_holders) == (set(), {})

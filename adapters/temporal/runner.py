@@ -230,7 +230,7 @@ class TemporalRunner:
         for paused_run in granted:
             for event in reversed(await self.store.read(paused_run)):
                 if type(event) is BatchClaimed and event.by_run_id == run_id:
-                    session.rerun_allowed.difference_update(event.rerun)
+                    session.spend_rerun(event.rerun)
                     break
 
     async def run(
@@ -277,6 +277,7 @@ def _session_input(session: AgentSession) -> SessionInput:
         pending=tuple(session.pending_changes),
         paused=dict(session.paused_runs),
         rerun=tuple(sorted(session.rerun_allowed)),
+        rerun_holders=dict(session.rerun_holders),
     )
 
 

@@ -97,6 +97,8 @@ class SessionInput(msgspec.Struct, frozen=True, kw_only=True):
     """Calls waiting for approval: call id -> the run that paused on them (``paused_runs``)."""
     rerun: tuple[str, ...] = ()
     """Calls the caller allowed to run again (``AgentSession.allow_rerun``)."""
+    rerun_holders: dict[str, str] = msgspec.field(default_factory=dict)
+    """The run each such permission is about, where the session knows it (``rerun_holders``)."""
 
 
 class Resume(msgspec.Struct, frozen=True, kw_only=True):
@@ -161,6 +163,8 @@ class StartRequest(msgspec.Struct, frozen=True, kw_only=True):
     """The session's calls waiting for approval, whose batch a resume claims first."""
     rerun: tuple[str, ...] = ()
     """Calls the caller allowed to run again although their outcome is unknown."""
+    rerun_holders: dict[str, str] = msgspec.field(default_factory=dict)
+    """The run each such permission is about (a permission another run holds is not used)."""
 
 
 class StartOutcome(msgspec.Struct, frozen=True, kw_only=True):

@@ -247,6 +247,7 @@ class Activities:
                 run_id=view.run_id,
                 at=request.at,
                 rerun=request.rerun,
+                rerun_holders=request.rerun_holders,
             )
         except (UnsupportedAgent, ApprovalError) as exc:
             raise _final(exc) from exc

@@ -176,6 +176,7 @@ class _WorkflowRun:
             at=workflow.time_ns(),
             paused=dict(session.paused) if session is not None else {},
             rerun=session.rerun if session is not None else (),
+            rerun_holders=dict(session.rerun_holders) if session is not None else {},
         )
         outcome = await self._store_step(START_RUN, request, StartOutcome)
         self.loop.adopt(outcome.events)  # numbered and stored by the start step

@@ -62,14 +62,16 @@ async def claim_resume(
     """A resume in this process on ``session``: ``claim_batches`` with the session's paused runs
     and permissions to run again, each permission a claim uses spent (it is used once; all of
     them, for a resume that continues the run holding the batch), and each claim shown to
-    ``sinks`` (watchers see the paused run's log as stored)."""
-    rerun = session.rerun_allowed
-    paused = session.paused_runs
-    claims = await claim_batches(store, paused, history, inputs, run_id=run_id, at=at, rerun=rerun)
+    ``sinks`` (watchers see the paused run's log as stored). A refusal tells the session which
+    run holds the batch (``AgentSession.held_by``): a permission is about one holder."""
+    claims = await claim_batches(
+        store, session.paused_runs, history, inputs, run_id=run_id, at=at,
+        rerun=tuple(session.rerun_allowed), rerun_holders=session.rerun_holders, on_refusal=session.held_by,
+    )  # fmt: skip
     for claim in claims.claims:
-        rerun.difference_update(claim.rerun)
+        session.spend_rerun(claim.rerun)
         if claims.continues is not None:
-            rerun.difference_update(a.call_id for a in claim.answers)
+            session.spend_rerun(a.call_id for a in claim.answers)
     for sink in sinks:
         for claim in claims.claims:
             sink(claim)
@@ -85,6 +87,8 @@ async def claim_batches(
     run_id: str,
     at: int,
     rerun: Collection[str] = (),
+    rerun_holders: Mapping[str, str] | None = None,
+    on_refusal: Callable[[Sequence[str], str], None] | None = None,
 ) -> Claims:
     """Claim, for ``run_id``, the paused batches the approval answers in ``inputs`` resume.
 
@@ -94,7 +98,9 @@ async def claim_batches(
     run refuses the resume (``ApprovalError``). Returns the claims appended; raises
     ``ApprovalError`` (``CallOutcomeUnknownError``, ``ApprovalMismatchError``) when another run
     holds or used the batch. ``rerun`` names calls the caller allows to run again although the
-    run holding the claim may have run them (``AgentSession.allow_rerun``).
+    run holding the claim may have run them (``AgentSession.allow_rerun``); ``rerun_holders``
+    binds a permission to the run it was given about (one another run holds is not used).
+    ``on_refusal(call_ids, holder)`` hears which run a refusal names as holding the batch.
     """
     if store is None:
         return _NONE
@@ -115,7 +121,10 @@ async def claim_batches(
     claims: list[BatchClaimed] = []
     continues: set[str | None] = set()
     for paused_run, answered in by_run.items():
-        claim = await _claim(store, paused_run, answered, digests, run_id=run_id, at=at, rerun=rerun)
+        claim = await _claim(
+            store, paused_run, answered, digests, run_id=run_id, at=at,
+            rerun=rerun, rerun_holders=rerun_holders or {}, on_refusal=on_refusal,
+        )  # fmt: skip
         if claim is not None:
             claims.append(claim)
             continues.add(claim.by_run_id if claim.by_run_id != run_id else None)
@@ -136,6 +145,8 @@ async def _claim(
     run_id: str,
     at: int,
     rerun: Collection[str],
+    rerun_holders: Mapping[str, str],
+    on_refusal: Callable[[Sequence[str], str], None] | None,
 ) -> BatchClaimed | None:
     for _ in range(_ATTEMPTS):
         try:
@@ -150,11 +161,16 @@ async def _claim(
             )
         paused = paused_batch(events)
         holder_log: list[Event] | None = None
-        if paused.claim is not None and paused.claim.by_run_id != run_id:
-            holder_log = await store.read(paused.claim.by_run_id)
+        holder = paused.claim.by_run_id if paused.claim is not None else None
+        if holder is not None and holder != run_id:
+            holder_log = await store.read(holder)
+        # A permission given about another run than the one holding the batch now is not used.
+        allowed = [c for c in rerun if rerun_holders.get(c, holder) == holder]
         decision = decide_claim(
-            paused, answers, digests, by_run_id=run_id, at=at, holder_log=holder_log, rerun=rerun
+            paused, answers, digests, by_run_id=run_id, at=at, holder_log=holder_log, rerun=allowed
         )
+        if decision.kind in ("refused", "unknown") and decision.holder is not None and on_refusal:
+            on_refusal(decision.call_ids or tuple(answers), decision.holder)
         if decision.kind == "held":
             return None  # this run's claim is stored already (a retried step)
         if decision.kind == "unknown":

@@ -465,3 +465,116 @@ async def test_claim_resume_spends_the_permissions_it_uses_and_shows_the_claim()
     assert (await store.read(paused.run_id))[-1] == claim
     assert session.rerun_allowed == {call_id, "call_elsewhere"}
     assert ran == []  # a claim runs nothing
+
+
+def _wire_and_audit(store: EventStore, wired: list[int], audited: list[str], middleware: Any = ()) -> Agent:
+    """An agent whose model asks for a gated wire and an audit line (no approval needed) in one
+    batch: the audit waits for the wire's answer, and both are side effects."""
+
+    @tool(approval_mode="always_require")
+    def wire(amount: int) -> str:
+        """Send money."""
+        wired.append(amount)
+        return "sent"
+
+    @tool
+    def audit(note: str) -> str:
+        """Write an audit line."""
+        audited.append(note)
+        return "logged"
+
+    client = ScriptedChatClient(
+        [[Call("audit", {"note": "wire 5"}), Call("wire", {"amount": 5})], "ok", "ok"]
+    )
+    return Agent(client=client, tools=[audit, wire], store=store, middleware=list(middleware))
+
+
+async def test_a_resume_that_ran_a_call_needing_no_approval_leaves_the_batch_used() -> None:
+    """The resume ran the batch's audit line, then a fail-closed guardrail stopped it before the
+    wire started: the audit's outcome is recorded, so a retry of the same answers is refused
+    instead of writing the audit line again."""
+    from agentledger import FunctionInvocationContext
+    from agentledger.errors import MiddlewareFailure
+
+    async def guardrail(context: FunctionInvocationContext, call_next: Any) -> None:
+        if context.function.name == "wire":
+            raise MiddlewareFailure("the policy service is down")
+        await call_next()
+
+    store, wired, audited = MemoryEventStore(), list[int](), list[str]()
+    agent = _wire_and_audit(store, wired, audited, [guardrail])
+    await agent.run("Send 5.", session=AgentSession("s"))
+    session = await _rebuilt(store, "s")
+    with pytest.raises(MiddlewareFailure):
+        await agent.run(_answer(session), session=session)
+    with pytest.raises(ApprovalError, match=r"which ran calls \['call_1'\]"):
+        await agent.run(_answer(session), session=session)
+    assert (audited, wired) == (["wire 5"], [])
+
+
+@pytest.mark.parametrize("later_approves", [False, True], ids=["same-answers", "stale-approval"])
+async def test_a_batch_resumed_with_its_call_rejected_is_never_resumed_again(later_approves: bool) -> None:
+    """One copy of the session rejects the wire and the resume completes (the audit ran); a
+    copy taken before it answers later, the same or with an approval: refused, so the audit
+    is not written twice and the human's rejection stands."""
+    store, wired, audited = MemoryEventStore(), list[int](), list[str]()
+    agent = _wire_and_audit(store, wired, audited)
+    paused = await agent.run("Send 5.", session=AgentSession("s"))
+    first, second = await _rebuilt(store, "s"), await _rebuilt(store, "s")
+    done = await agent.run(_answer(first, approved=False), session=first)
+    assert done.finish_reason == "completed"
+    with pytest.raises(ApprovalError, match=r"rejected|allows one execution"):
+        await agent.run(_answer(second, approved=later_approves), session=second)
+    assert (audited, wired) == (["wire 5"], [])
+    assert len([e for e in await store.read(paused.run_id) if type(e) is BatchClaimed]) == 1
+
+
+async def test_a_permission_given_about_one_holder_is_not_used_for_another() -> None:
+    """Run ``run_killed`` claimed the batch and died. Two sessions are refused naming it, and
+    both allow the call to run again. The first takes the batch over and is inside the tool
+    when the second resumes: the second's permission was about ``run_killed``, not about the
+    run that holds the batch now, so it is refused and the wire runs once."""
+    from agentledger.run import claim_resume
+
+    store, ran = MemoryEventStore(), list[str]()
+    entered, leave = anyio.Event(), anyio.Event()
+
+    @tool(approval_mode="always_require")
+    async def wire(amount: int, note: str) -> str:
+        """Send money."""
+        ran.append(note)
+        if len(ran) == 1:
+            entered.set()
+            await leave.wait()
+        return "sent"
+
+    agent = Agent(
+        client=ScriptedChatClient([Call("wire", {"amount": 1, "note": "a"}), "Sent."]),
+        tools=[wire],
+        store=store,
+    )
+    paused = await agent.run("Send it.", session=AgentSession("s"))
+    dead = await _rebuilt(store, "s")
+    await claim_resume(store, dead, dead.history, [_answer(dead)], run_id="run_killed", at=1)
+    first, second = await _rebuilt(store, "s"), await _rebuilt(store, "s")
+    for session in (first, second):
+        with pytest.raises(ApprovalError, match="run_killed"):
+            await agent.run(_answer(session), session=session)
+        session.allow_rerun(*session.paused_runs)
+        assert session.rerun_holders == dict.fromkeys(session.paused_runs, "run_killed")
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as group:
+
+            async def take_over() -> None:
+                await agent.run(_answer(first), session=first)
+
+            group.start_soon(take_over)
+            await entered.wait()
+            with pytest.raises(ApprovalError) as caught:
+                await agent.run(_answer(second), session=second)
+            leave.set()
+    assert "run_killed" not in str(caught.value)  # it names the run that holds the batch now
+    assert ran == ["a"]
+    assert (second.rerun_allowed, second.rerun_holders) == (set(), {})  # the stale word is dropped
+    claims = [e for e in await store.read(paused.run_id) if type(e) is BatchClaimed]
+    assert [c.after_run_id for c in claims] == [None, "run_killed"]
