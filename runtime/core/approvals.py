@@ -79,11 +79,16 @@ def approval_requests(messages: Iterable[Message], awaiting: Iterable[str]) -> l
     waiting = set(awaiting)
     if not waiting:  # a run that did not pause asks nothing
         return []
+    # A model may number each answer's calls afresh: of calls sharing an id, the last one waits.
+    latest: dict[str | None, Content] = {}
+    for message in messages:
+        for content in message.contents:
+            if content.type == "function_call" and content.call_id in waiting:
+                latest.pop(content.call_id, None)
+                latest[content.call_id] = content
     return [
         Content("function_approval_request", call_id=c.call_id, name=c.name, arguments=c.arguments)
-        for m in messages
-        for c in m.contents
-        if c.type == "function_call" and c.call_id in waiting
+        for c in latest.values()
     ]
 
 
@@ -92,10 +97,16 @@ def unmatched_approvals(history: Sequence[Message], inputs: Sequence[Message]) -
     answers = [c.call_id for c in approval_responses(inputs)]
     if not answers:
         return []
-    messages = [*history, *inputs]
-    calls = {c.call_id for m in messages for c in m.contents if c.type == "function_call"}
-    done = {c.call_id for m in messages for c in m.contents if c.type == "function_result"}
-    return [a for a in answers if a not in calls or a in done]
+    # A call is answered by a result that comes after it: a model that numbers each answer's
+    # calls afresh reuses the id of a call answered before.
+    done: dict[str | None, bool] = {}
+    for message in (*history, *inputs):
+        for content in message.contents:
+            if content.type == "function_call":
+                done[content.call_id] = False
+            elif content.type == "function_result" and content.call_id in done:
+                done[content.call_id] = True
+    return [a for a in answers if done.get(a, True)]
 
 
 def answers_refused(

@@ -172,3 +172,22 @@ def test_a_resume_must_answer_every_call_of_the_batch_that_waits_for_a_human() -
     assert asked == ["c3"]  # c1 has its result, c2 is answered
     assert _refused(history, inputs, lambda call: False) is None
     assert _refused(history, inputs) is None
+
+
+def _reused_id_history() -> list[Message]:
+    """A model that numbers each answer's calls afresh: ``c0`` ran, then ``c0`` again waits."""
+    return [
+        Message("user", "Check, then pay."),
+        Message("assistant", (_call("c0", "balance", "{}"),)),
+        Message("tool", (_result("c0"),)),
+        Message("assistant", (_call("c0"),)),
+    ]
+
+
+def test_of_calls_sharing_an_id_the_last_one_is_the_one_awaiting() -> None:
+    history = _reused_id_history()
+    (request,) = approval_requests(history, ["c0"])
+    assert (request.call_id, request.name) == ("c0", "wire")
+    assert unmatched_approvals(history, [Message("user", (_answer("c0"),))]) == []
+    answered = [*history, Message("tool", (_result("c0"),))]  # the second c0 has its result too
+    assert unmatched_approvals(answered, [Message("user", (_answer("c0"),))]) == ["c0"]

@@ -194,3 +194,31 @@ async def test_a_rejection_reason_is_recorded_and_not_sent(clock: FixedClock, id
     assert (resolved.approved, resolved.reason) == (False, "wrong account")
     [result] = client.requests[1].messages[-1].contents
     assert "wrong account" not in str(result.result)
+
+
+async def test_a_call_reusing_an_answered_calls_id_is_asked_resumed_and_run_once(
+    clock: FixedClock, ids: SequentialIds
+) -> None:
+    """Some local servers number each answer's calls from the same id: the gated call reusing
+    the id of a call that ran before is the one asked about, its approval resumes it, and the
+    conversation goes on after it."""
+    ran: list[str] = []
+
+    def answer(call: Content) -> Message:
+        return Message("assistant", (call,))
+
+    client = ScriptedChatClient([
+        answer(Content.from_function_call("call_0", "balance", arguments="{}")),
+        answer(Content.from_function_call("call_0", "wire_money", arguments='{"amount": 5}')),
+        "Sent.",
+        "Nothing else.",
+    ])  # fmt: skip
+    agent = _agent(client, clock, ids, ran)
+    session = AgentSession("s")
+    paused = await agent.run("Check, then pay 5.", session=session)
+    (request,) = paused.user_input_requests
+    assert (request.call_id, request.name) == ("call_0", "wire_money")
+    resumed = await agent.run(Message("user", (request.to_approval_response(True),)), session=session)
+    assert resumed.text == "Sent."
+    assert (await agent.run("Thanks.", session=session)).text == "Nothing else."
+    assert ran == ["balance", "wire 5"]
