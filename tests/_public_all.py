@@ -195,8 +195,9 @@ PINNED: dict[str, tuple[str, ...]] = {
         "Content", "ContentType", "Message", "MessageView", "Usage", "malformed_calls", "result_text"
     ),
     "agentledger.core.projections": (
-        "LIMIT_REACHED", "REJECTED_BY_USER", "ModelCall", "SessionProjection", "ToolsProjection",
-        "TranscriptProjection", "Views", "apply_changes", "conversation_after", "error_text"
+        "LIMIT_REACHED", "NO_OUTCOME", "REJECTED_BY_USER", "ModelCall", "SessionProjection",
+        "ToolsProjection", "TranscriptProjection", "Views", "apply_changes", "conversation_after",
+        "error_text",
     ),
     "agentledger.core.provided": (
         "PROVIDER_WRITER", "append_instructions", "contributions", "instructions_after", "provided_count"

@@ -59,7 +59,7 @@ from .events import (
     ToolReturned,
 )
 from .messages import Content, Message
-from .projections import TranscriptProjection, conversation_after
+from .projections import NO_OUTCOME, TranscriptProjection, conversation_after
 from .provided import provided_count
 
 __all__ = (
@@ -416,9 +416,10 @@ def history_growth(
     framework (a log that says so with ``leaves_history``; older logs grew the history). A
     failed run adds nothing, except a run resuming an approved batch: the batch ran, so its
     results stay (an approval allows one execution, and a retry of
-    the same answers is refused instead of running the calls again). A driver that holds the
-    live transcript passes it with ``input_count`` (how many of its messages are the input);
-    otherwise the log is folded for it.
+    the same answers is refused instead of running the calls again); a batch it ran only part
+    of is closed with ``NO_OUTCOME`` for the calls left without an outcome (``_partly_run``).
+    A driver that holds the live transcript passes it with ``input_count`` (how many of its
+    messages are the input); otherwise the log is folded for it.
     """
     end = next((e for e in reversed(events) if type(e) in (RunCompleted, RunFailed)), None)
     if end is None or not events or type(events[0]) is not RunStarted:
@@ -453,6 +454,32 @@ def history_growth(
     for index in range(input_count, len(transcript)):
         if transcript[index].role == "tool":
             return HistoryGrowth(messages=tuple(transcript[provided : index + 1]))
+    return _partly_run(events)
+
+
+def _partly_run(events: Sequence[Event]) -> HistoryGrowth:
+    """A failed resume that ran some calls of its batch, not all: the batch is used (no later
+    resume runs it, ``decide_claim``), so the history closes it, each call without an outcome
+    answered ``NO_OUTCOME``, and the conversation can go on. One that ran none adds nothing: a
+    later resume may still take the batch over."""
+    resumed = next((e for e in events if type(e) is BatchResumed), None)
+    if resumed is None:
+        return HistoryGrowth()
+    assert isinstance(resumed, BatchResumed)
+    batch = set(resumed.call_ids)
+    if not any(isinstance(e, _OUTCOMES) and e.call_id in batch for e in events):
+        return HistoryGrowth()
+    projection = TranscriptProjection()
+    count = 0
+    for event in events:
+        projection.apply(event)
+        if type(event) in (RunStarted, RunInputRewritten, ContextProvided):
+            count = len(projection.messages)
+    projection.close_batch(NO_OUTCOME)
+    messages = projection.messages
+    for index in range(count, len(messages)):
+        if messages[index].role == "tool":
+            return HistoryGrowth(messages=tuple(messages[provided_count(events) : index + 1]))
     return HistoryGrowth()
 
 

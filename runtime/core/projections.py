@@ -44,6 +44,7 @@ from .messages import Content, Message, result_text
 
 __all__ = (
     "LIMIT_REACHED",
+    "NO_OUTCOME",
     "REJECTED_BY_USER",
     "ModelCall",
     "SessionProjection",
@@ -56,6 +57,9 @@ __all__ = (
 )
 
 REJECTED_BY_USER = "Error: Tool call invocation was rejected by user."
+NO_OUTCOME = "Error: no result: the run resuming this call failed before its outcome was recorded."
+"""What the session's history answers a call of a resumed batch with when the resume failed
+after another call of the batch ran, before this one had an outcome (``history_growth``)."""
 LIMIT_REACHED = "Function invocation limit reached before a final answer could be produced."
 
 
@@ -323,6 +327,12 @@ class TranscriptProjection:
             self._open = self._open | {event.call_id}
         if not event.approved:
             self.resolve(event.call_id, REJECTED_BY_USER)
+
+    def close_batch(self, text: str) -> None:
+        """Answer every call of the open batch still without a result with ``text`` (marked
+        failed), which appends the batch's tool message."""
+        for call_id in self.pending:
+            self.resolve(call_id, text, "NoOutcome")
 
     def resolve(self, call_id: str, text: str, exception: str | None = None) -> None:
         """Give ``call_id`` its result (``exception`` marks a failed call); the batch's tool

@@ -34,6 +34,7 @@ from agentledger.core.claims import (
 )
 from agentledger.core.events import ApprovalResolved, BatchResumed, ClaimedAnswer
 from agentledger.core.machine import RunMachine
+from agentledger.core.projections import NO_OUTCOME
 from agentledger.errors import ModelCallError
 
 pytestmark = pytest.mark.anyio
@@ -450,3 +451,32 @@ async def test_a_failed_resume_keeps_the_results_of_the_batch_it_ran() -> None:
     machine = RunMachine.from_events(log, history)
     given = history_growth(log, transcript=machine.transcript.messages, input_count=machine.input_count)
     assert given == growth
+
+
+def _failed_resume(*outcomes: Event) -> list[Event]:
+    """Run ``h`` resumed ``c1`` (approved) and ``c3`` (needing no approval), recorded
+    ``outcomes``, then failed."""
+    answers = Message("user", (Content.from_approval_response("c1", approved=True),))
+    log: list[Event] = [
+        RunStarted(run_id="h", seq=0, at=6, agent_id="a", messages=(answers,), history_length=2),
+        BatchResumed(run_id="h", seq=1, at=6, call_ids=("c1", "c3")),
+        ApprovalResolved(run_id="h", seq=2, at=6, call_id="c1", approved=True),
+        *outcomes,
+    ]
+    log.append(RunFailed(run_id="h", seq=len(log), at=9, error_type="Boom", message="gone"))
+    return log
+
+
+def test_a_resume_that_failed_part_way_through_its_batch_closes_it_in_the_history() -> None:
+    started = ToolCalled(run_id="h", seq=3, at=7, call_id="c3", name="audit", arguments={})
+    growth = history_growth(_failed_resume(started, _returned_as("c3", 4)))
+    (tool_message,) = growth.messages
+    assert [(c.call_id, c.result) for c in tool_message.contents] == [("c1", NO_OUTCOME), ("c3", "logged")]
+    assert tool_message.contents[0].exception == "NoOutcome"
+
+
+def test_a_resume_that_failed_before_any_call_of_its_batch_ran_adds_nothing() -> None:
+    # A later resume may take the batch over, so its calls must still wait in the session.
+    assert history_growth(_failed_resume()) == HistoryGrowth()
+    started = ToolCalled(run_id="h", seq=3, at=7, call_id="c1", name="wire", arguments={})
+    assert history_growth(_failed_resume(started)) == HistoryGrowth()  # unknown: allow_rerun decides

@@ -19,6 +19,7 @@ import pytest
 from agentledger import Agent, AgentSession, ApprovalError, MemoryEventStore, Message, tool
 from agentledger.adapters.chat.scripted import Call, ScriptedChatClient, ScriptEntry
 from agentledger.core import BatchClaimed, RunCompleted, ToolCalled
+from agentledger.core.projections import NO_OUTCOME
 from agentledger.errors import ApprovalMismatchError, CallOutcomeUnknownError
 from agentledger.store import EventStore, SupportsAclose
 from tests._resume_child import bank_agent, open_store, session_of
@@ -504,12 +505,20 @@ async def test_a_resume_that_ran_a_call_needing_no_approval_leaves_the_batch_use
     store, wired, audited = MemoryEventStore(), list[int](), list[str]()
     agent = _wire_and_audit(store, wired, audited, [guardrail])
     await agent.run("Send 5.", session=AgentSession("s"))
-    session = await _rebuilt(store, "s")
+    session, stale = await _rebuilt(store, "s"), await _rebuilt(store, "s")
+    answers = _answer(session)
     with pytest.raises(MiddlewareFailure):
-        await agent.run(_answer(session), session=session)
+        await agent.run(answers, session=session)
+    with pytest.raises(ApprovalError, match="match no call awaiting approval"):
+        await agent.run(answers, session=session)  # the history holds the batch closed
     with pytest.raises(ApprovalError, match=r"which ran calls \['call_1'\]"):
-        await agent.run(_answer(session), session=session)
+        await agent.run(_answer(stale), session=stale)  # a copy from before: the store refuses
     assert (audited, wired) == (["wire 5"], [])
+    # The conversation goes on: the model sees the audit's result, and that the wire has none.
+    (tool_message,) = [m for m in session.history if m.role == "tool"]
+    assert [c.result for c in tool_message.contents] == ["logged", NO_OUTCOME]
+    assert session.paused_runs == {}
+    assert (await agent.run("What happened?", session=session)).text == "ok"
 
 
 @pytest.mark.parametrize("later_approves", [False, True], ids=["same-answers", "stale-approval"])
