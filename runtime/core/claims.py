@@ -427,13 +427,8 @@ def history_growth(
     started = events[0]
     assert isinstance(started, RunStarted)
     if transcript is None or input_count is None:
-        projection = TranscriptProjection()
-        count = 0
-        for event in events:
-            projection.apply(event)
-            if type(event) in (RunStarted, RunInputRewritten, ContextProvided):
-                count = len(projection.messages)
-        transcript, input_count = projection.messages, count
+        projection, input_count = _folded(events)
+        transcript = projection.messages
     provided = provided_count(events)  # context for this run only, never the session's history
     if isinstance(end, RunCompleted):
         if end.reason in _BEFORE_LOOP and _left_history(events):
@@ -457,6 +452,17 @@ def history_growth(
     return _partly_run(events)
 
 
+def _folded(events: Sequence[Event]) -> tuple[TranscriptProjection, int]:
+    """The run's transcript folded from its log, with how many of its messages are the input."""
+    projection = TranscriptProjection()
+    count = 0
+    for event in events:
+        projection.apply(event)
+        if type(event) in (RunStarted, RunInputRewritten, ContextProvided):
+            count = len(projection.messages)
+    return projection, count
+
+
 def _partly_run(events: Sequence[Event]) -> HistoryGrowth:
     """A failed resume that ran some calls of its batch, not all: the batch is used (no later
     resume runs it, ``decide_claim``), so the history closes it, each call without an outcome
@@ -469,12 +475,7 @@ def _partly_run(events: Sequence[Event]) -> HistoryGrowth:
     batch = set(resumed.call_ids)
     if not any(isinstance(e, _OUTCOMES) and e.call_id in batch for e in events):
         return HistoryGrowth()
-    projection = TranscriptProjection()
-    count = 0
-    for event in events:
-        projection.apply(event)
-        if type(event) in (RunStarted, RunInputRewritten, ContextProvided):
-            count = len(projection.messages)
+    projection, count = _folded(events)
     projection.close_batch(NO_OUTCOME)
     messages = projection.messages
     for index in range(count, len(messages)):
